@@ -1,0 +1,54 @@
+"""Activation names as checkpoints spell them, resolved to Keras functions."""
+
+import keras
+
+# Google's configs say "gelu"; Hugging Face and bert4keras read it as the
+# exact (erf) GELU, and so do we. The tanh approximation has its own names.
+_APPROXIMATE_GELU_NAMES = ("gelu_approximate", "gelu_new", "gelu_pytorch_tanh")
+_EXACT_GELU_NAMES = ("gelu", "gelu_erf")
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+def gelu_approximate(x):
+    """GELU with the tanh approximation (keras-hub's BERT activation)."""
+    return keras.activations.gelu(x, approximate=True)
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+def gelu_exact(x):
+    """GELU with the exact erf form (Hugging Face's and bert4keras' "gelu")."""
+    return keras.activations.gelu(x, approximate=False)
+
+
+def resolve_activation(name):
+    """Maps a checkpoint's ``hidden_act`` to a Keras activation.
+
+    Args:
+        name: a string such as ``"gelu"``, ``"gelu_new"``, ``"relu"``, or a
+            callable (returned as is).
+
+    Returns:
+        A callable activation.
+    """
+    if callable(name):
+        return name
+    key = str(name).lower()
+    if key in _EXACT_GELU_NAMES:
+        return gelu_exact
+    if key in _APPROXIMATE_GELU_NAMES:
+        return gelu_approximate
+    try:
+        return keras.activations.get(key)
+    except ValueError as error:
+        raise ValueError(
+            f"Unknown activation {name!r}. Use a Keras activation name, "
+            f"one of {_EXACT_GELU_NAMES + _APPROXIMATE_GELU_NAMES}, or a "
+            "callable."
+        ) from error
+
+
+def activation_name(activation):
+    """The serializable name of an activation given by name or callable."""
+    if isinstance(activation, str):
+        return activation
+    return keras.activations.serialize(activation)

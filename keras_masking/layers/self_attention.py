@@ -1,0 +1,252 @@
+"""Multi-head self-attention with position schemes and public hooks."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_masking.ops.attention_masks import padding_mask_to_bias
+from keras_masking.ops.relative_position import relative_position_embeddings
+from keras_masking.ops.relative_position import relative_position_table
+from keras_masking.ops.rotary import apply_interleaved_rotary
+
+POSITION_SCHEMES = ("absolute", "rotary", "relative", "rotary2d")
+
+
+def validate_position_scheme(position):
+    """Raises a ValueError unless ``position`` is a known scheme name."""
+    if position not in POSITION_SCHEMES:
+        raise ValueError(
+            f"`position` must be one of {POSITION_SCHEMES}. "
+            f"Received: position={position!r}"
+        )
+    if position == "rotary2d":
+        raise NotImplementedError(
+            "position='rotary2d' (ExLM's 2D RoPE) is reserved for the ExLM "
+            "work and is not implemented yet."
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+class SelfAttention(keras.layers.Layer):
+    """Multi-head self-attention for BERT, RoFormer and NEZHA.
+
+    The position scheme is applied inside attention from ``position_ids``:
+    ``"absolute"`` does nothing here (positions were added to the
+    embeddings), ``"rotary"`` rotates queries and keys by RoFormer's
+    interleaved RoPE, ``"relative"`` adds NEZHA's clipped sinusoidal relative
+    embeddings to the logits and to the values.
+
+    Two public hooks let methods change attention without touching this
+    layer's internals:
+
+    * ``attention_bias``: a float tensor added to the logits, broadcastable
+      to ``(batch, heads, query, key)`` (ASA, DropToken's attention mode);
+    * ``kv_prefix``: a pair ``(keys, values)`` of shape
+      ``(batch or 1, prefix, heads, head_dim)`` that every query may attend
+      to, with no position and no bias (P-tuning v2).
+
+    Both cost nothing when left as ``None``.
+
+    Args:
+        num_heads: int. Number of attention heads.
+        head_dim: int. Size of each head; ``num_heads * head_dim`` is the
+            projection width.
+        position: one of ``"absolute"``, ``"rotary"``, ``"relative"``.
+        max_relative_position: int. Clipping distance of the ``"relative"``
+            scheme (64 in NEZHA's checkpoints).
+        rotary_base: float. Wavelength base of the ``"rotary"`` scheme.
+        dropout: float. Dropout rate on the attention probabilities.
+        kernel_initializer: initializer of the four projections.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        hidden: float tensor ``(batch, sequence, hidden)``.
+        padding_mask: optional 0/1 tensor ``(batch, sequence)``; 0 marks keys
+            that no query may attend to.
+        position_ids: optional int tensor ``(batch or 1, sequence)``; defaults
+            to ``0 .. sequence - 1``. Used by the rotary and relative schemes.
+        attention_bias: optional additive float bias (see above).
+        kv_prefix: optional ``(keys, values)`` pair (see above).
+        training: bool, whether dropout is active.
+
+    Example:
+    >>> attention = SelfAttention(num_heads=4, head_dim=8, position="rotary")
+    >>> attention(keras.ops.ones((2, 5, 32))).shape
+    (2, 5, 32)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        head_dim,
+        position="absolute",
+        max_relative_position=64,
+        rotary_base=10000.0,
+        dropout=0.0,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        validate_position_scheme(position)
+        if not 0 <= dropout < 1:
+            raise ValueError(
+                "`dropout` must be a float in [0, 1). "
+                f"Received: dropout={dropout}"
+            )
+        self.num_heads = int(num_heads)
+        self.head_dim = int(head_dim)
+        self.position = position
+        self.max_relative_position = int(max_relative_position)
+        self.rotary_base = float(rotary_base)
+        self.dropout = float(dropout)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        width = self.num_heads * self.head_dim
+
+        def projection(name):
+            return keras.layers.Dense(
+                width,
+                kernel_initializer=self.kernel_initializer,
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        # Named like keras-hub's lora targets, so `Backbone.enable_lora`
+        # finds "query" and "value" as it is.
+        self.query = projection("query")
+        self.key = projection("key")
+        self.value = projection("value")
+        self.attention_output = None
+        self.probability_dropout = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="probability_dropout"
+        )
+        self.relative_table = None
+        if position == "relative":
+            self.relative_table = relative_position_table(
+                self.max_relative_position, self.head_dim
+            )
+
+    def build(self, input_shape):
+        hidden_dim = input_shape[-1]
+        for projection in (self.query, self.key, self.value):
+            projection.build(input_shape)
+        self.attention_output = keras.layers.Dense(
+            hidden_dim,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="attention_output",
+        )
+        self.attention_output.build(
+            tuple(input_shape[:-1]) + (self.num_heads * self.head_dim,)
+        )
+        self.built = True
+
+    def _split_heads(self, x):
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
+
+    def call(
+        self,
+        hidden,
+        padding_mask=None,
+        position_ids=None,
+        attention_bias=None,
+        kv_prefix=None,
+        training=None,
+    ):
+        length = ops.shape(hidden)[1]
+        if position_ids is None:
+            position_ids = ops.arange(length, dtype="int32")[None, :]
+        query = self._split_heads(self.query(hidden))
+        key = self._split_heads(self.key(hidden))
+        value = self._split_heads(self.value(hidden))
+        if self.position == "rotary":
+            query = apply_interleaved_rotary(query, position_ids, self.rotary_base)
+            key = apply_interleaved_rotary(key, position_ids, self.rotary_base)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        query = query * ops.cast(scale, query.dtype)
+        # [B, H, Q, K]
+        logits = ops.einsum("bqhd,bkhd->bhqk", query, key)
+        relative = None
+        if self.position == "relative":
+            relative = relative_position_embeddings(
+                position_ids,
+                ops.cast(self.relative_table, query.dtype),
+                self.max_relative_position,
+            )
+            logits = logits + self._relative_logits(query, relative)
+        if padding_mask is not None:
+            logits = logits + padding_mask_to_bias(padding_mask, logits.dtype)
+        if attention_bias is not None:
+            logits = logits + ops.cast(attention_bias, logits.dtype)
+        prefix_logits = None
+        if kv_prefix is not None:
+            prefix_key, prefix_value = kv_prefix
+            prefix_key = ops.cast(prefix_key, query.dtype)
+            prefix_logits = self._prefix_logits(query, prefix_key)
+            logits = ops.concatenate([prefix_logits, logits], axis=-1)
+        probabilities = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        probabilities = ops.cast(probabilities, value.dtype)
+        probabilities = self.probability_dropout(
+            probabilities, training=training
+        )
+        if prefix_logits is not None:
+            prefix_length = ops.shape(prefix_logits)[-1]
+            prefix_probabilities = probabilities[..., :prefix_length]
+            probabilities = probabilities[..., prefix_length:]
+        context = ops.einsum("bhqk,bkhd->bqhd", probabilities, value)
+        if relative is not None:
+            context = context + self._relative_values(probabilities, relative)
+        if prefix_logits is not None:
+            context = context + self._prefix_values(
+                prefix_probabilities, ops.cast(prefix_value, value.dtype)
+            )
+        batch = ops.shape(hidden)[0]
+        context = ops.reshape(
+            context, (batch, length, self.num_heads * self.head_dim)
+        )
+        return self.attention_output(context)
+
+    @staticmethod
+    def _relative_logits(query, relative):
+        if relative.shape[0] == 1:
+            return ops.einsum("bqhd,qkd->bhqk", query, relative[0])
+        return ops.einsum("bqhd,bqkd->bhqk", query, relative)
+
+    @staticmethod
+    def _relative_values(probabilities, relative):
+        if relative.shape[0] == 1:
+            return ops.einsum("bhqk,qkd->bqhd", probabilities, relative[0])
+        return ops.einsum("bhqk,bqkd->bqhd", probabilities, relative)
+
+    @staticmethod
+    def _prefix_logits(query, prefix_key):
+        if prefix_key.shape[0] == 1:
+            return ops.einsum("bqhd,phd->bhqp", query, prefix_key[0])
+        return ops.einsum("bqhd,bphd->bhqp", query, prefix_key)
+
+    @staticmethod
+    def _prefix_values(probabilities, prefix_value):
+        if prefix_value.shape[0] == 1:
+            return ops.einsum("bhqp,phd->bqhd", probabilities, prefix_value[0])
+        return ops.einsum("bhqp,bphd->bqhd", probabilities, prefix_value)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "head_dim": self.head_dim,
+                "position": self.position,
+                "max_relative_position": self.max_relative_position,
+                "rotary_base": self.rotary_base,
+                "dropout": self.dropout,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+            }
+        )
+        return config

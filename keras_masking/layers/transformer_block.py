@@ -1,0 +1,204 @@
+"""One post-LayerNorm transformer encoder layer, split into two stages."""
+
+import keras
+
+from keras_masking.layers.feed_forward import FeedForward
+from keras_masking.layers.self_attention import SelfAttention
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+class TransformerBlock(keras.layers.Layer):
+    """A BERT-family encoder layer with public stages and hooks.
+
+    ``h = LN(x + Dropout(Attention(x)))`` then
+    ``y = LN(h + Dropout(FFN(h) + extra))``.
+
+    The two halves are public methods so that methods of this package can
+    compose them in new functional graphs that reuse this layer's weights:
+
+    * `attention_sublayer(x, padding_mask, position_ids, attention_bias,
+      kv_prefix)`: the attention half, with the attention hooks of
+      `SelfAttention` (additive bias, key/value prefixes);
+    * `feed_forward_sublayer(h, extra_output=None)`: the FFN half; a branch
+      computed from ``h`` (FL-tuning's addFFN) is passed as ``extra_output``
+      and summed with the FFN output before dropout, residual and LayerNorm.
+
+    Args:
+        num_heads: int. Number of attention heads.
+        intermediate_dim: int. FFN hidden units.
+        head_dim: int or None. Per-head size; ``hidden_dim // num_heads`` when
+            None.
+        activation: FFN activation (see `FeedForward`).
+        position: position scheme inside attention (see `SelfAttention`).
+        max_relative_position: int. NEZHA's clipping distance.
+        dropout: float. Dropout on the attention and FFN outputs.
+        attention_dropout: float or None. Dropout on attention probabilities;
+            ``dropout`` when None.
+        layer_norm_epsilon: float. LayerNorm epsilon (1e-12 in BERT).
+        kernel_initializer: initializer of every kernel.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        hidden: float tensor ``(batch, sequence, hidden)``.
+        padding_mask, position_ids, attention_bias, kv_prefix: see
+            `SelfAttention`.
+        training: bool, whether dropout is active.
+
+    Example:
+    >>> block = TransformerBlock(num_heads=4, intermediate_dim=64)
+    >>> block(keras.ops.ones((2, 5, 32))).shape
+    (2, 5, 32)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        head_dim=None,
+        activation="gelu",
+        position="absolute",
+        max_relative_position=64,
+        dropout=0.0,
+        attention_dropout=None,
+        layer_norm_epsilon=1e-12,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not 0 <= dropout < 1:
+            raise ValueError(
+                "`dropout` must be a float in [0, 1). "
+                f"Received: dropout={dropout}"
+            )
+        self.num_heads = int(num_heads)
+        self.intermediate_dim = int(intermediate_dim)
+        self.head_dim = head_dim
+        self.activation = activation
+        self.position = position
+        self.max_relative_position = int(max_relative_position)
+        self.dropout = float(dropout)
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.self_attention = None
+        self.attention_output_dropout = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="attention_dropout"
+        )
+        self.attention_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon,
+            dtype=self.dtype_policy,
+            name="attention_layer_norm",
+        )
+        self.feed_forward = FeedForward(
+            self.intermediate_dim,
+            activation=activation,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+        self.feed_forward_dropout = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="feed_forward_dropout"
+        )
+        self.feed_forward_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon,
+            dtype=self.dtype_policy,
+            name="feed_forward_layer_norm",
+        )
+
+    def build(self, input_shape):
+        hidden_dim = input_shape[-1]
+        head_dim = self.head_dim or hidden_dim // self.num_heads
+        if self.head_dim is None and hidden_dim % self.num_heads:
+            raise ValueError(
+                f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
+                f"({self.num_heads})."
+            )
+        attention_dropout = self.attention_dropout
+        if attention_dropout is None:
+            attention_dropout = self.dropout
+        self.self_attention = SelfAttention(
+            num_heads=self.num_heads,
+            head_dim=head_dim,
+            position=self.position,
+            max_relative_position=self.max_relative_position,
+            dropout=attention_dropout,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="self_attention",
+        )
+        self.self_attention.build(input_shape)
+        self.attention_layer_norm.build(input_shape)
+        self.feed_forward.build(input_shape)
+        self.feed_forward_layer_norm.build(input_shape)
+        self.built = True
+
+    def attention_sublayer(
+        self,
+        hidden,
+        padding_mask=None,
+        position_ids=None,
+        attention_bias=None,
+        kv_prefix=None,
+        training=None,
+    ):
+        """``LN(x + Dropout(Attention(x)))``, the first half of the layer."""
+        attended = self.self_attention(
+            hidden,
+            padding_mask=padding_mask,
+            position_ids=position_ids,
+            attention_bias=attention_bias,
+            kv_prefix=kv_prefix,
+            training=training,
+        )
+        attended = self.attention_output_dropout(attended, training=training)
+        return self.attention_layer_norm(hidden + attended)
+
+    def feed_forward_sublayer(self, hidden, extra_output=None, training=None):
+        """``LN(h + Dropout(FFN(h) + extra_output))``, the second half."""
+        transformed = self.feed_forward(hidden)
+        if extra_output is not None:
+            transformed = transformed + extra_output
+        transformed = self.feed_forward_dropout(transformed, training=training)
+        return self.feed_forward_layer_norm(hidden + transformed)
+
+    def call(
+        self,
+        hidden,
+        padding_mask=None,
+        position_ids=None,
+        attention_bias=None,
+        kv_prefix=None,
+        training=None,
+    ):
+        hidden = self.attention_sublayer(
+            hidden,
+            padding_mask=padding_mask,
+            position_ids=position_ids,
+            attention_bias=attention_bias,
+            kv_prefix=kv_prefix,
+            training=training,
+        )
+        return self.feed_forward_sublayer(hidden, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "head_dim": self.head_dim,
+                "activation": self.activation,
+                "position": self.position,
+                "max_relative_position": self.max_relative_position,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+            }
+        )
+        return config

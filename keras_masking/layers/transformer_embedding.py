@@ -1,0 +1,160 @@
+"""The embedding stage of a BERT-family encoder."""
+
+import keras
+from keras import ops
+
+from keras_masking.layers.initializers import clone_initializer
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+class TransformerEmbedding(keras.layers.Layer):
+    """Token + segment (+ absolute position) embeddings, LayerNorm, dropout.
+
+    Absolute position embeddings are looked up by ``position_ids``, so a
+    shortened or expanded sequence can keep its original positions. Rotary
+    and relative schemes have no position table here
+    (``use_position_embedding=False``); their positions act inside attention.
+
+    Args:
+        vocabulary_size: int. Rows of the token embedding.
+        hidden_dim: int. Embedding width.
+        num_segments: int. Rows of the segment embedding.
+        max_sequence_length: int. Rows of the position embedding.
+        use_position_embedding: bool. Whether to add learned absolute
+            position embeddings.
+        dropout: float. Dropout after the LayerNorm.
+        layer_norm_epsilon: float. LayerNorm epsilon.
+        embeddings_initializer: initializer of the three tables.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        token_ids: int tensor ``(batch, sequence)``.
+        segment_ids: int tensor ``(batch, sequence)``.
+        position_ids: optional int tensor ``(batch or 1, sequence)``;
+            ``0 .. sequence - 1`` when None.
+        training: bool, whether dropout is active.
+
+    Example:
+    >>> embed = TransformerEmbedding(100, 32, max_sequence_length=16)
+    >>> ids = keras.ops.ones((2, 5), "int32")
+    >>> embed(ids, keras.ops.zeros((2, 5), "int32")).shape
+    (2, 5, 32)
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        hidden_dim,
+        num_segments=2,
+        max_sequence_length=512,
+        use_position_embedding=True,
+        dropout=0.0,
+        layer_norm_epsilon=1e-12,
+        embeddings_initializer="uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocabulary_size = int(vocabulary_size)
+        self.hidden_dim = int(hidden_dim)
+        self.num_segments = int(num_segments)
+        self.max_sequence_length = int(max_sequence_length)
+        self.use_position_embedding = bool(use_position_embedding)
+        self.dropout = float(dropout)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.embeddings_initializer = keras.initializers.get(
+            embeddings_initializer
+        )
+        self.token_embedding = keras.layers.ReversibleEmbedding(
+            self.vocabulary_size,
+            self.hidden_dim,
+            embeddings_initializer=clone_initializer(
+                self.embeddings_initializer
+            ),
+            dtype=self.dtype_policy,
+            name="token_embedding",
+        )
+        self.segment_embedding = None
+        if self.num_segments > 0:
+            self.segment_embedding = keras.layers.Embedding(
+                self.num_segments,
+                self.hidden_dim,
+                embeddings_initializer=clone_initializer(
+                    self.embeddings_initializer
+                ),
+                dtype=self.dtype_policy,
+                name="segment_embedding",
+            )
+        self.position_embedding = None
+        if self.use_position_embedding:
+            self.position_embedding = keras.layers.Embedding(
+                self.max_sequence_length,
+                self.hidden_dim,
+                embeddings_initializer=clone_initializer(
+                    self.embeddings_initializer
+                ),
+                dtype=self.dtype_policy,
+                name="position_embedding",
+            )
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon,
+            dtype=self.dtype_policy,
+            name="layer_norm",
+        )
+        self.embedding_dropout = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="embedding_dropout"
+        )
+
+    def build(self, token_ids_shape, segment_ids_shape=None, position_ids_shape=None):
+        self.token_embedding.build(token_ids_shape)
+        if self.segment_embedding is not None:
+            self.segment_embedding.build(token_ids_shape)
+        if self.position_embedding is not None:
+            self.position_embedding.build(token_ids_shape)
+        self.layer_norm.build(tuple(token_ids_shape) + (self.hidden_dim,))
+        self.built = True
+
+    def call(self, token_ids, segment_ids=None, position_ids=None, training=None):
+        length = token_ids.shape[1]
+        if (
+            self.position_embedding is not None
+            and length is not None
+            and length > self.max_sequence_length
+        ):
+            raise ValueError(
+                f"The sequence has {length} tokens but this model has "
+                f"absolute position embeddings for at most "
+                f"max_sequence_length={self.max_sequence_length}."
+            )
+        embedded = self.token_embedding(token_ids)
+        if self.segment_embedding is not None:
+            if segment_ids is None:
+                segment_ids = ops.zeros_like(token_ids)
+            embedded = embedded + self.segment_embedding(segment_ids)
+        if self.position_embedding is not None:
+            if position_ids is None:
+                position_ids = ops.arange(ops.shape(token_ids)[1], dtype="int32")
+                position_ids = position_ids[None, :]
+            embedded = embedded + self.position_embedding(position_ids)
+        embedded = self.layer_norm(embedded)
+        return self.embedding_dropout(embedded, training=training)
+
+    def compute_output_shape(self, token_ids_shape, *args, **kwargs):
+        return tuple(token_ids_shape) + (self.hidden_dim,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "hidden_dim": self.hidden_dim,
+                "num_segments": self.num_segments,
+                "max_sequence_length": self.max_sequence_length,
+                "use_position_embedding": self.use_position_embedding,
+                "dropout": self.dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+            }
+        )
+        return config

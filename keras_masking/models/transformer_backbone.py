@@ -1,0 +1,389 @@
+"""TransformerBackbone: one encoder class for BERT, RoBERTa, RoFormer, NEZHA."""
+
+import keras
+import keras_hub
+
+
+from keras_masking.layers.activations import activation_name
+from keras_masking.layers.initializers import bert_initializer
+from keras_masking.layers.self_attention import validate_position_scheme
+from keras_masking.layers.transformer_block import TransformerBlock
+from keras_masking.layers.transformer_embedding import TransformerEmbedding
+
+FAMILY_POSITIONS = {
+    "bert": "absolute",
+    "roberta": "absolute",
+    "roformer": "rotary",
+    "nezha": "relative",
+}
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+class TransformerBackbone(keras_hub.models.Backbone):
+    """A BERT-family encoder whose stages are public hooks.
+
+    One class builds BERT / RoBERTa (``position="absolute"``, learned
+    position embeddings added to the token and segment embeddings), RoFormer
+    v1 (``position="rotary"``, interleaved RoPE inside every attention layer)
+    and NEZHA (``position="relative"``, sinusoidal relative positions clipped
+    at ``max_relative_position``, added to the logits and the values). The
+    arguments are named as keras-hub's `BertBackbone` names them, and the
+    class is a `keras_hub.models.Backbone`, so `save_to_preset` and
+    `from_preset` work from a local folder.
+
+    The functional graph is ``embed -> transformer_layers -> pool``. Each stage
+    is public so that methods can build new graphs from the same layers
+    (weights shared):
+
+    * `embed(token_ids, segment_ids, position_ids)` -> hidden states;
+    * `encode(hidden, padding_mask, position_ids, attention_bias,
+      kv_prefixes)` -> the last layer's hidden states, with an additive
+      attention bias (one for all layers or one per layer) and per-layer
+      key/value prefixes;
+    * ``transformer_layers[i]`` (`TransformerBlock`), whose
+      `attention_sublayer` and `feed_forward_sublayer(h, extra_output)` expose
+      the inside of a layer (FL-tuning adds its branch there);
+    * `pool(hidden)` -> the pooled [CLS] vector.
+
+    Args:
+        vocabulary_size: int. Size of the token vocabulary.
+        num_layers: int. Number of transformer layers.
+        num_heads: int. Attention heads per layer.
+        hidden_dim: int. Width of the hidden states.
+        intermediate_dim: int. FFN hidden units per layer.
+        dropout: float. Dropout on embeddings and sublayer outputs.
+        max_sequence_length: int. Rows of the absolute position table (the
+            longest sequence an ``"absolute"`` model takes).
+        num_segments: int. Segment (token type) vocabulary; 0 for none, as in
+            RoBERTa, in which case there is no ``segment_ids`` input.
+        position: ``"absolute"``, ``"rotary"`` or ``"relative"``
+            (``"rotary2d"`` is reserved for ExLM).
+        max_relative_position: int. NEZHA's clipping distance (64).
+        activation: FFN and MLM-head activation. ``"gelu"`` is the exact erf
+            GELU (Hugging Face's and bert4keras' reading of Google's configs);
+            ``"gelu_approximate"`` is the tanh form keras-hub's BERT uses.
+        layer_norm_epsilon: float. 1e-12 for BERT, 1e-5 for RoBERTa.
+        attention_dropout: float or None. Dropout on attention probabilities;
+            ``dropout`` when None.
+        use_pooler: bool. Whether ``pooled_output`` goes through BERT's tanh
+            dense pooler; when False it is the [CLS] hidden state itself.
+        custom_position_ids: bool. Adds a ``position_ids`` input ``(batch,
+            sequence)`` so a shortened or expanded sequence keeps its
+            original positions in every scheme; when False positions are
+            ``0 .. sequence - 1``.
+        dtype: dtype or `keras.DTypePolicy` of computations and weights.
+        **kwargs: base `keras_hub.models.Backbone` arguments (``name``...).
+
+    Example:
+    ```python
+    backbone = keras_masking.models.TransformerBackbone(
+        vocabulary_size=21128, num_layers=2, num_heads=4, hidden_dim=64,
+        intermediate_dim=128, position="relative",
+    )
+    outputs = backbone({
+        "token_ids": np.array([[101, 2769, 102]]),
+        "segment_ids": np.zeros((1, 3), "int32"),
+        "padding_mask": np.ones((1, 3), "int32"),
+    })
+    outputs["sequence_output"].shape  # (1, 3, 64)
+    ```
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim,
+        dropout=0.1,
+        max_sequence_length=512,
+        num_segments=2,
+        position="absolute",
+        max_relative_position=64,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
+        attention_dropout=None,
+        use_pooler=True,
+        custom_position_ids=False,
+        dtype=None,
+        **kwargs,
+    ):
+        validate_position_scheme(position)
+        _validate_backbone_sizes(
+            vocabulary_size=vocabulary_size,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            hidden_dim=hidden_dim,
+            intermediate_dim=intermediate_dim,
+            max_sequence_length=max_sequence_length,
+        )
+        if hidden_dim % num_heads:
+            raise ValueError(
+                f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
+                f"({num_heads})."
+            )
+        if position == "rotary" and (hidden_dim // num_heads) % 2:
+            raise ValueError(
+                "Rotary positions need an even head size. Received "
+                f"hidden_dim={hidden_dim}, num_heads={num_heads}."
+            )
+        activation = activation_name(activation)
+        # === Layers ===
+        self.embeddings = TransformerEmbedding(
+            vocabulary_size=vocabulary_size,
+            hidden_dim=hidden_dim,
+            num_segments=num_segments,
+            max_sequence_length=max_sequence_length,
+            use_position_embedding=position == "absolute",
+            dropout=dropout,
+            layer_norm_epsilon=layer_norm_epsilon,
+            embeddings_initializer=bert_initializer(),
+            dtype=dtype,
+            name="embeddings",
+        )
+        self.token_embedding = self.embeddings.token_embedding
+        self.transformer_layers = [
+            TransformerBlock(
+                num_heads=num_heads,
+                intermediate_dim=intermediate_dim,
+                activation=activation,
+                position=position,
+                max_relative_position=max_relative_position,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                layer_norm_epsilon=layer_norm_epsilon,
+                kernel_initializer=bert_initializer(),
+                dtype=dtype,
+                name=f"transformer_layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self.pooled_dense = None
+        if use_pooler:
+            self.pooled_dense = keras.layers.Dense(
+                hidden_dim,
+                activation="tanh",
+                kernel_initializer=bert_initializer(),
+                dtype=dtype,
+                name="pooled_dense",
+            )
+
+        # === Functional model ===
+        inputs = {
+            "token_ids": keras.Input((None,), dtype="int32", name="token_ids")
+        }
+        if num_segments > 0:
+            inputs["segment_ids"] = keras.Input(
+                (None,), dtype="int32", name="segment_ids"
+            )
+        inputs["padding_mask"] = keras.Input(
+            (None,), dtype="int32", name="padding_mask"
+        )
+        if custom_position_ids:
+            inputs["position_ids"] = keras.Input(
+                (None,), dtype="int32", name="position_ids"
+            )
+        position_ids = inputs.get("position_ids")
+        hidden = self.embed(
+            inputs["token_ids"], inputs.get("segment_ids"), position_ids
+        )
+        hidden = self.encode(hidden, inputs["padding_mask"], position_ids)
+        super().__init__(
+            inputs=inputs,
+            outputs={
+                "sequence_output": hidden,
+                "pooled_output": self.pool(hidden),
+            },
+            dtype=dtype,
+            **kwargs,
+        )
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.max_sequence_length = max_sequence_length
+        self.num_segments = num_segments
+        self.position = position
+        self.max_relative_position = max_relative_position
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.attention_dropout = attention_dropout
+        self.use_pooler = use_pooler
+        self.custom_position_ids = custom_position_ids
+        self.cls_token_index = 0
+
+    # === Stages (public hooks) ===
+    def embed(self, token_ids, segment_ids=None, position_ids=None, training=None):
+        """The embedding stage: ``(batch, sequence)`` ids -> hidden states.
+
+        Args:
+            token_ids: int tensor ``(batch, sequence)``.
+            segment_ids: int tensor or None (zeros).
+            position_ids: int tensor ``(batch or 1, sequence)`` or None
+                (``0 .. sequence - 1``); only absolute models use it here.
+            training: bool, whether dropout is active.
+        """
+        return self.embeddings(
+            token_ids, segment_ids, position_ids, training=training
+        )
+
+    def encode(
+        self,
+        hidden,
+        padding_mask=None,
+        position_ids=None,
+        attention_bias=None,
+        kv_prefixes=None,
+        training=None,
+    ):
+        """Runs every transformer layer on ``hidden``.
+
+        Args:
+            hidden: float tensor ``(batch, sequence, hidden_dim)``.
+            padding_mask: 0/1 tensor ``(batch, sequence)`` or None.
+            position_ids: int tensor ``(batch or 1, sequence)`` or None; the
+                rotary and relative schemes read it in every layer.
+            attention_bias: None, one additive bias for all layers, or a list
+                with one bias (or None) per layer; each broadcastable to
+                ``(batch, heads, sequence, sequence)``.
+            kv_prefixes: None or a list with one ``(keys, values)`` pair (or
+                None) per layer; see `SelfAttention`.
+            training: bool, whether dropout is active.
+        """
+        biases = _per_layer(attention_bias, self.num_layers_built, "attention_bias")
+        prefixes = _per_layer(kv_prefixes, self.num_layers_built, "kv_prefixes", shared=False)
+        for layer, bias, prefix in zip(self.transformer_layers, biases, prefixes):
+            hidden = layer(
+                hidden,
+                padding_mask=padding_mask,
+                position_ids=position_ids,
+                attention_bias=bias,
+                kv_prefix=prefix,
+                training=training,
+            )
+        return hidden
+
+    def pool(self, hidden):
+        """BERT's pooler on the [CLS] state (or the state itself if none)."""
+        cls_state = hidden[:, 0, :]
+        if self.pooled_dense is None:
+            return cls_state
+        return self.pooled_dense(cls_state)
+
+    @property
+    def num_layers_built(self):
+        """Number of transformer layers (valid during construction too)."""
+        return len(self.transformer_layers)
+
+    # === Conversions ===
+    def to_keras_hub(self):
+        """Converts to an equivalent keras-hub `BertBackbone` / `RobertaBackbone`.
+
+        See `keras_masking.models.to_keras_hub`.
+        """
+        from keras_masking.models.keras_hub_conversion import to_keras_hub
+
+        return to_keras_hub(self)
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """Loads a local preset folder: ours, keras-hub's BERT/RoBERTa, or HF.
+
+        A folder saved by `save_to_preset` loads as usual. A keras-hub
+        `BertBackbone` / `RobertaBackbone` preset, or a Hugging Face BERT /
+        RoBERTa folder (``config.json`` with ``model_type``, read by
+        keras-hub's converter), is loaded by keras-hub and converted with
+        `from_keras_hub`, keeping the activation the checkpoint declares.
+
+        Args:
+            preset: path to a local preset folder (named presets need the
+                network, which this package never uses by itself).
+            load_weights: bool. Whether to load the weights.
+            **kwargs: passed to the keras-hub loader.
+        """
+        from keras_hub.src.utils.preset_utils import get_preset_loader
+
+        loader = get_preset_loader(preset)
+        backbone_cls = loader.check_backbone_class()
+        if issubclass(backbone_cls, cls):
+            return super().from_preset(preset, load_weights=load_weights, **kwargs)
+        from keras_masking.models.keras_hub_conversion import from_keras_hub
+
+        hub_backbone = backbone_cls.from_preset(
+            preset, load_weights=load_weights, **kwargs
+        )
+        return from_keras_hub(
+            hub_backbone, activation=_declared_activation(preset)
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "num_layers": self.num_layers,
+                "num_heads": self.num_heads,
+                "hidden_dim": self.hidden_dim,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "max_sequence_length": self.max_sequence_length,
+                "num_segments": self.num_segments,
+                "position": self.position,
+                "max_relative_position": self.max_relative_position,
+                "activation": self.activation,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "attention_dropout": self.attention_dropout,
+                "use_pooler": self.use_pooler,
+                "custom_position_ids": self.custom_position_ids,
+            }
+        )
+        return config
+
+
+def _validate_backbone_sizes(**sizes):
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(
+                f"`{name}` must be a positive integer. Received: {name}={value!r}"
+            )
+
+
+def _per_layer(value, num_layers, name, shared=True):
+    """Expands a hook argument to one entry per layer."""
+    if value is None:
+        return [None] * num_layers
+    if isinstance(value, (list, tuple)) and (
+        not shared or len(value) == num_layers
+    ):
+        if len(value) != num_layers:
+            raise ValueError(
+                f"`{name}` must have one entry per layer ({num_layers}). "
+                f"Received {len(value)} entries."
+            )
+        return list(value)
+    if not shared:
+        raise ValueError(
+            f"`{name}` must be a list with one entry per layer ({num_layers})."
+        )
+    return [value] * num_layers
+
+
+def _declared_activation(preset):
+    """The activation a Hugging Face folder declares, or None."""
+    import json
+    import os
+
+    config_path = os.path.join(str(preset), "config.json")
+    if not os.path.exists(config_path):
+        return None
+    with open(config_path, encoding="utf-8") as file:
+        config = json.load(file)
+    return config.get("hidden_act") if "model_type" in config else None
+
+
+

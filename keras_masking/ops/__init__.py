@@ -1,0 +1,9 @@
+"""Pure maths used by the layers: position encodings, masks."""
+
+from keras_masking.ops.attention_masks import padding_mask_to_bias
+from keras_masking.ops.relative_position import relative_position_buckets
+from keras_masking.ops.relative_position import relative_position_embeddings
+from keras_masking.ops.relative_position import relative_position_table
+from keras_masking.ops.rotary import apply_interleaved_rotary
+from keras_masking.ops.rotary import apply_split_rotary
+from keras_masking.ops.rotary import rotary_inverse_frequencies

@@ -1,0 +1,102 @@
+"""Rotary position embeddings (RoPE) as plain functions.
+
+Two layouts exist and are not weight-compatible:
+
+* interleaved pairs ``(2i, 2i + 1)``: RoFormer v1 (Su et al. 2021) and
+  bert4keras checkpoints;
+* split halves (rotate-half, ``i`` with ``i + d/2``): keras-hub's
+  ``RotaryEmbedding``, GPT-NeoX, ESM and ExLM's 2D RoPE.
+
+Both rotate feature pair ``i`` by the angle ``position * base**(-2i / d)``.
+"""
+
+import keras
+from keras import ops
+
+
+def rotary_inverse_frequencies(depth, base=10000.0):
+    """Inverse frequencies ``base ** (-2i / depth)`` for ``i < depth / 2``.
+
+    Args:
+        depth: int. Even number of features that are rotated.
+        base: float. The wavelength base, 10000 in RoFormer.
+
+    Returns:
+        A float32 tensor of shape ``(depth // 2,)``.
+    """
+    if depth % 2:
+        raise ValueError(
+            f"Rotary embeddings need an even depth. Received: depth={depth}"
+        )
+    exponents = ops.arange(0, depth, 2, dtype="float32") / float(depth)
+    return ops.power(ops.cast(base, "float32"), -exponents)
+
+
+def _angles(position_ids, depth, base):
+    # [B, S] -> [B, S, 1, depth // 2]; the singleton axis broadcasts heads.
+    positions = ops.cast(position_ids, "float32")
+    angles = positions[..., None] * rotary_inverse_frequencies(depth, base)
+    return angles[:, :, None, :]
+
+
+def apply_interleaved_rotary(x, position_ids, base=10000.0):
+    """Rotates interleaved feature pairs of ``x`` by their positions.
+
+    Pair ``(x[2i], x[2i + 1])`` at position ``p`` is rotated by the angle
+    ``p * base**(-2i / d)``: ``x[2i] cos - x[2i+1] sin``,
+    ``x[2i+1] cos + x[2i] sin``. This is RoFormer v1's layout.
+
+    Args:
+        x: tensor of shape ``(batch, sequence, heads, depth)``.
+        position_ids: int tensor of shape ``(batch or 1, sequence)``.
+        base: float. The wavelength base.
+
+    Returns:
+        A tensor with the shape and dtype of ``x``.
+
+    Example:
+    >>> x = keras.ops.ones((1, 3, 2, 4))
+    >>> apply_interleaved_rotary(x, keras.ops.arange(3)[None]).shape
+    (1, 3, 2, 4)
+    """
+    depth = x.shape[-1]
+    angles = _angles(position_ids, depth, base)
+    cos = ops.cast(ops.cos(angles), x.dtype)
+    sin = ops.cast(ops.sin(angles), x.dtype)
+    pairs = ops.reshape(x, tuple(ops.shape(x)[:-1]) + (depth // 2, 2))
+    even, odd = pairs[..., 0], pairs[..., 1]
+    rotated = ops.stack([even * cos - odd * sin, odd * cos + even * sin], -1)
+    return ops.reshape(rotated, ops.shape(x))
+
+
+def apply_split_rotary(x, position_ids, base=10000.0):
+    """Rotates split halves of ``x`` (rotate-half layout) by positions.
+
+    Feature ``i`` pairs with feature ``i + d/2`` and the pair is rotated by
+    ``p * base**(-2i / d)``. This is keras-hub's and ExLM's layout.
+
+    Args:
+        x: tensor of shape ``(batch, sequence, heads, depth)``.
+        position_ids: int tensor of shape ``(batch or 1, sequence)``.
+        base: float. The wavelength base.
+
+    Returns:
+        A tensor with the shape and dtype of ``x``.
+    """
+    depth = x.shape[-1]
+    angles = _angles(position_ids, depth, base)
+    cos = ops.cast(ops.cos(angles), x.dtype)
+    sin = ops.cast(ops.sin(angles), x.dtype)
+    first, second = x[..., : depth // 2], x[..., depth // 2 :]
+    return ops.concatenate(
+        [first * cos - second * sin, second * cos + first * sin], axis=-1
+    )
+
+
+__all__ = [
+    "apply_interleaved_rotary",
+    "apply_split_rotary",
+    "rotary_inverse_frequencies",
+]
+
+del keras

