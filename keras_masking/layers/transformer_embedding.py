@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_masking.layers.initializers import clone_initializer
+from keras_masking.utils.eager_checks import check_ids_in_range
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -125,15 +126,27 @@ class TransformerEmbedding(keras.layers.Layer):
                 f"absolute position embeddings for at most "
                 f"max_sequence_length={self.max_sequence_length}."
             )
+        check_ids_in_range(
+            token_ids, self.vocabulary_size, "token_ids", "vocabulary_size"
+        )
         embedded = self.token_embedding(token_ids)
         if self.segment_embedding is not None:
             if segment_ids is None:
                 segment_ids = ops.zeros_like(token_ids)
+            check_ids_in_range(
+                segment_ids, self.num_segments, "segment_ids", "num_segments"
+            )
             embedded = embedded + self.segment_embedding(segment_ids)
         if self.position_embedding is not None:
             if position_ids is None:
                 position_ids = ops.arange(ops.shape(token_ids)[1], dtype="int32")
                 position_ids = position_ids[None, :]
+            check_ids_in_range(
+                position_ids,
+                self.max_sequence_length,
+                "position_ids",
+                "max_sequence_length",
+            )
             embedded = embedded + self.position_embedding(position_ids)
         embedded = self.layer_norm(embedded)
         return self.embedding_dropout(embedded, training=training)

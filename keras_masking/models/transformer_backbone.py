@@ -118,6 +118,11 @@ class TransformerBackbone(keras_hub.models.Backbone):
             intermediate_dim=intermediate_dim,
             max_sequence_length=max_sequence_length,
         )
+        for name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout)):
+            if rate is not None and not 0 <= rate < 1:
+                raise ValueError(
+                    f"`{name}` must be a float in [0, 1). Received: {name}={rate}"
+                )
         if hidden_dim % num_heads:
             raise ValueError(
                 f"hidden_dim ({hidden_dim}) must be divisible by num_heads "

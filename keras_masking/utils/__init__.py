@@ -1,0 +1,1 @@
+"""Small helpers at the backend edge."""
