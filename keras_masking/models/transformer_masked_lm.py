@@ -5,6 +5,7 @@ import keras_hub
 
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.layers.masked_lm_head import MaskedLMHead
+from keras_masking.models.transformer_backbone import TransformerBackbone
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -29,6 +30,9 @@ class TransformerMaskedLM(keras_hub.models.MaskedLM):
     logits = masked_lm({**features, "mask_positions": np.array([[1, 2]])})
     ```
     """
+
+    backbone_cls = TransformerBackbone
+    preprocessor_cls = None
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
         self.backbone = backbone

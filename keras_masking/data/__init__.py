@@ -1,0 +1,4 @@
+"""Text input: tokenizers and encoders for BERT-family models."""
+
+from keras_masking.data.tokenization import bert_tokenizer
+from keras_masking.data.tokenization import encode_texts

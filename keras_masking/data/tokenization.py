@@ -1,0 +1,112 @@
+"""WordPiece tokenizers from the files users have, and batch encoding.
+
+Users' checkpoints come with a ``vocab.txt`` (Google's layout, e.g. the
+21,128-token Chinese BERT vocabulary) or a Hugging Face ``tokenizer.json``;
+both become a keras-hub `BertTokenizer` here, with no network access.
+"""
+
+import json
+import os
+
+import numpy as np
+
+
+def read_vocabulary(path):
+    """Reads a WordPiece vocabulary from ``vocab.txt``, ``tokenizer.json`` or a folder.
+
+    Args:
+        path: a ``vocab.txt`` (one token per line), a Hugging Face
+            ``tokenizer.json`` (WordPiece model), or a folder holding either.
+
+    Returns:
+        The list of tokens, index = token id.
+    """
+    path = str(path)
+    if os.path.isdir(path):
+        for name in ("vocab.txt", "tokenizer.json"):
+            candidate = os.path.join(path, name)
+            if os.path.exists(candidate):
+                return read_vocabulary(candidate)
+        raise FileNotFoundError(f"{path}: no vocab.txt or tokenizer.json in this folder.")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No vocabulary file at {path!r}.")
+    if path.endswith(".json"):
+        with open(path, encoding="utf-8") as file:
+            model = json.load(file).get("model", {})
+        if model.get("type") != "WordPiece" or "vocab" not in model:
+            raise ValueError(f"{path}: not a WordPiece tokenizer.json.")
+        by_id = sorted(model["vocab"].items(), key=lambda item: item[1])
+        if [index for _, index in by_id] != list(range(len(by_id))):
+            raise ValueError(f"{path}: token ids are not 0..{len(by_id) - 1}.")
+        return [token for token, _ in by_id]
+    with open(path, encoding="utf-8") as file:
+        tokens = [line.rstrip("\n") for line in file]
+    while tokens and tokens[-1] == "":
+        tokens.pop()
+    return tokens
+
+
+def bert_tokenizer(vocabulary, lowercase=True, **kwargs):
+    """A keras-hub `BertTokenizer` from a vocabulary file, folder or list.
+
+    Args:
+        vocabulary: path accepted by `read_vocabulary`, or a list of tokens.
+        lowercase: bool. True for uncased English and for Chinese BERT.
+        **kwargs: passed to `keras_hub.tokenizers.BertTokenizer`.
+
+    Returns:
+        A `keras_hub.tokenizers.BertTokenizer`.
+
+    Example:
+    ```python
+    tokenizer = bert_tokenizer("../shared/data/vocab/bert-base-chinese-vocab.txt")
+    tokenizer("今天天气很好")
+    ```
+    """
+    import keras_hub
+
+    if not isinstance(vocabulary, (list, tuple)):
+        vocabulary = read_vocabulary(vocabulary)
+    return keras_hub.tokenizers.BertTokenizer(
+        vocabulary=list(vocabulary), lowercase=lowercase, **kwargs
+    )
+
+
+def encode_texts(tokenizer, texts, sequence_length, second_texts=None):
+    """Encodes texts (or text pairs) as ``[CLS] a [SEP] (b [SEP])`` arrays.
+
+    Args:
+        tokenizer: a keras-hub `BertTokenizer`.
+        texts: list of strings.
+        sequence_length: int. Output length; longer inputs are truncated
+            (the longer segment first, keras-hub's "round_robin").
+        second_texts: optional list of second segments (sentence pairs).
+
+    Returns:
+        A dict of int32 numpy arrays ``token_ids``, ``segment_ids``,
+        ``padding_mask``, each ``(len(texts), sequence_length)``.
+    """
+    import keras
+    import keras_hub
+
+    packer = keras_hub.layers.MultiSegmentPacker(
+        start_value=tokenizer.cls_token_id,
+        end_value=tokenizer.sep_token_id,
+        pad_value=tokenizer.pad_token_id,
+        sequence_length=sequence_length,
+    )
+    segments = [tokenizer(list(texts))]
+    if second_texts is not None:
+        if len(second_texts) != len(texts):
+            raise ValueError(
+                f"Got {len(texts)} first texts and {len(second_texts)} second texts."
+            )
+        segments.append(tokenizer(list(second_texts)))
+    token_ids, segment_ids = packer(tuple(segments))
+    token_ids = np.asarray(keras.ops.convert_to_numpy(token_ids), "int32")
+    segment_ids = np.asarray(keras.ops.convert_to_numpy(segment_ids), "int32")
+    return {
+        "token_ids": token_ids,
+        "segment_ids": segment_ids,
+        "padding_mask": (token_ids != tokenizer.pad_token_id).astype("int32"),
+    }
