@@ -190,3 +190,20 @@ def test_lora_targets_found_by_keras_hub():
     assert len(lora) == 8
     assert all(path.split("/")[-2] in ("query", "value") for path in trainable)
     assert keras.ops.shape(backbone(random_features())["sequence_output"]) == (2, 10, 32)
+
+
+@pytest.mark.parametrize("position", ["rotary", "relative"])
+def test_mixed_precision_tracks_float32(position):
+    """Under mixed_bfloat16 the weights stay float32, compute is bfloat16
+    (softmax in float32), and outputs stay close to the float32 model."""
+    full = TransformerBackbone(**tiny_backbone_kwargs(position=position))
+    mixed = TransformerBackbone(**tiny_backbone_kwargs(position=position), dtype="mixed_bfloat16")
+    mixed.set_weights(full.get_weights())
+    assert all(w.dtype == "float32" for w in mixed.weights)
+    features = random_features()
+    actual = mixed(features)["sequence_output"]
+    assert keras.backend.standardize_dtype(actual.dtype) == "bfloat16"
+    expected = np.asarray(full(features)["sequence_output"])
+    actual = keras.ops.convert_to_numpy(keras.ops.cast(actual, "float32"))
+    assert np.isfinite(actual).all()
+    np.testing.assert_allclose(actual, expected, atol=0.1)
