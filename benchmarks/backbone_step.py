@@ -32,9 +32,7 @@ def _trainer(backbone):
     inputs = backbone.input
     outputs = backbone(inputs)
     model = keras.Model(inputs, [outputs["sequence_output"], outputs["pooled_output"]])
-    model.compile(
-        optimizer=keras.optimizers.SGD(1e-4), loss=["mse", "mse"], jit_compile=True
-    )
+    model.compile(optimizer=keras.optimizers.SGD(1e-4), loss=["mse", "mse"], jit_compile=True)
     return model
 
 
@@ -54,8 +52,12 @@ def main():
     args = parser.parse_args()
     layers, hidden, heads, intermediate, batch, length = SIZES[args.size]
     config = dict(
-        vocabulary_size=21128, num_layers=layers, num_heads=heads,
-        hidden_dim=hidden, intermediate_dim=intermediate, dropout=0.1,
+        vocabulary_size=21128,
+        num_layers=layers,
+        num_heads=heads,
+        hidden_dim=hidden,
+        intermediate_dim=intermediate,
+        dropout=0.1,
         max_sequence_length=512,
     )
     rng = np.random.default_rng(0)

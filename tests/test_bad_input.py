@@ -21,7 +21,9 @@ def test_config_with_misspelled_keys(tmp_path):
     config = json.loads(open(config_path).read())
     config["num_layers"] = config.pop("num_hidden_layers")
     open(config_path, "w").write(json.dumps(config))
-    with pytest.raises(ValueError, match=r"missing required key\(s\) \['num_hidden_layers'\].*num_layers"):
+    with pytest.raises(
+        ValueError, match=r"missing required key\(s\) \['num_hidden_layers'\].*num_layers"
+    ):
         from_tf_checkpoint(config_path, prefix)
 
 
@@ -33,11 +35,9 @@ def test_bert_checkpoint_loaded_as_nezha(tmp_path):
 
 @pytest.mark.parametrize("family", ["roformer", "nezha"])
 def test_relative_checkpoints_loaded_as_bert(family, tmp_path):
-    config_path, prefix, _ = write_reference_checkpoint(
-        family, tmp_path, config_changes={"max_relative_position": None}
-    )
+    config_path, prefix, _ = write_reference_checkpoint(family, tmp_path)
     config = json.loads(open(config_path).read())
-    config.pop("max_relative_position")
+    config.pop("max_relative_position", None)  # only the weights tell now
     open(config_path, "w").write(json.dumps(config))
     with pytest.raises(ValueError, match="no absolute position table"):
         from_tf_checkpoint(config_path, prefix, model="bert")
@@ -47,13 +47,17 @@ def test_nezha_config_loaded_as_roformer(tmp_path):
     config_path, prefix, _ = write_reference_checkpoint("nezha", tmp_path)
     with pytest.raises(ValueError, match="NEZHA setting"):
         from_tf_checkpoint(config_path, prefix, model="roformer")
+    config = json.loads(open(config_path).read())
+    config.pop("max_relative_position")
+    config["use_relative_position"] = True
+    open(config_path, "w").write(json.dumps(config))
+    with pytest.raises(ValueError, match="use_relative_position"):
+        from_tf_checkpoint(config_path, prefix, model="bert")
 
 
 def test_unknown_family():
     with pytest.raises(ValueError, match="must be one of"):
-        keras_masking.models.google_config.backbone_kwargs_from_google_config(
-            {}, "albert"
-        )
+        keras_masking.models.google_config.backbone_kwargs_from_google_config({}, "albert")
 
 
 def test_partial_checkpoint_names_what_is_missing(tmp_path):
@@ -88,7 +92,9 @@ def test_unexpected_variables_strict_and_lenient(tmp_path, caplog):
         QUERY + "/adam_m": np.zeros((32, 32), "float32"),
     }
     config_path, prefix, expected = write_reference_checkpoint("bert", tmp_path, extra=extra)
-    with pytest.raises(ValueError, match=r"not used by a bert model: \['bert/encoder/layer_0/adapter/kernel'\]"):
+    with pytest.raises(
+        ValueError, match=r"not used by a bert model: \['bert/encoder/layer_0/adapter/kernel'\]"
+    ):
         from_tf_checkpoint(config_path, prefix)
     with caplog.at_level("WARNING", logger="keras_masking"):
         backbone = from_tf_checkpoint(config_path, prefix, strict=False)
@@ -101,9 +107,7 @@ def test_unexpected_variables_strict_and_lenient(tmp_path, caplog):
 
 def test_failed_load_leaves_model_untouched(tmp_path):
     config_path, prefix, _ = write_reference_checkpoint("bert", tmp_path, drop=[QUERY])
-    backbone = from_tf_checkpoint(
-        *write_reference_checkpoint("bert", tmp_path / "full")[:2]
-    )
+    backbone = from_tf_checkpoint(*write_reference_checkpoint("bert", tmp_path / "full")[:2])
     before = [np.array(w) for w in backbone.get_weights()]
     with pytest.raises(ValueError, match="nothing was loaded"):
         load_tf_checkpoint_weights(backbone, prefix)
@@ -133,8 +137,11 @@ def test_token_ids_out_of_vocabulary():
 def test_segment_and_position_ids_out_of_range():
     backbone = TransformerBackbone(**tiny_backbone_kwargs(custom_position_ids=True))
     features = random_features()
-    bad_segments = {**features, "segment_ids": features["segment_ids"] + 1,
-                    "position_ids": np.tile(np.arange(10), (2, 1))}
+    bad_segments = {
+        **features,
+        "segment_ids": features["segment_ids"] + 1,
+        "position_ids": np.tile(np.arange(10), (2, 1)),
+    }
     with pytest.raises(ValueError, match="segment_ids"):
         backbone(bad_segments)
     bad_positions = {**features, "position_ids": np.tile(np.arange(20, 30), (2, 1))}

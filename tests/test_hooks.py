@@ -15,7 +15,9 @@ from keras_masking.models import TransformerBackbone
 
 def _numpy_attention(layer, hidden, mask=None, prefix=None, bias=None):
     """Plain-formula attention of a SelfAttention layer (absolute scheme)."""
-    weights = {w.path.split("/")[-2] + "/" + w.path.split("/")[-1]: np.asarray(w) for w in layer.weights}
+    weights = {
+        w.path.split("/")[-2] + "/" + w.path.split("/")[-1]: np.asarray(w) for w in layer.weights
+    }
     h, d = layer.num_heads, layer.head_dim
 
     def project(name):
@@ -105,9 +107,7 @@ def test_feed_forward_extra_output_is_added_before_layer_norm():
     with_extra = block.feed_forward_sublayer(attended, extra_output=extra)
     expected = block.feed_forward_layer_norm(attended + block.feed_forward(attended) + extra)
     np.testing.assert_allclose(with_extra, expected, atol=1e-6)
-    np.testing.assert_allclose(
-        block.feed_forward_sublayer(attended), block(hidden), atol=1e-6
-    )
+    np.testing.assert_allclose(block.feed_forward_sublayer(attended), block(hidden), atol=1e-6)
 
 
 @pytest.mark.parametrize("position", ["rotary", "relative"])
@@ -172,9 +172,7 @@ def test_per_layer_attention_bias_through_encode():
     )
     block_last = np.zeros((1, 1, 10, 10), "float32")
     block_last[..., -1] = -1e9
-    changed = backbone.encode(
-        hidden, features["padding_mask"], attention_bias=[zero, block_last]
-    )
+    changed = backbone.encode(hidden, features["padding_mask"], attention_bias=[zero, block_last])
     assert np.abs(np.asarray(changed) - np.asarray(plain)).max() > 1e-4
     with pytest.raises(ValueError, match="one entry per layer"):
         backbone.encode(hidden, kv_prefixes=[None])

@@ -14,8 +14,13 @@ from keras_masking.models import TransformerBackbone
 
 def _hub_bert():
     hub = keras_hub.models.BertBackbone(
-        vocabulary_size=64, num_layers=2, num_heads=4, hidden_dim=32,
-        intermediate_dim=48, dropout=0.0, max_sequence_length=24,
+        vocabulary_size=64,
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=32,
+        intermediate_dim=48,
+        dropout=0.0,
+        max_sequence_length=24,
     )
     randomize_weights(hub)
     return hub
@@ -37,16 +42,13 @@ def test_from_keras_hub_with_exact_gelu_differs():
     ours = keras_masking.models.from_keras_hub(hub, activation="gelu")
     features = random_features()
     difference = np.abs(
-        np.asarray(ours(features)["sequence_output"])
-        - np.asarray(hub(features)["sequence_output"])
+        np.asarray(ours(features)["sequence_output"]) - np.asarray(hub(features)["sequence_output"])
     ).max()
     assert difference > 1e-5
 
 
 def test_to_keras_hub_round_trip_bert():
-    ours = TransformerBackbone(
-        **tiny_backbone_kwargs(activation="gelu_approximate")
-    )
+    ours = TransformerBackbone(**tiny_backbone_kwargs(activation="gelu_approximate"))
     randomize_weights(ours, seed=1)
     hub = ours.to_keras_hub()
     assert isinstance(hub, keras_hub.models.BertBackbone)
@@ -60,8 +62,13 @@ def test_to_keras_hub_round_trip_bert():
 
 def test_roberta_both_ways():
     hub = keras_hub.models.RobertaBackbone(
-        vocabulary_size=64, num_layers=2, num_heads=4, hidden_dim=32,
-        intermediate_dim=48, dropout=0.0, max_sequence_length=24,
+        vocabulary_size=64,
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=32,
+        intermediate_dim=48,
+        dropout=0.0,
+        max_sequence_length=24,
     )
     randomize_weights(hub, seed=2)
     ours = keras_masking.models.from_keras_hub(hub)

@@ -26,14 +26,10 @@ def test_matches_hugging_face_outputs(family, tmp_path):
         "padding_mask": expected["padding_mask"],
     }
     outputs = masked_lm.backbone(features)
-    np.testing.assert_allclose(
-        outputs["sequence_output"], expected["sequence_output"], atol=2e-5
-    )
+    np.testing.assert_allclose(outputs["sequence_output"], expected["sequence_output"], atol=2e-5)
     if "pooled_output" in expected:
         assert masked_lm.backbone.use_pooler
-        np.testing.assert_allclose(
-            outputs["pooled_output"], expected["pooled_output"], atol=2e-5
-        )
+        np.testing.assert_allclose(outputs["pooled_output"], expected["pooled_output"], atol=2e-5)
     else:
         assert not masked_lm.backbone.use_pooler
     length = features["token_ids"].shape[1]

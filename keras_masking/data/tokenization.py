@@ -98,9 +98,7 @@ def encode_texts(tokenizer, texts, sequence_length, second_texts=None):
     segments = [tokenizer(list(texts))]
     if second_texts is not None:
         if len(second_texts) != len(texts):
-            raise ValueError(
-                f"Got {len(texts)} first texts and {len(second_texts)} second texts."
-            )
+            raise ValueError(f"Got {len(texts)} first texts and {len(second_texts)} second texts.")
         segments.append(tokenizer(list(second_texts)))
     token_ids, segment_ids = packer(tuple(segments))
     token_ids = np.asarray(keras.ops.convert_to_numpy(token_ids), "int32")

@@ -55,9 +55,7 @@ class FeedForward(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="output_dense",
         )
-        self.output_dense.build(
-            tuple(input_shape[:-1]) + (self.intermediate_dim,)
-        )
+        self.output_dense.build(tuple(input_shape[:-1]) + (self.intermediate_dim,))
         self.built = True
 
     def call(self, hidden):
@@ -72,9 +70,7 @@ class FeedForward(keras.layers.Layer):
             {
                 "intermediate_dim": self.intermediate_dim,
                 "activation": self.activation,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             }
         )
         return config

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_masking.layers.initializers import clone_initializer
 from keras_masking.ops.attention_masks import padding_mask_to_bias
 from keras_masking.ops.relative_position import relative_position_embeddings
 from keras_masking.ops.relative_position import relative_position_table
@@ -17,8 +18,7 @@ def validate_position_scheme(position):
     """Raises a ValueError unless ``position`` is a known scheme name."""
     if position not in POSITION_SCHEMES:
         raise ValueError(
-            f"`position` must be one of {POSITION_SCHEMES}. "
-            f"Received: position={position!r}"
+            f"`position` must be one of {POSITION_SCHEMES}. Received: position={position!r}"
         )
     if position == "rotary2d":
         raise NotImplementedError(
@@ -90,10 +90,7 @@ class SelfAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         validate_position_scheme(position)
         if not 0 <= dropout < 1:
-            raise ValueError(
-                "`dropout` must be a float in [0, 1). "
-                f"Received: dropout={dropout}"
-            )
+            raise ValueError(f"`dropout` must be a float in [0, 1). Received: dropout={dropout}")
         self.num_heads = int(num_heads)
         self.head_dim = int(head_dim)
         self.position = position
@@ -106,7 +103,7 @@ class SelfAttention(keras.layers.Layer):
         def projection(name):
             return keras.layers.Dense(
                 width,
-                kernel_initializer=self.kernel_initializer,
+                kernel_initializer=clone_initializer(self.kernel_initializer),
                 dtype=self.dtype_policy,
                 name=name,
             )
@@ -122,9 +119,7 @@ class SelfAttention(keras.layers.Layer):
         )
         self.relative_table = None
         if position == "relative":
-            self.relative_table = relative_position_table(
-                self.max_relative_position, self.head_dim
-            )
+            self.relative_table = relative_position_table(self.max_relative_position, self.head_dim)
 
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
@@ -132,13 +127,11 @@ class SelfAttention(keras.layers.Layer):
             projection.build(input_shape)
         self.attention_output = keras.layers.Dense(
             hidden_dim,
-            kernel_initializer=self.kernel_initializer,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name="attention_output",
         )
-        self.attention_output.build(
-            tuple(input_shape[:-1]) + (self.num_heads * self.head_dim,)
-        )
+        self.attention_output.build(tuple(input_shape[:-1]) + (self.num_heads * self.head_dim,))
         self.built = True
 
     def _split_heads(self, x):
@@ -187,9 +180,7 @@ class SelfAttention(keras.layers.Layer):
             logits = ops.concatenate([prefix_logits, logits], axis=-1)
         probabilities = ops.softmax(ops.cast(logits, "float32"), axis=-1)
         probabilities = ops.cast(probabilities, value.dtype)
-        probabilities = self.probability_dropout(
-            probabilities, training=training
-        )
+        probabilities = self.probability_dropout(probabilities, training=training)
         if prefix_logits is not None:
             prefix_length = ops.shape(prefix_logits)[-1]
             prefix_probabilities = probabilities[..., :prefix_length]
@@ -202,9 +193,7 @@ class SelfAttention(keras.layers.Layer):
                 prefix_probabilities, ops.cast(prefix_value, value.dtype)
             )
         batch = ops.shape(hidden)[0]
-        context = ops.reshape(
-            context, (batch, length, self.num_heads * self.head_dim)
-        )
+        context = ops.reshape(context, (batch, length, self.num_heads * self.head_dim))
         return self.attention_output(context)
 
     @staticmethod
@@ -244,9 +233,7 @@ class SelfAttention(keras.layers.Layer):
                 "max_relative_position": self.max_relative_position,
                 "rotary_base": self.rotary_base,
                 "dropout": self.dropout,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             }
         )
         return config

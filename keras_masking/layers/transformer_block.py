@@ -66,10 +66,7 @@ class TransformerBlock(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         if not 0 <= dropout < 1:
-            raise ValueError(
-                "`dropout` must be a float in [0, 1). "
-                f"Received: dropout={dropout}"
-            )
+            raise ValueError(f"`dropout` must be a float in [0, 1). Received: dropout={dropout}")
         self.num_heads = int(num_heads)
         self.intermediate_dim = int(intermediate_dim)
         self.head_dim = head_dim
@@ -110,8 +107,7 @@ class TransformerBlock(keras.layers.Layer):
         head_dim = self.head_dim or hidden_dim // self.num_heads
         if self.head_dim is None and hidden_dim % self.num_heads:
             raise ValueError(
-                f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
-                f"({self.num_heads})."
+                f"hidden_dim ({hidden_dim}) must be divisible by num_heads ({self.num_heads})."
             )
         attention_dropout = self.attention_dropout
         if attention_dropout is None:
@@ -196,9 +192,7 @@ class TransformerBlock(keras.layers.Layer):
                 "dropout": self.dropout,
                 "attention_dropout": self.attention_dropout,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             }
         )
         return config

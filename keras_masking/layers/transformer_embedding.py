@@ -62,15 +62,11 @@ class TransformerEmbedding(keras.layers.Layer):
         self.use_position_embedding = bool(use_position_embedding)
         self.dropout = float(dropout)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.embeddings_initializer = keras.initializers.get(
-            embeddings_initializer
-        )
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.token_embedding = keras.layers.ReversibleEmbedding(
             self.vocabulary_size,
             self.hidden_dim,
-            embeddings_initializer=clone_initializer(
-                self.embeddings_initializer
-            ),
+            embeddings_initializer=clone_initializer(self.embeddings_initializer),
             dtype=self.dtype_policy,
             name="token_embedding",
         )
@@ -79,9 +75,7 @@ class TransformerEmbedding(keras.layers.Layer):
             self.segment_embedding = keras.layers.Embedding(
                 self.num_segments,
                 self.hidden_dim,
-                embeddings_initializer=clone_initializer(
-                    self.embeddings_initializer
-                ),
+                embeddings_initializer=clone_initializer(self.embeddings_initializer),
                 dtype=self.dtype_policy,
                 name="segment_embedding",
             )
@@ -90,9 +84,7 @@ class TransformerEmbedding(keras.layers.Layer):
             self.position_embedding = keras.layers.Embedding(
                 self.max_sequence_length,
                 self.hidden_dim,
-                embeddings_initializer=clone_initializer(
-                    self.embeddings_initializer
-                ),
+                embeddings_initializer=clone_initializer(self.embeddings_initializer),
                 dtype=self.dtype_policy,
                 name="position_embedding",
             )
@@ -126,16 +118,12 @@ class TransformerEmbedding(keras.layers.Layer):
                 f"absolute position embeddings for at most "
                 f"max_sequence_length={self.max_sequence_length}."
             )
-        check_ids_in_range(
-            token_ids, self.vocabulary_size, "token_ids", "vocabulary_size"
-        )
+        check_ids_in_range(token_ids, self.vocabulary_size, "token_ids", "vocabulary_size")
         embedded = self.token_embedding(token_ids)
         if self.segment_embedding is not None:
             if segment_ids is None:
                 segment_ids = ops.zeros_like(token_ids)
-            check_ids_in_range(
-                segment_ids, self.num_segments, "segment_ids", "num_segments"
-            )
+            check_ids_in_range(segment_ids, self.num_segments, "segment_ids", "num_segments")
             embedded = embedded + self.segment_embedding(segment_ids)
         if self.position_embedding is not None:
             if position_ids is None:
@@ -165,9 +153,7 @@ class TransformerEmbedding(keras.layers.Layer):
                 "use_position_embedding": self.use_position_embedding,
                 "dropout": self.dropout,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
-                "embeddings_initializer": keras.initializers.serialize(
-                    self.embeddings_initializer
-                ),
+                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
             }
         )
         return config

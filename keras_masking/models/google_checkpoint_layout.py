@@ -39,28 +39,18 @@ def backbone_variables_by_name(backbone):
     embeddings = backbone.embeddings
     names = {f"{EMBEDDINGS}/word_embeddings": embeddings.token_embedding.embeddings}
     if embeddings.segment_embedding is not None:
-        names[f"{EMBEDDINGS}/token_type_embeddings"] = (
-            embeddings.segment_embedding.embeddings
-        )
+        names[f"{EMBEDDINGS}/token_type_embeddings"] = embeddings.segment_embedding.embeddings
     if embeddings.position_embedding is not None:
-        names[f"{EMBEDDINGS}/position_embeddings"] = (
-            embeddings.position_embedding.embeddings
-        )
+        names[f"{EMBEDDINGS}/position_embeddings"] = embeddings.position_embedding.embeddings
     names.update(_layer_norm(f"{EMBEDDINGS}/LayerNorm", embeddings.layer_norm))
     for i, block in enumerate(backbone.transformer_layers):
         prefix = f"bert/encoder/layer_{i}"
         attention = block.self_attention
         for part in ("query", "key", "value"):
-            names.update(
-                _dense(f"{prefix}/attention/self/{part}", getattr(attention, part))
-            )
+            names.update(_dense(f"{prefix}/attention/self/{part}", getattr(attention, part)))
+        names.update(_dense(f"{prefix}/attention/output/dense", attention.attention_output))
         names.update(
-            _dense(f"{prefix}/attention/output/dense", attention.attention_output)
-        )
-        names.update(
-            _layer_norm(
-                f"{prefix}/attention/output/LayerNorm", block.attention_layer_norm
-            )
+            _layer_norm(f"{prefix}/attention/output/LayerNorm", block.attention_layer_norm)
         )
         names.update(
             _dense(
@@ -68,14 +58,8 @@ def backbone_variables_by_name(backbone):
                 block.feed_forward.intermediate_dense,
             )
         )
-        names.update(
-            _dense(f"{prefix}/output/dense", block.feed_forward.output_dense)
-        )
-        names.update(
-            _layer_norm(
-                f"{prefix}/output/LayerNorm", block.feed_forward_layer_norm
-            )
-        )
+        names.update(_dense(f"{prefix}/output/dense", block.feed_forward.output_dense))
+        names.update(_layer_norm(f"{prefix}/output/LayerNorm", block.feed_forward_layer_norm))
     if backbone.pooled_dense is not None:
         names.update(_dense(POOLER, backbone.pooled_dense))
     return names

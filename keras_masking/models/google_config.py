@@ -70,9 +70,7 @@ def read_google_config(config_path):
         try:
             config = json.load(file)
         except json.JSONDecodeError as error:
-            raise ValueError(
-                f"{config_path}: not valid JSON ({error})."
-            ) from error
+            raise ValueError(f"{config_path}: not valid JSON ({error}).") from error
     if not isinstance(config, dict):
         raise ValueError(f"{config_path}: expected a JSON object.")
     return config
@@ -92,8 +90,7 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
     """
     if model not in FAMILY_POSITIONS:
         raise ValueError(
-            f"`model` must be one of {tuple(FAMILY_POSITIONS)}. "
-            f"Received: model={model!r}"
+            f"`model` must be one of {tuple(FAMILY_POSITIONS)}. Received: model={model!r}"
         )
     known = set(REQUIRED_KEYS) | set(OPTIONAL_KEYS) | set(IGNORED_KEYS)
     unknown = sorted(set(config) - known)
@@ -118,6 +115,11 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
             f"{source}: embedding_size={embedding_size} differs from "
             f"hidden_size={settings['hidden_size']}; factorised embeddings "
             "(ALBERT, small RoFormer/ELECTRA variants) are not supported."
+        )
+    if config.get("use_relative_position") and model != "nezha":
+        raise ValueError(
+            f"{source}: `use_relative_position` is set, a NEZHA setting, but "
+            f"model={model!r}. Is this a NEZHA config (model='nezha')?"
         )
     if "max_relative_position" in config and model != "nezha":
         raise ValueError(
@@ -177,6 +179,4 @@ def google_config_from_backbone(backbone):
 
 def family_of(backbone):
     """The checkpoint family name (``model=``) for a backbone's scheme."""
-    return {"absolute": "bert", "rotary": "roformer", "relative": "nezha"}[
-        backbone.position
-    ]
+    return {"absolute": "bert", "rotary": "roformer", "relative": "nezha"}[backbone.position]

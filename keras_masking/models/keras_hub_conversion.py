@@ -9,6 +9,7 @@ checkpoint's 2D ones.
 
 import logging
 
+import keras
 import keras_hub
 import numpy as np
 
@@ -45,9 +46,8 @@ def _hub_kind(backbone):
 
 def _hub_variables_by_name(backbone, kind):
     """Google checkpoint names -> keras-hub variables (by variable path)."""
-    by_path = {}
-    for variable in backbone.weights:
-        by_path[variable.path.split("/", 1)[1] if variable.path.startswith(backbone.name + "/") else variable.path] = variable
+    own_prefix = backbone.name + "/"
+    by_path = {variable.path.removeprefix(own_prefix): variable for variable in backbone.weights}
     if kind == "RobertaBackbone":
         pairs = {
             "bert/embeddings/word_embeddings": "embeddings/token_embedding/embeddings",
@@ -106,20 +106,12 @@ def _copy(source_by_name, target_by_name):
     values = {}
     for name, source in source_by_name.items():
         target = target_by_name[name]
-        value = np.asarray(keras_to_numpy(source))
+        value = keras.ops.convert_to_numpy(source)
         if value.size != int(np.prod(target.shape)):
-            raise ValueError(
-                f"{name}: {tuple(value.shape)} cannot become {tuple(target.shape)}."
-            )
+            raise ValueError(f"{name}: {tuple(value.shape)} cannot become {tuple(target.shape)}.")
         values[name] = value.reshape(target.shape)
     for name, target in target_by_name.items():
         target.assign(values[name])
-
-
-def keras_to_numpy(variable):
-    import keras
-
-    return keras.ops.convert_to_numpy(variable)
 
 
 def from_keras_hub(backbone, activation=None, **overrides):
@@ -203,7 +195,10 @@ def to_keras_hub(backbone):
             logger.warning(
                 "keras-hub's %s fixes %s=%r; this backbone has %r, so the "
                 "converted model's outputs will differ slightly.",
-                kind, key, settings[key], getattr(backbone, key),
+                kind,
+                key,
+                settings[key],
+                getattr(backbone, key),
             )
     kwargs = {
         "vocabulary_size": backbone.vocabulary_size,

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 
+import keras
 import numpy as np
 
 from keras_masking.models import google_checkpoint_layout as layout
@@ -21,9 +22,7 @@ from keras_masking.models.google_config import read_google_config
 
 logger = logging.getLogger("keras_masking")
 
-CheckpointLoadReport = collections.namedtuple(
-    "CheckpointLoadReport", ["loaded", "skipped"]
-)
+CheckpointLoadReport = collections.namedtuple("CheckpointLoadReport", ["loaded", "skipped"])
 CheckpointLoadReport.__doc__ = """What a checkpoint load did.
 
 Attributes:
@@ -76,10 +75,7 @@ def read_tf_checkpoint(checkpoint_path):
         reader = tf.train.load_checkpoint(prefix)
     except Exception as error:  # TF raises several error types here.
         raise ValueError(f"{prefix}: not a readable TF checkpoint ({error}).") from error
-    return {
-        name: reader.get_tensor(name)
-        for name in reader.get_variable_to_shape_map()
-    }
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
 def _family_hint(missing, unexpected, family):
@@ -129,8 +125,7 @@ def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None)
 
     missing = sorted(set(expected) - set(values))
     mismatched = sorted(
-        f"{name}: checkpoint {tuple(values[name].shape)} vs model "
-        f"{tuple(expected[name].shape)}"
+        f"{name}: checkpoint {tuple(values[name].shape)} vs model {tuple(expected[name].shape)}"
         for name in set(expected) & set(values)
         if tuple(values[name].shape) != tuple(expected[name].shape)
     )
@@ -151,8 +146,7 @@ def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None)
         problems.append(f"shape mismatches: {mismatched}")
     if unexpected and strict:
         problems.append(
-            f"not used by a {family} model: {unexpected} "
-            "(pass strict=False to skip them)"
+            f"not used by a {family} model: {unexpected} (pass strict=False to skip them)"
         )
     if problems:
         raise ValueError(
@@ -169,9 +163,7 @@ def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None)
         logger.info("%s: skipped heads the model does not have: %s", source, skipped_heads)
     for name, variable in expected.items():
         variable.assign(np.asarray(values[name], dtype=variable.dtype))
-    return CheckpointLoadReport(
-        loaded=sorted(expected), skipped=sorted(unexpected + tolerated)
-    )
+    return CheckpointLoadReport(loaded=sorted(expected), skipped=sorted(unexpected + tolerated))
 
 
 def from_tf_checkpoint(
@@ -224,16 +216,12 @@ def from_tf_checkpoint(
     elif with_pool in (True, False):
         use_pooler = with_pool
     else:
-        raise ValueError(
-            f"`with_pool` must be 'auto', True or False. Received: {with_pool!r}"
-        )
+        raise ValueError(f"`with_pool` must be 'auto', True or False. Received: {with_pool!r}")
     kwargs["use_pooler"] = use_pooler
     kwargs.update(backbone_kwargs)
     backbone = TransformerBackbone(**kwargs)
     result = TransformerMaskedLM(backbone) if with_mlm else backbone
-    load_tf_checkpoint_weights(
-        result, values, strict=strict, source=str(checkpoint_path)
-    )
+    load_tf_checkpoint_weights(result, values, strict=strict, source=str(checkpoint_path))
     return result
 
 
@@ -256,7 +244,7 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
         The checkpoint prefix written.
     """
     variables = layout.model_variables_by_name(model)
-    values = {name: np.asarray(var.numpy() if hasattr(var, "numpy") else var) for name, var in variables.items()}
+    values = {name: keras.ops.convert_to_numpy(variable) for name, variable in variables.items()}
     write_tf_checkpoint(values, checkpoint_prefix)
     backbone = getattr(model, "backbone", model)
     folder = os.path.dirname(os.path.abspath(checkpoint_prefix))

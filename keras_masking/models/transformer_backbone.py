@@ -3,7 +3,6 @@
 import keras
 import keras_hub
 
-
 from keras_masking.layers.activations import activation_name
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.layers.self_attention import validate_position_scheme
@@ -120,13 +119,10 @@ class TransformerBackbone(keras_hub.models.Backbone):
         )
         for name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout)):
             if rate is not None and not 0 <= rate < 1:
-                raise ValueError(
-                    f"`{name}` must be a float in [0, 1). Received: {name}={rate}"
-                )
+                raise ValueError(f"`{name}` must be a float in [0, 1). Received: {name}={rate}")
         if hidden_dim % num_heads:
             raise ValueError(
-                f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
-                f"({num_heads})."
+                f"hidden_dim ({hidden_dim}) must be divisible by num_heads ({num_heads})."
             )
         if position == "rotary" and (hidden_dim // num_heads) % 2:
             raise ValueError(
@@ -175,24 +171,14 @@ class TransformerBackbone(keras_hub.models.Backbone):
             )
 
         # === Functional model ===
-        inputs = {
-            "token_ids": keras.Input((None,), dtype="int32", name="token_ids")
-        }
+        inputs = {"token_ids": keras.Input((None,), dtype="int32", name="token_ids")}
         if num_segments > 0:
-            inputs["segment_ids"] = keras.Input(
-                (None,), dtype="int32", name="segment_ids"
-            )
-        inputs["padding_mask"] = keras.Input(
-            (None,), dtype="int32", name="padding_mask"
-        )
+            inputs["segment_ids"] = keras.Input((None,), dtype="int32", name="segment_ids")
+        inputs["padding_mask"] = keras.Input((None,), dtype="int32", name="padding_mask")
         if custom_position_ids:
-            inputs["position_ids"] = keras.Input(
-                (None,), dtype="int32", name="position_ids"
-            )
+            inputs["position_ids"] = keras.Input((None,), dtype="int32", name="position_ids")
         position_ids = inputs.get("position_ids")
-        hidden = self.embed(
-            inputs["token_ids"], inputs.get("segment_ids"), position_ids
-        )
+        hidden = self.embed(inputs["token_ids"], inputs.get("segment_ids"), position_ids)
         hidden = self.encode(hidden, inputs["padding_mask"], position_ids)
         super().__init__(
             inputs=inputs,
@@ -233,9 +219,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
                 (``0 .. sequence - 1``); only absolute models use it here.
             training: bool, whether dropout is active.
         """
-        return self.embeddings(
-            token_ids, segment_ids, position_ids, training=training
-        )
+        return self.embeddings(token_ids, segment_ids, position_ids, training=training)
 
     def encode(
         self,
@@ -319,12 +303,8 @@ class TransformerBackbone(keras_hub.models.Backbone):
             return super().from_preset(preset, load_weights=load_weights, **kwargs)
         from keras_masking.models.keras_hub_conversion import from_keras_hub
 
-        hub_backbone = backbone_cls.from_preset(
-            preset, load_weights=load_weights, **kwargs
-        )
-        return from_keras_hub(
-            hub_backbone, activation=_declared_activation(preset)
-        )
+        hub_backbone = backbone_cls.from_preset(preset, load_weights=load_weights, **kwargs)
+        return from_keras_hub(hub_backbone, activation=_declared_activation(preset))
 
     def get_config(self):
         config = super().get_config()
@@ -353,18 +333,14 @@ class TransformerBackbone(keras_hub.models.Backbone):
 def _validate_backbone_sizes(**sizes):
     for name, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(
-                f"`{name}` must be a positive integer. Received: {name}={value!r}"
-            )
+            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
 
 
 def _per_layer(value, num_layers, name, shared=True):
     """Expands a hook argument to one entry per layer."""
     if value is None:
         return [None] * num_layers
-    if isinstance(value, (list, tuple)) and (
-        not shared or len(value) == num_layers
-    ):
+    if isinstance(value, (list, tuple)) and (not shared or len(value) == num_layers):
         if len(value) != num_layers:
             raise ValueError(
                 f"`{name}` must have one entry per layer ({num_layers}). "
@@ -372,9 +348,7 @@ def _per_layer(value, num_layers, name, shared=True):
             )
         return list(value)
     if not shared:
-        raise ValueError(
-            f"`{name}` must be a list with one entry per layer ({num_layers})."
-        )
+        raise ValueError(f"`{name}` must be a list with one entry per layer ({num_layers}).")
     return [value] * num_layers
 
 
@@ -389,6 +363,3 @@ def _declared_activation(preset):
     with open(config_path, encoding="utf-8") as file:
         config = json.load(file)
     return config.get("hidden_act") if "model_type" in config else None
-
-
-

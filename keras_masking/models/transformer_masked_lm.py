@@ -47,9 +47,7 @@ class TransformerMaskedLM(keras_hub.models.MaskedLM):
         )
         inputs = {
             **backbone.input,
-            "mask_positions": keras.Input(
-                shape=(None,), dtype="int32", name="mask_positions"
-            ),
+            "mask_positions": keras.Input(shape=(None,), dtype="int32", name="mask_positions"),
         }
         sequence_output = backbone(backbone.input)["sequence_output"]
         outputs = self.masked_lm_head(sequence_output, inputs["mask_positions"])

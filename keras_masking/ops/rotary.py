@@ -25,9 +25,7 @@ def rotary_inverse_frequencies(depth, base=10000.0):
         A float32 tensor of shape ``(depth // 2,)``.
     """
     if depth % 2:
-        raise ValueError(
-            f"Rotary embeddings need an even depth. Received: depth={depth}"
-        )
+        raise ValueError(f"Rotary embeddings need an even depth. Received: depth={depth}")
     exponents = ops.arange(0, depth, 2, dtype="float32") / float(depth)
     return ops.power(ops.cast(base, "float32"), -exponents)
 
@@ -88,9 +86,7 @@ def apply_split_rotary(x, position_ids, base=10000.0):
     cos = ops.cast(ops.cos(angles), x.dtype)
     sin = ops.cast(ops.sin(angles), x.dtype)
     first, second = x[..., : depth // 2], x[..., depth // 2 :]
-    return ops.concatenate(
-        [first * cos - second * sin, second * cos + first * sin], axis=-1
-    )
+    return ops.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
 
 
 __all__ = [
