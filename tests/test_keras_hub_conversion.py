@@ -11,17 +11,19 @@ from conftest import tiny_backbone_kwargs
 import keras_masking
 from keras_masking.models import TransformerBackbone
 
+HUB_SIZES = dict(
+    vocabulary_size=64,
+    num_layers=2,
+    num_heads=4,
+    hidden_dim=32,
+    intermediate_dim=48,
+    dropout=0.0,
+    max_sequence_length=24,
+)
+
 
 def _hub_bert():
-    hub = keras_hub.models.BertBackbone(
-        vocabulary_size=64,
-        num_layers=2,
-        num_heads=4,
-        hidden_dim=32,
-        intermediate_dim=48,
-        dropout=0.0,
-        max_sequence_length=24,
-    )
+    hub = keras_hub.models.BertBackbone(**HUB_SIZES)
     randomize_weights(hub)
     return hub
 
@@ -61,15 +63,7 @@ def test_to_keras_hub_round_trip_bert():
 
 
 def test_roberta_both_ways():
-    hub = keras_hub.models.RobertaBackbone(
-        vocabulary_size=64,
-        num_layers=2,
-        num_heads=4,
-        hidden_dim=32,
-        intermediate_dim=48,
-        dropout=0.0,
-        max_sequence_length=24,
-    )
+    hub = keras_hub.models.RobertaBackbone(**HUB_SIZES)
     randomize_weights(hub, seed=2)
     ours = keras_masking.models.from_keras_hub(hub)
     assert ours.num_segments == 0 and not ours.use_pooler

@@ -95,6 +95,22 @@ def _hub_variables_by_name(backbone, kind):
     return {name: by_path[path] for name, path in pairs.items()}
 
 
+def _shared_arguments(backbone):
+    """Constructor arguments that keras-hub's backbones and ours name alike."""
+    names = (
+        "vocabulary_size",
+        "num_layers",
+        "num_heads",
+        "hidden_dim",
+        "intermediate_dim",
+        "dropout",
+        "max_sequence_length",
+    )
+    arguments = {name: getattr(backbone, name) for name in names}
+    arguments["dtype"] = backbone.dtype_policy
+    return arguments
+
+
 def _copy(source_by_name, target_by_name):
     """Copies values by name, reshaping per-head layouts; all or nothing."""
     if set(source_by_name) != set(target_by_name):
@@ -143,16 +159,9 @@ def from_keras_hub(backbone, activation=None, **overrides):
     if activation is not None:
         settings["activation"] = activation
     kwargs = {
-        "vocabulary_size": backbone.vocabulary_size,
-        "num_layers": backbone.num_layers,
-        "num_heads": backbone.num_heads,
-        "hidden_dim": backbone.hidden_dim,
-        "intermediate_dim": backbone.intermediate_dim,
-        "dropout": backbone.dropout,
-        "max_sequence_length": backbone.max_sequence_length,
+        **_shared_arguments(backbone),
         "num_segments": getattr(backbone, "num_segments", 0),
         "position": "absolute",
-        "dtype": backbone.dtype_policy,
         **settings,
         **overrides,
     }
@@ -200,16 +209,7 @@ def to_keras_hub(backbone):
                 settings[key],
                 getattr(backbone, key),
             )
-    kwargs = {
-        "vocabulary_size": backbone.vocabulary_size,
-        "num_layers": backbone.num_layers,
-        "num_heads": backbone.num_heads,
-        "hidden_dim": backbone.hidden_dim,
-        "intermediate_dim": backbone.intermediate_dim,
-        "dropout": backbone.dropout,
-        "max_sequence_length": backbone.max_sequence_length,
-        "dtype": backbone.dtype_policy,
-    }
+    kwargs = _shared_arguments(backbone)
     if kind == "BertBackbone":
         kwargs["num_segments"] = backbone.num_segments
         hub = keras_hub.models.BertBackbone(**kwargs)

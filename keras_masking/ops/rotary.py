@@ -30,11 +30,15 @@ def rotary_inverse_frequencies(depth, base=10000.0):
     return ops.power(ops.cast(base, "float32"), -exponents)
 
 
-def _angles(position_ids, depth, base):
-    # [B, S] -> [B, S, 1, depth // 2]; the singleton axis broadcasts heads.
+def _cos_sin(position_ids, depth, base, dtype):
+    """cos and sin of ``position * inverse_frequency``, ``[B, S, 1, depth/2]``.
+
+    The singleton axis broadcasts over heads.
+    """
     positions = ops.cast(position_ids, "float32")
     angles = positions[..., None] * rotary_inverse_frequencies(depth, base)
-    return angles[:, :, None, :]
+    angles = angles[:, :, None, :]
+    return ops.cast(ops.cos(angles), dtype), ops.cast(ops.sin(angles), dtype)
 
 
 def apply_interleaved_rotary(x, position_ids, base=10000.0):
@@ -58,9 +62,7 @@ def apply_interleaved_rotary(x, position_ids, base=10000.0):
     (1, 3, 2, 4)
     """
     depth = x.shape[-1]
-    angles = _angles(position_ids, depth, base)
-    cos = ops.cast(ops.cos(angles), x.dtype)
-    sin = ops.cast(ops.sin(angles), x.dtype)
+    cos, sin = _cos_sin(position_ids, depth, base, x.dtype)
     pairs = ops.reshape(x, tuple(ops.shape(x)[:-1]) + (depth // 2, 2))
     even, odd = pairs[..., 0], pairs[..., 1]
     rotated = ops.stack([even * cos - odd * sin, odd * cos + even * sin], -1)
@@ -82,9 +84,7 @@ def apply_split_rotary(x, position_ids, base=10000.0):
         A tensor with the shape and dtype of ``x``.
     """
     depth = x.shape[-1]
-    angles = _angles(position_ids, depth, base)
-    cos = ops.cast(ops.cos(angles), x.dtype)
-    sin = ops.cast(ops.sin(angles), x.dtype)
+    cos, sin = _cos_sin(position_ids, depth, base, x.dtype)
     first, second = x[..., : depth // 2], x[..., depth // 2 :]
     return ops.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
 
