@@ -4,10 +4,19 @@ Subpackages:
     models: `TransformerBackbone` (BERT, RoBERTa, RoFormer, NEZHA), the tied
         MLM task, Google TF checkpoint and keras-hub conversion.
     layers: the attention, FFN, embedding and head layers with their hooks.
-    ops: position-encoding and mask maths as plain functions.
+    ops: position-encoding, mask and embedding-correction maths as plain
+        functions.
+    methods: the "apply to a model" functions (`correct_mlm_embeddings`,
+        `mlm_model_average`, ...).
+    callbacks: `MLMEmbeddingCorrection` for `fit`.
 """
 
+from keras_masking import callbacks
 from keras_masking import layers
+from keras_masking import methods
 from keras_masking import models
 from keras_masking import ops
+from keras_masking.methods import correct_mlm_embeddings
+from keras_masking.methods import mlm_model_average
+from keras_masking.methods import undo_mlm_embedding_correction
 from keras_masking.version import __version__

@@ -4,6 +4,9 @@ Subcommands:
     demo      the end-to-end demo on real weights (see `keras_masking.demo`).
     convert   a Google-layout TF checkpoint -> a keras-hub preset folder.
     inspect   list a TF checkpoint's variables and what family it looks like.
+    correct-embeddings
+              MLM embedding correction of a TF checkpoint or a preset folder,
+              written to a new folder (the input is never modified).
 """
 
 import argparse
@@ -42,6 +45,36 @@ def _inspect(args):
     print(f"\n{len(values)} variables; {family}")
 
 
+def _correct_embeddings(args):
+    from keras_masking.methods.mlm_embedding_correction_files import correct_checkpoint_embeddings
+    from keras_masking.methods.mlm_embedding_correction_files import correct_preset_embeddings
+    from keras_masking.methods.mlm_embedding_correction_files import is_preset_folder
+
+    unselectable = None
+    if args.unselectable_token_ids:
+        unselectable = [int(i) for i in args.unselectable_token_ids.split(",") if i.strip()]
+    settings = dict(
+        mask_token_id=args.mask_token_id,
+        mask_rate=args.mask_rate,
+        mask_token_rate=args.mask_token_rate,
+        random_token_rate=args.random_token_rate,
+        unselectable_token_ids=unselectable,
+    )
+    if is_preset_folder(args.input):
+        record = correct_preset_embeddings(args.input, args.output, args.tied_output, **settings)
+        rows = record.corrected_rows
+    else:
+        correct_checkpoint_embeddings(
+            args.input,
+            args.output,
+            tied_output=args.tied_output,
+            drop_mlm_head=args.drop_mlm_head,
+            **settings,
+        )
+        rows = "all selectable"
+    print(f"Corrected {rows} embedding rows; wrote {args.output}")
+
+
 def main(argv=None):
     """Entry point of the ``keras-masking`` command."""
     parser = argparse.ArgumentParser(prog="keras-masking", description=__doc__.split("\n")[0])
@@ -63,13 +96,37 @@ def main(argv=None):
     inspect = commands.add_parser("inspect", help="list a TF checkpoint's variables")
     inspect.add_argument("checkpoint")
 
+    correct = commands.add_parser(
+        "correct-embeddings", help="MLM embedding correction of a checkpoint or preset"
+    )
+    correct.add_argument("input", help="TF checkpoint (prefix or folder) or preset folder")
+    correct.add_argument("output", help="new folder to write")
+    correct.add_argument("--mask-token-id", type=int, required=True)
+    correct.add_argument("--mask-rate", type=float, default=0.15)
+    correct.add_argument("--mask-token-rate", type=float, default=0.8)
+    correct.add_argument("--random-token-rate", type=float, default=0.1)
+    correct.add_argument(
+        "--unselectable-token-ids",
+        default="",
+        help="comma-separated ids pretraining never selected (default: correct every row)",
+    )
+    correct.add_argument("--tied-output", choices=["keep", "correct"], default="keep")
+    correct.add_argument(
+        "--drop-mlm-head", action="store_true", help="leave cls/predictions out (checkpoints)"
+    )
+
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["demo"]:
         from keras_masking.demo import main as demo_main
 
         return demo_main(argv[1:])
     args = parser.parse_args(argv)
-    {"convert": _convert, "inspect": _inspect}[args.command](args)
+    handlers = {
+        "convert": _convert,
+        "inspect": _inspect,
+        "correct-embeddings": _correct_embeddings,
+    }
+    handlers[args.command](args)
     return 0
 
 

@@ -84,9 +84,8 @@ def features():
 
 
 def randomize_weights(model, seed=0, scale=0.2):
-    """Large random weights, so that any mis-wiring shows in the outputs."""
+    """Large random trainable weights, so that any mis-wiring shows."""
     rng = np.random.default_rng(seed)
-    model.set_weights(
-        [rng.normal(0, scale, w.shape).astype("float32") for w in model.get_weights()]
-    )
+    for variable in model.trainable_weights:
+        variable.assign(rng.normal(0, scale, variable.shape).astype("float32"))
     return model

@@ -17,6 +17,14 @@ class MaskedLMHead(keras.layers.Layer):
     ``cls/predictions``). Only the positions in ``mask_positions`` are
     projected, as in keras-hub, so the cost scales with the masked count.
 
+    When the input embedding is corrected in place by an affine map of some
+    rows (``E_i -> a E_i + c``, the MLM embedding correction), the head can
+    keep predicting with the original rows through
+    `keep_original_output_rows`: logits of those rows become
+    ``(h . E'_i - h . c) / a``, which equals ``h . E_i``. The three small
+    non-trainable variables this uses (per-row scale and shift weight, shift
+    vector) hold the identity until then.
+
     Args:
         token_embedding: the backbone's `keras.layers.ReversibleEmbedding`.
         activation: activation of the transform (``"gelu"`` = exact GELU).
@@ -69,12 +77,43 @@ class MaskedLMHead(keras.layers.Layer):
         )
         self.transform_dense.build(hidden_shape)
         self.transform_layer_norm.build(hidden_shape)
+        vocabulary_size = self.token_embedding.input_dim
         self.output_bias = self.add_weight(
-            shape=(self.token_embedding.input_dim,),
+            shape=(vocabulary_size,), initializer="zeros", name="output_bias"
+        )
+        self.output_row_scale = self.add_weight(
+            shape=(vocabulary_size,), initializer="ones", trainable=False, name="output_row_scale"
+        )
+        self.output_row_shift_weight = self.add_weight(
+            shape=(vocabulary_size,),
             initializer="zeros",
-            name="output_bias",
+            trainable=False,
+            name="output_row_shift_weight",
+        )
+        self.output_shift = self.add_weight(
+            shape=(hidden_dim,), initializer="zeros", trainable=False, name="output_shift"
         )
         self.built = True
+
+    def keep_original_output_rows(self, row_scale, row_shift_weight, shift):
+        """Makes the tied logits use the rows as they were before a correction.
+
+        Args:
+            row_scale: ``(vocabulary,)`` array, ``1 / a`` for corrected rows
+                and 1 elsewhere.
+            row_shift_weight: ``(vocabulary,)`` array, ``1 / a`` for
+                corrected rows and 0 elsewhere.
+            shift: ``(hidden,)`` array ``c``.
+        """
+        self.output_row_scale.assign(row_scale)
+        self.output_row_shift_weight.assign(row_shift_weight)
+        self.output_shift.assign(shift)
+
+    def reset_output_rows(self):
+        """Back to plain tied logits (identity compensation)."""
+        self.output_row_scale.assign(ops.ones(self.output_row_scale.shape))
+        self.output_row_shift_weight.assign(ops.zeros(self.output_row_shift_weight.shape))
+        self.output_shift.assign(ops.zeros(self.output_shift.shape))
 
     def call(self, hidden, mask_positions=None):
         if mask_positions is not None:
@@ -82,7 +121,12 @@ class MaskedLMHead(keras.layers.Layer):
             hidden = ops.take_along_axis(hidden, index, axis=1)
         hidden = self.transform_layer_norm(self.transform_dense(hidden))
         logits = self.token_embedding(hidden, reverse=True)
-        return logits + ops.cast(self.output_bias, logits.dtype)
+        dtype = logits.dtype
+        shift = ops.einsum("...d,d->...", hidden, ops.cast(self.output_shift, hidden.dtype))
+        logits = ops.cast(self.output_row_scale, dtype) * logits - ops.cast(
+            self.output_row_shift_weight, dtype
+        ) * ops.cast(shift[..., None], dtype)
+        return logits + ops.cast(self.output_bias, dtype)
 
     def compute_output_shape(self, hidden_shape, mask_positions_shape=None):
         length = hidden_shape[1]

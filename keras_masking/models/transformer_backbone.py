@@ -1,5 +1,7 @@
 """TransformerBackbone: one encoder class for BERT, RoBERTa, RoFormer, NEZHA."""
 
+import json
+
 import keras
 import keras_hub
 
@@ -66,6 +68,10 @@ class TransformerBackbone(keras_hub.models.Backbone):
             ``dropout`` when None.
         use_pooler: bool. Whether ``pooled_output`` goes through BERT's tanh
             dense pooler; when False it is the [CLS] hidden state itself.
+        mlm_embedding_correction: dict or None. The record of an MLM
+            embedding correction applied to this backbone's token embedding
+            (written by `keras_masking.correct_mlm_embeddings`; kept in the
+            config so it survives saving, and a second correction is refused).
         custom_position_ids: bool. Adds a ``position_ids`` input ``(batch,
             sequence)`` so a shortened or expanded sequence keeps its
             original positions in every scheme; when False positions are
@@ -105,6 +111,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         attention_dropout=None,
         use_pooler=True,
         custom_position_ids=False,
+        mlm_embedding_correction=None,
         dtype=None,
         **kwargs,
     ):
@@ -206,6 +213,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         self.attention_dropout = attention_dropout
         self.use_pooler = use_pooler
         self.custom_position_ids = custom_position_ids
+        self.mlm_embedding_correction = mlm_embedding_correction
         self.cls_token_index = 0
 
     # === Stages (public hooks) ===
@@ -325,9 +333,15 @@ class TransformerBackbone(keras_hub.models.Backbone):
                 "attention_dropout": self.attention_dropout,
                 "use_pooler": self.use_pooler,
                 "custom_position_ids": self.custom_position_ids,
+                "mlm_embedding_correction": _plain(self.mlm_embedding_correction),
             }
         )
         return config
+
+
+def _plain(value):
+    """A JSON round trip: Keras' tracked containers -> plain dicts/lists."""
+    return None if value is None else json.loads(json.dumps(value))
 
 
 def _validate_backbone_sizes(**sizes):
@@ -354,7 +368,6 @@ def _per_layer(value, num_layers, name, shared=True):
 
 def _declared_activation(preset):
     """The activation a Hugging Face folder declares, or None."""
-    import json
     import os
 
     config_path = os.path.join(str(preset), "config.json")

@@ -1,0 +1,3 @@
+"""Keras callbacks."""
+
+from keras_masking.callbacks.mlm_embedding_correction import MLMEmbeddingCorrection

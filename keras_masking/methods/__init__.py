@@ -1,0 +1,10 @@
+"""The "apply to a model" functions of each method."""
+
+from keras_masking.methods.mlm_embedding_correction import MLMEmbeddingCorrection
+from keras_masking.methods.mlm_embedding_correction import correct_mlm_embeddings
+from keras_masking.methods.mlm_embedding_correction import correction_record
+from keras_masking.methods.mlm_embedding_correction import masking_configuration
+from keras_masking.methods.mlm_embedding_correction import undo_mlm_embedding_correction
+from keras_masking.methods.mlm_model_average import mlm_model_average
+from keras_masking.methods.mlm_model_average import sample_mlm_maskings
+from keras_masking.methods.token_embedding_lookup import find_token_embedding
