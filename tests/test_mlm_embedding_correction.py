@@ -254,3 +254,16 @@ def test_callback_validates_at_construction():
         keras_masking.callbacks.MLMEmbeddingCorrection(mask_token_id=3, when="epoch_end")
     with pytest.raises(ValueError, match="mask_rate"):
         keras_masking.callbacks.MLMEmbeddingCorrection(mask_token_id=3, mask_rate=2.0)
+
+
+def test_tied_head_compensation_survives_save_and_load(tmp_path):
+    masked_lm = TransformerMaskedLM(TransformerBackbone(**tiny_backbone_kwargs()))
+    randomize_weights(masked_lm, scale=0.1)
+    hidden = np.random.default_rng(1).normal(size=(2, 10, 32)).astype("float32")
+    positions = np.array([[2, 5], [0, 1]], "int32")
+    before = np.asarray(masked_lm.masked_lm_head(hidden, positions))
+    keras_masking.correct_mlm_embeddings(masked_lm, MASK)
+    masked_lm.save(tmp_path / "mlm.keras")
+    restored = keras.saving.load_model(tmp_path / "mlm.keras")
+    np.testing.assert_allclose(restored.masked_lm_head(hidden, positions), before, atol=2e-5)
+    assert keras_masking.correct_mlm_embeddings(restored, MASK) is None
