@@ -19,4 +19,5 @@ from keras_masking import ops
 from keras_masking.methods import correct_mlm_embeddings
 from keras_masking.methods import mlm_model_average
 from keras_masking.methods import undo_mlm_embedding_correction
+from keras_masking.methods import with_drop_token
 from keras_masking.version import __version__

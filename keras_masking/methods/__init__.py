@@ -1,5 +1,7 @@
 """The "apply to a model" functions of each method."""
 
+from keras_masking.methods.drop_token import DropTokenEncoder
+from keras_masking.methods.drop_token import with_drop_token
 from keras_masking.methods.mlm_embedding_correction import MLMEmbeddingCorrection
 from keras_masking.methods.mlm_embedding_correction import correct_mlm_embeddings
 from keras_masking.methods.mlm_embedding_correction import correction_record

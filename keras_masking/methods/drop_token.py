@@ -1,0 +1,127 @@
+"""with_drop_token: an encoder that drops tokens in training, keeping positions."""
+
+import keras
+
+from keras_masking.layers.drop_token import DropToken
+from keras_masking.methods.encoder_stages import encoder_stages
+from keras_masking.ops.token_dropping import restore_full_length
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+class DropTokenEncoder(keras.Model):
+    """A backbone that drops tokens after its embedding stage in training.
+
+    ``embed -> DropToken -> layers(kept tokens, their mask, their original
+    position ids) -> pool``, built from the backbone's own layers (weights
+    shared). Positions stay right in every scheme: absolute embeddings are
+    added before dropping, rotary and relative attention read the kept
+    tokens' original position ids. [CLS] (position 0) is always kept, so
+    classifiers on ``pooled_output`` work unchanged. At inference nothing is
+    dropped and the outputs equal the backbone's.
+
+    Outputs: ``sequence_output`` at full length (zeros where a token was
+    dropped), ``pooled_output``, and ``token_mask`` (1 for real tokens that
+    were kept: a token-level loss can weight by it).
+
+    Args:
+        backbone: `TransformerBackbone`, keras-hub `BertBackbone` or
+            `RobertaBackbone`.
+        rate: float in [0, 1).
+        protected_token_ids: ids never dropped, e.g. ``(101, 102)``.
+        mode: ``"gather"`` (shorter sequence, faster) or ``"attention"``
+            (full length; dropped keys hidden in every layer).
+        seed: int or None.
+        **kwargs: `keras.Model` arguments.
+    """
+
+    def __init__(self, backbone, rate, protected_token_ids=(), mode="gather", seed=None, **kwargs):
+        stages = encoder_stages(backbone)
+        drop = DropToken(
+            rate,
+            protected_token_ids=protected_token_ids,
+            protected_positions=(0,),
+            mode=mode,
+            seed=seed,
+            name="drop_token",
+        )
+        inputs = dict(backbone.input)
+        position_ids = inputs.get("position_ids")
+        hidden = stages.embed(inputs, position_ids)
+        dropped = drop(
+            hidden,
+            inputs["padding_mask"],
+            token_ids=inputs["token_ids"],
+            position_ids=position_ids,
+        )
+        positions = dropped["position_ids"] if stages.reads_positions_in_attention else None
+        if mode == "gather":
+            sequence = stages.encode(dropped["hidden"], dropped["padding_mask"], positions)
+            pooled = stages.pool(sequence)
+            sequence = restore_full_length(sequence, dropped["keep_mask"])
+        else:
+            sequence = stages.encode(
+                hidden, inputs["padding_mask"], positions, dropped["attention_bias"]
+            )
+            pooled = stages.pool(sequence)
+        token_mask = keras.ops.cast(dropped["keep_mask"], "int32") * keras.ops.cast(
+            inputs["padding_mask"], "int32"
+        )
+        super().__init__(
+            inputs=inputs,
+            outputs={
+                "sequence_output": sequence,
+                "pooled_output": pooled,
+                "token_mask": token_mask,
+            },
+            **kwargs,
+        )
+        self.backbone = backbone
+        self.drop_token = drop
+        self.rate = rate
+        self.protected_token_ids = tuple(protected_token_ids)
+        self.mode = mode
+        self.seed = seed
+
+    def get_config(self):
+        return {
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+            "rate": self.rate,
+            "protected_token_ids": list(self.protected_token_ids),
+            "mode": self.mode,
+            "seed": self.seed,
+            "name": self.name,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+
+def with_drop_token(backbone, rate, protected_token_ids=None, mode="gather", seed=None):
+    """Wraps a backbone so it drops tokens during training.
+
+    Args:
+        backbone: `TransformerBackbone` (absolute, rotary or relative
+            positions), keras-hub `BertBackbone` or `RobertaBackbone`.
+        rate: float in [0, 1); 0.10-0.15 did best on CLUE.
+        protected_token_ids: ids never dropped; by default the tokenizer-free
+            guess ``()`` keeps only position 0 ([CLS]). Pass ``(101, 102)``
+            for BERT's [CLS] and [SEP].
+        mode: ``"gather"`` or ``"attention"`` (see `DropToken`).
+        seed: int or None.
+
+    Returns:
+        A `DropTokenEncoder` with the backbone's inputs and outputs
+        ``sequence_output``, ``pooled_output``, ``token_mask``.
+
+    Example:
+    ```python
+    encoder = keras_masking.with_drop_token(backbone, 0.15, protected_token_ids=(101, 102))
+    logits = keras.layers.Dense(15)(encoder(encoder.input)["pooled_output"])
+    ```
+    """
+    return DropTokenEncoder(
+        backbone, rate, protected_token_ids=protected_token_ids or (), mode=mode, seed=seed
+    )

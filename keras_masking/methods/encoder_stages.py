@@ -1,0 +1,88 @@
+"""One stage interface over TransformerBackbone and keras-hub BERT/RoBERTa.
+
+Methods that rebuild an encoder's graph (DropToken, ...) need the same three
+stages from every backbone they support: embed, run the layers with a mask,
+positions and an attention bias, and pool. `TransformerBackbone` exposes them
+as public methods; keras-hub's `BertBackbone` / `RobertaBackbone` expose the
+layers as public attributes, composed here the way keras-hub composes them.
+"""
+
+import keras_hub
+from keras import ops
+
+from keras_masking.models.transformer_backbone import TransformerBackbone
+
+
+def encoder_stages(backbone):
+    """The stage adapter for a supported backbone.
+
+    Args:
+        backbone: a `TransformerBackbone`, `keras_hub.models.BertBackbone` or
+            `keras_hub.models.RobertaBackbone`.
+
+    Returns:
+        An object with ``embed(inputs, position_ids)``,
+        ``encode(hidden, padding_mask, position_ids, attention_bias)``,
+        ``pool(hidden)`` and ``reads_positions_in_attention``.
+    """
+    if isinstance(backbone, TransformerBackbone):
+        return _TransformerBackboneStages(backbone)
+    if isinstance(backbone, (keras_hub.models.BertBackbone, keras_hub.models.RobertaBackbone)):
+        return _KerasHubStages(backbone)
+    raise TypeError(
+        "Expected a keras_masking TransformerBackbone or a keras_hub BertBackbone / "
+        f"RobertaBackbone. Received: {type(backbone).__name__}"
+    )
+
+
+class _TransformerBackboneStages:
+    def __init__(self, backbone):
+        self.backbone = backbone
+        self.reads_positions_in_attention = backbone.position != "absolute"
+
+    def embed(self, inputs, position_ids):
+        return self.backbone.embed(inputs["token_ids"], inputs.get("segment_ids"), position_ids)
+
+    def encode(self, hidden, padding_mask, position_ids, attention_bias=None):
+        return self.backbone.encode(hidden, padding_mask, position_ids, attention_bias)
+
+    def pool(self, hidden):
+        return self.backbone.pool(hidden)
+
+
+class _KerasHubStages:
+    """keras-hub's BERT / RoBERTa graph, stage by stage (absolute positions)."""
+
+    def __init__(self, backbone):
+        self.backbone = backbone
+        self.is_roberta = isinstance(backbone, keras_hub.models.RobertaBackbone)
+        self.reads_positions_in_attention = False
+
+    def embed(self, inputs, position_ids):
+        if position_ids is not None:
+            raise ValueError("keras-hub backbones take no position_ids.")
+        backbone = self.backbone
+        if self.is_roberta:
+            hidden = backbone.embeddings(inputs["token_ids"])
+        else:
+            tokens = backbone.token_embedding(inputs["token_ids"])
+            positions = backbone.position_embedding(tokens)
+            segments = backbone.segment_embedding(inputs["segment_ids"])
+            hidden = backbone.embeddings_add((tokens, positions, segments))
+        hidden = backbone.embeddings_layer_norm(hidden)
+        return backbone.embeddings_dropout(hidden)
+
+    def encode(self, hidden, padding_mask, position_ids, attention_bias=None):
+        attention_mask = None
+        if attention_bias is not None:
+            # keras-hub merges integer masks; a hard 0/1 key mask is all it takes.
+            keep = ops.cast(attention_bias[:, 0, 0, :] > -1.0, "int32")
+            attention_mask = ops.repeat(keep[:, None, :], ops.shape(hidden)[1], axis=1)
+        for layer in self.backbone.transformer_layers:
+            hidden = layer(hidden, padding_mask=padding_mask, attention_mask=attention_mask)
+        return hidden
+
+    def pool(self, hidden):
+        if self.is_roberta:
+            return hidden[:, 0, :]
+        return self.backbone.pooled_dense(hidden[:, 0, :])

@@ -1,0 +1,183 @@
+"""DropToken: position-preserving token dropping, checked against the
+backbone run on just the kept tokens with their original positions."""
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+from conftest import random_features
+from conftest import randomize_weights
+from conftest import tiny_backbone_kwargs
+
+import keras_masking
+from keras_masking.layers import DropToken
+from keras_masking.models import TransformerBackbone
+
+
+def _kept_reference(backbone, features, token_mask):
+    """The backbone on each example's kept tokens, original positions."""
+    token_mask = np.asarray(token_mask).astype(bool)
+    batch, length = token_mask.shape
+    kept = token_mask.sum(1)
+    width = int(kept.max())
+    sub = {k: np.zeros((batch, width), "int32") for k in ("token_ids", "segment_ids", "padding_mask")}
+    positions = np.zeros((batch, width), "int32")
+    for b in range(batch):
+        index = np.flatnonzero(token_mask[b])
+        for key in ("token_ids", "segment_ids"):
+            sub[key][b, : len(index)] = features[key][b, index]
+        sub["padding_mask"][b, : len(index)] = 1
+        positions[b, : len(index)] = index
+    output = backbone({**sub, "position_ids": positions})
+    return np.asarray(output["sequence_output"]), np.asarray(output["pooled_output"]), sub
+
+
+def _with_positions(backbone):
+    twin = TransformerBackbone(**{**_arguments(backbone), "custom_position_ids": True})
+    twin.set_weights(backbone.get_weights())
+    return twin
+
+
+def _arguments(backbone):
+    config = backbone.get_config()
+    for key in ("name", "trainable", "dtype"):
+        config.pop(key)
+    return config
+
+
+@pytest.mark.parametrize("position", ["absolute", "rotary", "relative"])
+def test_gather_equals_backbone_on_kept_tokens(position):
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position=position)))
+    encoder = keras_masking.with_drop_token(backbone, 0.4, protected_token_ids=(1,), seed=3)
+    features = random_features(batch=3, length=12)
+    outputs = encoder(features, training=True)
+    token_mask = np.asarray(outputs["token_mask"]).astype(bool)
+    assert token_mask[:, 0].all() and (token_mask.sum(1) < features["padding_mask"].sum(1)).all()
+    reference, pooled, _ = _kept_reference(_with_positions(backbone), features, token_mask)
+    sequence = np.asarray(outputs["sequence_output"])
+    for b in range(3):
+        kept = np.flatnonzero(token_mask[b])
+        np.testing.assert_allclose(sequence[b, kept], reference[b, : len(kept)], atol=2e-5)
+        assert np.abs(sequence[b, ~token_mask[b]]).max() == 0.0
+    np.testing.assert_allclose(outputs["pooled_output"], pooled, atol=2e-5)
+    # At inference nothing is dropped.
+    np.testing.assert_allclose(
+        encoder(features)["sequence_output"], backbone(features)["sequence_output"], atol=2e-6
+    )
+
+
+@pytest.mark.parametrize("position", ["absolute", "relative"])
+def test_attention_mode_equals_gather_on_kept_tokens(position):
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position=position)))
+    gather = keras_masking.with_drop_token(backbone, 0.3, seed=5)
+    attention = keras_masking.with_drop_token(backbone, 0.3, mode="attention", seed=5)
+    features = random_features(batch=2, length=12)
+    a, b = gather(features, training=True), attention(features, training=True)
+    np.testing.assert_array_equal(a["token_mask"], b["token_mask"])
+    kept = np.asarray(a["token_mask"]).astype(bool)
+    np.testing.assert_allclose(
+        np.asarray(a["sequence_output"])[kept], np.asarray(b["sequence_output"])[kept], atol=2e-5
+    )
+    np.testing.assert_allclose(a["pooled_output"], b["pooled_output"], atol=2e-5)
+
+
+def test_keras_hub_bert_keeps_original_positions():
+    hub = keras_hub.models.BertBackbone(
+        vocabulary_size=64, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=48,
+        dropout=0.0, max_sequence_length=24,
+    )
+    randomize_weights(hub)
+    encoder = keras_masking.with_drop_token(hub, 0.5, seed=2)
+    features = random_features(batch=2, length=12)
+    np.testing.assert_allclose(
+        encoder(features)["sequence_output"], hub(features)["sequence_output"], atol=1e-6
+    )
+    outputs = encoder(features, training=True)
+    token_mask = np.asarray(outputs["token_mask"]).astype(bool)
+    ours = keras_masking.models.from_keras_hub(hub, custom_position_ids=True)
+    reference, pooled, _ = _kept_reference(ours, features, token_mask)
+    sequence = np.asarray(outputs["sequence_output"])
+    for b in range(2):
+        kept = np.flatnonzero(token_mask[b])
+        np.testing.assert_allclose(sequence[b, kept], reference[b, : len(kept)], atol=5e-5)
+    np.testing.assert_allclose(outputs["pooled_output"], pooled, atol=5e-5)
+
+
+def test_rates_protection_padding_and_seeds_on_random_batches():
+    rng = np.random.default_rng(0)
+    batch, length, rate = 400, 32, 0.25
+    token_ids = rng.integers(3, 50, (batch, length)).astype("int32")
+    token_ids[:, 0] = 1
+    lengths = rng.integers(4, length + 1, batch)
+    padding_mask = (np.arange(length)[None] < lengths[:, None]).astype("int32")
+    token_ids[np.arange(batch), lengths - 1] = 2  # [SEP] at the end
+    token_ids = token_ids * padding_mask
+    hidden = rng.normal(size=(batch, length, 4)).astype("float32")
+    layer = DropToken(rate, protected_token_ids=(1, 2), seed=11)
+    out = layer(hidden, padding_mask, token_ids=token_ids, training=True)
+    keep = np.asarray(out["keep_mask"]).astype(bool)
+    real = padding_mask.astype(bool)
+    protected = real & np.isin(token_ids, [1, 2])
+    assert out["hidden"].shape == (batch, layer.keep_length(length), 4) == (batch, 24, 4)
+    assert (keep[protected]).all() and not keep[~real].any()
+    droppable = (real & ~protected).sum(1)
+    dropped = (real & ~protected & ~keep).sum(1)
+    assert (dropped <= np.maximum(droppable - 1, 0)).all()  # at least one kept
+    assert abs(dropped.sum() / droppable.sum() - rate) < 0.02
+    # Each kept slot holds its original embedding and position, in order.
+    indices = np.asarray(out["kept_indices"])
+    slot_mask = np.asarray(out["padding_mask"]).astype(bool)
+    np.testing.assert_array_equal(slot_mask.sum(1), keep.sum(1))
+    for b in range(0, batch, 37):
+        assert (np.diff(indices[b][slot_mask[b]]) > 0).all()
+        np.testing.assert_array_equal(np.asarray(out["position_ids"])[b], indices[b])
+        np.testing.assert_array_equal(np.asarray(out["hidden"])[b], hidden[b, indices[b]])
+    again = DropToken(rate, protected_token_ids=(1, 2), seed=11)(
+        hidden, padding_mask, token_ids=token_ids, training=True
+    )
+    np.testing.assert_array_equal(np.asarray(again["keep_mask"]), keep)
+    identity = layer(hidden, padding_mask, token_ids=token_ids, training=False)
+    np.testing.assert_array_equal(np.asarray(identity["hidden"]), hidden)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"rate": 1.0}, "rate"), ({"rate": -0.1}, "rate"), ({"rate": 0.1, "mode": "mask"}, "mode")],
+)
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DropToken(**kwargs)
+
+
+def test_protected_tokens_that_do_not_fit_and_shape_mismatch():
+    layer = DropToken(0.5, protected_positions=tuple(range(8)))
+    with pytest.raises(ValueError, match="8 protected tokens but only 4"):
+        layer(np.ones((1, 8, 2), "float32"), np.ones((1, 8)), training=True)
+    with pytest.raises(ValueError, match="does not match"):
+        DropToken(0.5)(np.ones((1, 8, 2), "float32"), np.ones((1, 7)), training=True)
+    with pytest.raises(ValueError, match="token_ids"):
+        DropToken(0.5, protected_token_ids=(1,))(
+            np.ones((1, 8, 2), "float32"), np.ones((1, 8)), training=True
+        )
+
+
+def test_fit_under_xla_and_save_load(tmp_path):
+    backbone = TransformerBackbone(**tiny_backbone_kwargs(position="rotary", dropout=0.1))
+    encoder = keras_masking.with_drop_token(backbone, 0.25, protected_token_ids=(1, 2), seed=0)
+    inputs = encoder.input
+    logits = keras.layers.Dense(2)(encoder(inputs)["pooled_output"])
+    model = keras.Model(inputs, logits)
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    features, labels = random_features(batch=8, length=12), np.arange(8) % 2
+    history = model.fit(features, labels, epochs=20, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    encoder.save(tmp_path / "encoder.keras")
+    restored = keras.saving.load_model(tmp_path / "encoder.keras")
+    assert restored.rate == 0.25 and restored.protected_token_ids == (1, 2)
+    np.testing.assert_allclose(
+        restored(features)["sequence_output"], encoder(features)["sequence_output"], atol=1e-6
+    )
