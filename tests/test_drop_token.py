@@ -20,7 +20,9 @@ def _kept_reference(backbone, features, token_mask):
     batch, length = token_mask.shape
     kept = token_mask.sum(1)
     width = int(kept.max())
-    sub = {k: np.zeros((batch, width), "int32") for k in ("token_ids", "segment_ids", "padding_mask")}
+    sub = {
+        k: np.zeros((batch, width), "int32") for k in ("token_ids", "segment_ids", "padding_mask")
+    }
     positions = np.zeros((batch, width), "int32")
     for b in range(batch):
         index = np.flatnonzero(token_mask[b])
@@ -83,8 +85,13 @@ def test_attention_mode_equals_gather_on_kept_tokens(position):
 
 def test_keras_hub_bert_keeps_original_positions():
     hub = keras_hub.models.BertBackbone(
-        vocabulary_size=64, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=48,
-        dropout=0.0, max_sequence_length=24,
+        vocabulary_size=64,
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=32,
+        intermediate_dim=48,
+        dropout=0.0,
+        max_sequence_length=24,
     )
     randomize_weights(hub)
     encoder = keras_masking.with_drop_token(hub, 0.5, seed=2)
@@ -181,3 +188,32 @@ def test_fit_under_xla_and_save_load(tmp_path):
     np.testing.assert_allclose(
         restored(features)["sequence_output"], encoder(features)["sequence_output"], atol=1e-6
     )
+
+
+def test_rate_schedule_changes_rates_in_fit():
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    encoder = keras_masking.with_drop_token(backbone, 0.5, seed=0)
+    inputs = encoder.input
+    model = keras.Model(inputs, keras.layers.Dense(2)(encoder(inputs)["pooled_output"]))
+    model.compile(
+        optimizer="adam",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    schedule = keras_masking.callbacks.DropTokenRateSchedule(
+        final_rate=0.0, initial_rate=0.5, ramp_steps=6, levels=3
+    )
+    seen = []
+
+    class Spy(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append((encoder.drop_token.rate, model.train_function))
+
+    features, labels = random_features(batch=8, length=12), np.arange(8) % 2
+    model.fit(features, labels, batch_size=1, epochs=1, verbose=0, callbacks=[schedule, Spy()])
+    assert [rate for _, rate in schedule.history] == [0.5, 0.25, 0.0]
+    assert [step for step, _ in schedule.history] == [0, 2, 5]
+    assert [rate for rate, _ in seen] == [0.5, 0.5, 0.25, 0.25, 0.25, 0.0, 0.0, 0.0]
+    assert len({id(function) for _, function in seen}) == 3  # one trace per rate
+    with pytest.raises(ValueError, match="final_rate"):
+        keras_masking.callbacks.DropTokenRateSchedule(final_rate=1.0, ramp_steps=5)

@@ -73,16 +73,24 @@ class DropToken(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
-            raise ValueError(f"`rate` must be a float in [0, 1). Received: rate={rate!r}")
+        self.set_rate(rate)
         if mode not in MODES:
             raise ValueError(f"`mode` must be one of {MODES}. Received: mode={mode!r}")
-        self.rate = float(rate)
         self.protected_token_ids = tuple(int(i) for i in protected_token_ids)
         self.protected_positions = tuple(int(i) for i in protected_positions)
         self.mode = mode
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def set_rate(self, rate):
+        """Changes the drop rate (takes effect at the next trace of a step).
+
+        Args:
+            rate: float in [0, 1).
+        """
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+            raise ValueError(f"`rate` must be a float in [0, 1). Received: rate={rate!r}")
+        self.rate = float(rate)
 
     def keep_length(self, sequence_length):
         """Static number of slots kept in gather mode."""
