@@ -217,3 +217,28 @@ def test_rate_schedule_changes_rates_in_fit():
     assert len({id(function) for _, function in seen}) == 3  # one trace per rate
     with pytest.raises(ValueError, match="final_rate"):
         keras_masking.callbacks.DropTokenRateSchedule(final_rate=1.0, ramp_steps=5)
+
+
+def test_keras_hub_roberta_attention_mode_matches_gather():
+    hub = keras_hub.models.RobertaBackbone(
+        vocabulary_size=64,
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=32,
+        intermediate_dim=48,
+        dropout=0.0,
+        max_sequence_length=24,
+    )
+    randomize_weights(hub, seed=4)
+    features = random_features(batch=2, length=12)
+    features.pop("segment_ids")
+    gather = keras_masking.with_drop_token(hub, 0.3, seed=9)
+    attention = keras_masking.with_drop_token(hub, 0.3, mode="attention", seed=9)
+    np.testing.assert_allclose(gather(features)["sequence_output"], hub(features), atol=1e-6)
+    a, b = gather(features, training=True), attention(features, training=True)
+    kept = np.asarray(a["token_mask"]).astype(bool)
+    np.testing.assert_array_equal(kept, np.asarray(b["token_mask"]).astype(bool))
+    assert kept.sum() < features["padding_mask"].sum()
+    np.testing.assert_allclose(
+        np.asarray(a["sequence_output"])[kept], np.asarray(b["sequence_output"])[kept], atol=5e-5
+    )

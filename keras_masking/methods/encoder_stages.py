@@ -77,7 +77,8 @@ class _KerasHubStages:
         if attention_bias is not None:
             # keras-hub merges integer masks; a hard 0/1 key mask is all it takes.
             keep = ops.cast(attention_bias[:, 0, 0, :] > -1.0, "int32")
-            attention_mask = ops.repeat(keep[:, None, :], ops.shape(hidden)[1], axis=1)
+            every_query = ops.ones_like(hidden[:, :, :1], dtype="int32")
+            attention_mask = every_query * keep[:, None, :]
         for layer in self.backbone.transformer_layers:
             hidden = layer(hidden, padding_mask=padding_mask, attention_mask=attention_mask)
         return hidden
