@@ -17,6 +17,7 @@ import numpy as np
 
 from keras_masking.methods.token_embedding_lookup import find_tied_heads
 from keras_masking.methods.token_embedding_lookup import find_token_embedding
+from keras_masking.ops.embedding_correction import apply_correction
 from keras_masking.ops.embedding_correction import correction_coefficients
 from keras_masking.ops.embedding_correction import invert_expected_input_embeddings
 from keras_masking.ops.embedding_correction import selectable_rows
@@ -167,9 +168,7 @@ def correct_mlm_embeddings(
                 "cannot keep the original rows; pass tied_output='correct' to correct "
                 "both, or convert the model with keras_masking.models.from_keras_hub."
             )
-    corrected = table.astype(np.float64)
-    corrected[rows] = scale * corrected[rows] + shift
-    layer.embeddings.assign(corrected.astype(table.dtype))
+    layer.embeddings.assign(apply_correction(table, scale, shift, rows))
     for head in heads:
         head.keep_original_output_rows(
             np.where(rows, 1.0 / scale, 1.0).astype("float32"),

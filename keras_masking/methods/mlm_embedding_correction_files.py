@@ -9,9 +9,8 @@ import json
 import os
 import shutil
 
-import numpy as np
-
 from keras_masking.models import google_checkpoint_layout as layout
+from keras_masking.ops.embedding_correction import apply_correction
 from keras_masking.ops.embedding_correction import correction_coefficients
 from keras_masking.ops.embedding_correction import selectable_rows
 
@@ -121,9 +120,7 @@ def correct_checkpoint_embeddings(
         unselectable_token_ids=unselectable_token_ids,
     )
     record, scale, shift = _record(settings, table, rows, tied_output, prefix)
-    corrected = table.astype(np.float64)
-    corrected[rows] = scale * corrected[rows] + shift
-    values[WORD_EMBEDDINGS] = corrected.astype(table.dtype)
+    values[WORD_EMBEDDINGS] = apply_correction(table, scale, shift, rows)
     if drop_mlm_head:
         values = {k: v for k, v in values.items() if not k.startswith(layout.MLM + "/")}
     os.makedirs(output_dir, exist_ok=True)

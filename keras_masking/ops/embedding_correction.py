@@ -89,6 +89,23 @@ def correction_coefficients(
     return scale, shift
 
 
+def apply_correction(table, scale, shift, selectable):
+    """``a E_i + c`` on the selectable rows (float64 maths), dtype kept.
+
+    Args:
+        table: ``(vocabulary_size, dim)`` array.
+        scale, shift: ``(a, c)`` from `correction_coefficients`.
+        selectable: bool rows to correct.
+
+    Returns:
+        A new array with the dtype of ``table``.
+    """
+    table = np.asarray(table)
+    corrected = table.astype(np.float64)
+    corrected[selectable] = scale * corrected[selectable] + np.asarray(shift)
+    return corrected.astype(table.dtype)
+
+
 def expected_input_embeddings(
     embeddings,
     mask_token_id,
@@ -121,9 +138,7 @@ def expected_input_embeddings(
         table, mask_token_id, mask_rate, mask_token_rate, random_token_rate
     )
     rows = selectable_rows(table.shape[0], unselectable_token_ids)
-    corrected = table.astype(np.float64)
-    corrected[rows] = scale * corrected[rows] + shift
-    return corrected.astype(table.dtype)
+    return apply_correction(table, scale, shift, rows)
 
 
 def invert_expected_input_embeddings(corrected, scale, shift, selectable):
