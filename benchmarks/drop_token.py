@@ -38,7 +38,7 @@ def encoder_flops(layers, hidden, length):
     return layers * length * (24 * hidden**2 + 4 * length * hidden)
 
 
-def classifier(backbone, rate):
+def classifier(backbone, rate, jit_compile=True):
     if rate:
         encoder = keras_masking.with_drop_token(backbone, rate, protected_token_ids=(101, 102))
     else:
@@ -49,7 +49,7 @@ def classifier(backbone, rate):
     model.compile(
         optimizer=keras.optimizers.AdamW(2e-5),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=True,
+        jit_compile=jit_compile,
     )
     return model
 
@@ -67,9 +67,17 @@ def main():
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument(
+        "--no-xla",
+        action="store_true",
+        help="compile without XLA (TensorFlow graph mode); see README for why",
+    )
     args = parser.parse_args()
     layers, hidden, heads, batches = SIZES[args.size]
-    print(f"backend={keras.config.backend()} size={args.size} layers={layers} hidden={hidden}")
+    print(
+        f"backend={keras.config.backend()} xla={not args.no_xla} size={args.size} "
+        f"layers={layers} hidden={hidden}"
+    )
     rng = np.random.default_rng(0)
     for length, batch in batches.items():
         backbone = keras_masking.models.TransformerBackbone(
@@ -88,7 +96,7 @@ def main():
             "padding_mask": np.ones((batch, length), "int32"),
         }
         labels = rng.integers(0, 15, batch)
-        models = {rate: classifier(backbone, rate) for rate in RATES}
+        models = {rate: classifier(backbone, rate, not args.no_xla) for rate in RATES}
         for model in models.values():
             time_steps(model, features, labels, 2)  # compile outside the timing
         times = {rate: [] for rate in RATES}

@@ -4,7 +4,9 @@ import keras
 from keras import ops
 
 from keras_masking.ops.attention_masks import large_negative
+from keras_masking.ops.token_dropping import batched_gather
 from keras_masking.ops.token_dropping import kept_indices
+from keras_masking.ops.token_dropping import restore_full_length
 from keras_masking.ops.token_dropping import sample_keep_mask
 from keras_masking.ops.token_dropping import static_keep_length
 from keras_masking.utils.eager_checks import concrete_value
@@ -156,7 +158,7 @@ class DropToken(keras.layers.Layer):
         indices = kept_indices(keep, keep_length)
         kept_mask = ops.take_along_axis(keep, indices, axis=1)
         return {
-            "hidden": ops.take_along_axis(hidden, indices[..., None], axis=1),
+            "hidden": batched_gather(hidden, indices),
             "padding_mask": ops.cast(kept_mask, padding_mask.dtype),
             "position_ids": ops.take_along_axis(position_ids, indices, axis=1),
             "keep_mask": keep,
@@ -205,3 +207,24 @@ class DropToken(keras.layers.Layer):
             }
         )
         return config
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+class RestoreDroppedTokens(keras.layers.Layer):
+    """Puts gather-mode outputs back at their original positions.
+
+    Call arguments:
+        kept_values: ``(batch, keep_length, dim)`` outputs of the kept tokens.
+        keep_mask: bool ``(batch, sequence)`` from `DropToken`.
+
+    Returns:
+        ``(batch, sequence, dim)`` with zeros where tokens were dropped (the
+        identity at inference, where ``keep_mask`` is all True).
+    """
+
+    def call(self, kept_values, keep_mask):
+        return restore_full_length(kept_values, keep_mask)
+
+    def compute_output_spec(self, kept_values, keep_mask):
+        shape = (kept_values.shape[0], keep_mask.shape[1]) + tuple(kept_values.shape[2:])
+        return keras.KerasTensor(shape, kept_values.dtype)

@@ -3,8 +3,8 @@
 import keras
 
 from keras_masking.layers.drop_token import DropToken
+from keras_masking.layers.drop_token import RestoreDroppedTokens
 from keras_masking.methods.encoder_stages import encoder_stages
-from keras_masking.ops.token_dropping import restore_full_length
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -57,7 +57,9 @@ class DropTokenEncoder(keras.Model):
         if mode == "gather":
             sequence = stages.encode(dropped["hidden"], dropped["padding_mask"], positions)
             pooled = stages.pool(sequence)
-            sequence = restore_full_length(sequence, dropped["keep_mask"])
+            sequence = RestoreDroppedTokens(name="restore_dropped_tokens")(
+                sequence, dropped["keep_mask"]
+            )
         else:
             sequence = stages.encode(
                 hidden, inputs["padding_mask"], positions, dropped["attention_bias"]

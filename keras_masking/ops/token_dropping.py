@@ -59,6 +59,27 @@ def kept_indices(keep, keep_length):
     return ops.cast(ops.argsort(key, axis=1)[:, :keep_length], "int32")
 
 
+def batched_gather(values, indices):
+    """``values[b, indices[b, k]]`` as one flat gather.
+
+    Equivalent to ``take_along_axis`` on axis 1 with broadcast indices, but
+    lowered to a single row gather (and a segment-sum gradient), which is
+    much faster on CPU under XLA than a broadcast ``take_along_axis``.
+
+    Args:
+        values: tensor ``(batch, length, ...)``.
+        indices: int tensor ``(batch, count)`` in ``[0, length)``.
+
+    Returns:
+        A tensor ``(batch, count, ...)``.
+    """
+    shape = ops.shape(values)
+    batch, length = shape[0], shape[1]
+    flat = ops.reshape(values, (-1,) + tuple(values.shape[2:]))
+    offsets = ops.arange(batch, dtype="int32")[:, None] * length
+    return ops.take(flat, ops.cast(indices, "int32") + offsets, axis=0)
+
+
 def restore_full_length(kept_values, keep):
     """Scatters ``(batch, keep_length, ...)`` values back to full length.
 
@@ -75,5 +96,5 @@ def restore_full_length(kept_values, keep):
     # A kept token's slot is the number of kept tokens before it; slots never
     # exceed the kept count, itself at most keep_length.
     slot = ops.maximum(ops.cumsum(keep_int, axis=1) - 1, 0)
-    restored = ops.take_along_axis(kept_values, slot[..., None], axis=1)
+    restored = batched_gather(kept_values, slot)
     return restored * ops.cast(keep, restored.dtype)[..., None]
