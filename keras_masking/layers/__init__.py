@@ -3,6 +3,7 @@
 from keras_masking.layers.activations import gelu_approximate
 from keras_masking.layers.activations import gelu_exact
 from keras_masking.layers.drop_token import DropToken
+from keras_masking.layers.drop_token import RestoreDroppedTokens
 from keras_masking.layers.feed_forward import FeedForward
 from keras_masking.layers.masked_lm_head import MaskedLMHead
 from keras_masking.layers.self_attention import SelfAttention
