@@ -303,16 +303,13 @@ class TransformerBackbone(keras_hub.models.Backbone):
             load_weights: bool. Whether to load the weights.
             **kwargs: passed to the keras-hub loader.
         """
-        from keras_hub.src.utils.preset_utils import get_preset_loader
-
-        loader = get_preset_loader(preset)
-        backbone_cls = loader.check_backbone_class()
-        if issubclass(backbone_cls, cls):
-            return super().from_preset(preset, load_weights=load_weights, **kwargs)
         from keras_masking.models.keras_hub_conversion import from_keras_hub
 
-        hub_backbone = backbone_cls.from_preset(preset, load_weights=load_weights, **kwargs)
-        return from_keras_hub(hub_backbone, activation=_declared_activation(preset))
+        # keras-hub's generic loader picks the class the preset declares.
+        loaded = keras_hub.models.Backbone.from_preset(preset, load_weights=load_weights, **kwargs)
+        if isinstance(loaded, cls):
+            return loaded
+        return from_keras_hub(loaded, activation=_declared_activation(preset))
 
     def get_config(self):
         config = super().get_config()
