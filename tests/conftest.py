@@ -10,6 +10,18 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 FAMILIES = ("bert", "roformer", "nezha")
 
 
+# The same tiny sizes for keras-hub's BertBackbone / RobertaBackbone.
+HUB_SIZES = dict(
+    vocabulary_size=64,
+    num_layers=2,
+    num_heads=4,
+    hidden_dim=32,
+    intermediate_dim=48,
+    dropout=0.0,
+    max_sequence_length=24,
+)
+
+
 def tiny_backbone_kwargs(position="absolute", **overrides):
     """Arguments of a 2-layer, hidden-32 TransformerBackbone."""
     kwargs = dict(

@@ -5,6 +5,7 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
+from conftest import HUB_SIZES
 from conftest import random_features
 from conftest import randomize_weights
 from conftest import tiny_backbone_kwargs
@@ -84,15 +85,7 @@ def test_attention_mode_equals_gather_on_kept_tokens(position):
 
 
 def test_keras_hub_bert_keeps_original_positions():
-    hub = keras_hub.models.BertBackbone(
-        vocabulary_size=64,
-        num_layers=2,
-        num_heads=4,
-        hidden_dim=32,
-        intermediate_dim=48,
-        dropout=0.0,
-        max_sequence_length=24,
-    )
+    hub = keras_hub.models.BertBackbone(**HUB_SIZES)
     randomize_weights(hub)
     encoder = keras_masking.with_drop_token(hub, 0.5, seed=2)
     features = random_features(batch=2, length=12)
@@ -220,15 +213,7 @@ def test_rate_schedule_changes_rates_in_fit():
 
 
 def test_keras_hub_roberta_attention_mode_matches_gather():
-    hub = keras_hub.models.RobertaBackbone(
-        vocabulary_size=64,
-        num_layers=2,
-        num_heads=4,
-        hidden_dim=32,
-        intermediate_dim=48,
-        dropout=0.0,
-        max_sequence_length=24,
-    )
+    hub = keras_hub.models.RobertaBackbone(**HUB_SIZES)
     randomize_weights(hub, seed=4)
     features = random_features(batch=2, length=12)
     features.pop("segment_ids")

@@ -4,22 +4,13 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
+from conftest import HUB_SIZES
 from conftest import random_features
 from conftest import randomize_weights
 from conftest import tiny_backbone_kwargs
 
 import keras_masking
 from keras_masking.models import TransformerBackbone
-
-HUB_SIZES = dict(
-    vocabulary_size=64,
-    num_layers=2,
-    num_heads=4,
-    hidden_dim=32,
-    intermediate_dim=48,
-    dropout=0.0,
-    max_sequence_length=24,
-)
 
 
 def _hub_bert():
