@@ -3,19 +3,7 @@
 import keras
 
 from keras_masking.layers.drop_token import DropToken
-
-
-def _drop_token_layers(model):
-    found, stack, seen = [], [model], set()
-    while stack:
-        layer = stack.pop()
-        if id(layer) in seen:
-            continue
-        seen.add(id(layer))
-        if isinstance(layer, DropToken):
-            found.append(layer)
-        stack.extend(getattr(layer, "layers", []))
-    return found
+from keras_masking.utils.layer_walk import walk_layers
 
 
 class DropTokenRateSchedule(keras.callbacks.Callback):
@@ -71,7 +59,7 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
 
     def _apply(self):
         rate = self.rate_at(self.step)
-        layers = _drop_token_layers(self.model)
+        layers = [layer for layer in walk_layers(self.model) if isinstance(layer, DropToken)]
         if not layers:
             raise ValueError("DropTokenRateSchedule found no DropToken layer in the model.")
         if all(layer.rate == rate for layer in layers) and self.history:

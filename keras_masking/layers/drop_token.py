@@ -156,11 +156,11 @@ class DropToken(keras.layers.Layer):
                 "attention_bias": bias[:, None, None, :],
             }
         indices = kept_indices(keep, keep_length)
-        kept_mask = ops.take_along_axis(keep, indices, axis=1)
+        kept_mask = batched_gather(keep, indices)
         return {
             "hidden": batched_gather(hidden, indices),
             "padding_mask": ops.cast(kept_mask, padding_mask.dtype),
-            "position_ids": ops.take_along_axis(position_ids, indices, axis=1),
+            "position_ids": batched_gather(position_ids, indices),
             "keep_mask": keep,
             "kept_indices": indices,
         }

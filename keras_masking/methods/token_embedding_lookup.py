@@ -2,23 +2,7 @@
 
 import keras
 
-
-def _walk_layers(model):
-    """Every layer reachable through ``.layers``, depth first, each once."""
-    seen = set()
-    stack = list(getattr(model, "layers", []))
-    while stack:
-        layer = stack.pop(0)
-        if id(layer) in seen:
-            continue
-        seen.add(id(layer))
-        yield layer
-        stack.extend(getattr(layer, "layers", []))
-        # keras-masking and keras-hub layers keep sublayers as attributes.
-        for name in ("token_embedding", "embeddings", "backbone", "masked_lm_head", "mlm_head"):
-            child = getattr(layer, name, None)
-            if isinstance(child, keras.layers.Layer):
-                stack.append(child)
+from keras_masking.utils.layer_walk import walk_layers
 
 
 def _describe(layer):
@@ -47,7 +31,7 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
             the candidates.
     """
     candidates = [
-        layer for layer in _walk_layers(model) if isinstance(layer, keras.layers.Embedding)
+        layer for layer in walk_layers(model) if isinstance(layer, keras.layers.Embedding)
     ]
     if isinstance(model, keras.layers.Embedding):
         return model
@@ -94,7 +78,7 @@ def find_tied_heads(model, token_embedding):
     head_types = (MaskedLMHead, keras_hub.layers.MaskedLMHead)
     return [
         layer
-        for layer in _walk_layers(model)
+        for layer in walk_layers(model)
         if isinstance(layer, head_types)
         and getattr(layer, "token_embedding", None) is token_embedding
     ]

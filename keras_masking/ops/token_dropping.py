@@ -62,9 +62,8 @@ def kept_indices(keep, keep_length):
 def batched_gather(values, indices):
     """``values[b, indices[b, k]]`` as one flat gather.
 
-    Equivalent to ``take_along_axis`` on axis 1 with broadcast indices, but
-    lowered to a single row gather (and a segment-sum gradient), which is
-    much faster on CPU under XLA than a broadcast ``take_along_axis``.
+    Equivalent to ``take_along_axis`` on axis 1, for values of any rank >= 2,
+    lowered to a single row gather (with a segment-sum gradient).
 
     Args:
         values: tensor ``(batch, length, ...)``.
