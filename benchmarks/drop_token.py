@@ -12,6 +12,9 @@ evaluated at the full length L and at the kept length L - floor(rate L).
 Embedding lookups, the classifier and the optimizer update do not shrink
 with L, so measured speed-ups fall below the ideal when they matter.
 
+On TensorFlow, XLA's CPU fusion emitters are turned off unless
+``--keep-xla-cpu-fusion-emitters`` is given (see keras_masking.utils.xla_cpu).
+
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/drop_token.py [--size base]
 """
@@ -72,11 +75,19 @@ def main():
         action="store_true",
         help="compile without XLA (TensorFlow graph mode); see README for why",
     )
+    parser.add_argument(
+        "--keep-xla-cpu-fusion-emitters",
+        action="store_true",
+        help="TensorFlow: do not turn XLA CPU's fusion emitters off (shows the slowdown)",
+    )
     args = parser.parse_args()
+    if not args.keep_xla_cpu_fusion_emitters:
+        keras_masking.utils.disable_xla_cpu_fusion_emitters()
     layers, hidden, heads, batches = SIZES[args.size]
     print(
         f"backend={keras.config.backend()} xla={not args.no_xla} size={args.size} "
-        f"layers={layers} hidden={hidden}"
+        f"layers={layers} hidden={hidden} "
+        f"xla_cpu_fusion_emitters_off={keras_masking.utils.xla_cpu_fusion_emitters_disabled()}"
     )
     rng = np.random.default_rng(0)
     for length, batch in batches.items():

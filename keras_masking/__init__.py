@@ -9,6 +9,7 @@ Subpackages:
     methods: the "apply to a model" functions (`correct_mlm_embeddings`,
         `mlm_model_average`, ...).
     callbacks: `MLMEmbeddingCorrection` for `fit`.
+    utils: backend-edge helpers (`disable_xla_cpu_fusion_emitters`).
 """
 
 from keras_masking import callbacks
@@ -16,8 +17,13 @@ from keras_masking import layers
 from keras_masking import methods
 from keras_masking import models
 from keras_masking import ops
+from keras_masking import utils
 from keras_masking.methods import correct_mlm_embeddings
+from keras_masking.methods import fl_tune
+from keras_masking.methods import merge_fl
 from keras_masking.methods import mlm_model_average
+from keras_masking.methods import prefix_tune
 from keras_masking.methods import undo_mlm_embedding_correction
+from keras_masking.methods import unmerge_fl
 from keras_masking.methods import with_drop_token
 from keras_masking.version import __version__

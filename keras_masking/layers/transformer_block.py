@@ -23,6 +23,16 @@ class TransformerBlock(keras.layers.Layer):
       computed from ``h`` (FL-tuning's addFFN) is passed as ``extra_output``
       and summed with the FFN output before dropout, residual and LayerNorm.
 
+    Parameter-efficient methods attach trainable parts to a built block in
+    place, so every graph that calls the block (the backbone's own, a
+    DropToken encoder, a task) uses them:
+
+    * `attach_feed_forward_branch(layer)`: ``layer(h)`` is added to the FFN
+      output in every call (FL-tuning's `AddFFN`);
+    * `attach_key_value_prefix(layer)`: ``layer(training=...)`` gives the
+      ``kv_prefix`` used when a call passes none (P-tuning v2's
+      `KeyValuePrefix`).
+
     Args:
         num_heads: int. Number of attention heads.
         intermediate_dim: int. FFN hidden units.
@@ -101,6 +111,8 @@ class TransformerBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="feed_forward_layer_norm",
         )
+        self.feed_forward_branch = None
+        self.key_value_prefix = None
 
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
@@ -128,6 +140,49 @@ class TransformerBlock(keras.layers.Layer):
         self.feed_forward_layer_norm.build(input_shape)
         self.built = True
 
+    def attach_feed_forward_branch(self, layer):
+        """Adds ``layer(h)`` to this block's FFN output from now on.
+
+        Args:
+            layer: a layer mapping ``(batch, sequence, hidden)`` to the same
+                shape, e.g. `AddFFN`. It is built here.
+        """
+        self._attach("feed_forward_branch", layer)
+        if not layer.built:
+            layer.build((None, None, self.self_attention.num_heads * self.self_attention.head_dim))
+
+    def attach_key_value_prefix(self, layer):
+        """Uses ``layer(training=...)`` as the default ``kv_prefix``.
+
+        Args:
+            layer: a layer returning a ``(keys, values)`` pair of shape
+                ``(1, prefix, heads, head_dim)``, e.g. `KeyValuePrefix`.
+        """
+        self._attach("key_value_prefix", layer)
+
+    def detach_feed_forward_branch(self):
+        """Removes and returns the attached FFN branch (or None)."""
+        return self._attach("feed_forward_branch", None)
+
+    def detach_key_value_prefix(self):
+        """Removes and returns the attached key/value prefix (or None)."""
+        return self._attach("key_value_prefix", None)
+
+    def _attach(self, attribute, layer):
+        if not self.built:
+            raise ValueError("Build the block (call it once) before attaching layers to it.")
+        previous = getattr(self, attribute)
+        # Keras locks a built layer's state; attaching is this class's own,
+        # deliberate state change (the same pattern as Keras' enable_lora).
+        self._tracker.unlock()
+        try:
+            if previous is not None:
+                self._tracker.untrack(previous)
+            setattr(self, attribute, layer)
+        finally:
+            self._tracker.lock()
+        return previous
+
     def attention_sublayer(
         self,
         hidden,
@@ -138,6 +193,8 @@ class TransformerBlock(keras.layers.Layer):
         training=None,
     ):
         """``LN(x + Dropout(Attention(x)))``, the first half of the layer."""
+        if kv_prefix is None and self.key_value_prefix is not None:
+            kv_prefix = self.key_value_prefix(training=training)
         attended = self.self_attention(
             hidden,
             padding_mask=padding_mask,
@@ -150,8 +207,13 @@ class TransformerBlock(keras.layers.Layer):
         return self.attention_layer_norm(hidden + attended)
 
     def feed_forward_sublayer(self, hidden, extra_output=None, training=None):
-        """``LN(h + Dropout(FFN(h) + extra_output))``, the second half."""
+        """``LN(h + Dropout(FFN(h) + extra_output))``, the second half.
+
+        An attached FFN branch adds its output to ``extra_output``.
+        """
         transformed = self.feed_forward(hidden)
+        if self.feed_forward_branch is not None:
+            transformed = transformed + self.feed_forward_branch(hidden)
         if extra_output is not None:
             transformed = transformed + extra_output
         transformed = self.feed_forward_dropout(transformed, training=training)

@@ -1,5 +1,10 @@
 """The "apply to a model" functions of each method."""
 
+from keras_masking.methods.adapters import AdapterSet
+from keras_masking.methods.adapters import load_adapter
+from keras_masking.methods.adapters import read_adapter
+from keras_masking.methods.adapters import save_adapter
+
 from keras_masking.methods.drop_token import DropTokenEncoder
 from keras_masking.methods.drop_token import with_drop_token
 from keras_masking.methods.mlm_embedding_correction import MLMEmbeddingCorrection
@@ -10,3 +15,10 @@ from keras_masking.methods.mlm_embedding_correction import undo_mlm_embedding_co
 from keras_masking.methods.mlm_model_average import mlm_model_average
 from keras_masking.methods.mlm_model_average import sample_mlm_maskings
 from keras_masking.methods.token_embedding_lookup import find_token_embedding
+from keras_masking.methods.fl_tuning import add_ffn_parameter_count
+from keras_masking.methods.fl_tuning import fl_tune
+from keras_masking.methods.fl_tuning import merge_fl
+from keras_masking.methods.fl_tuning import unmerge_fl
+from keras_masking.methods.parameter_report import ParameterReport
+from keras_masking.methods.parameter_report import parameter_report
+from keras_masking.methods.prefix_tuning import prefix_tune

@@ -5,6 +5,7 @@ import keras
 from keras_masking.layers.drop_token import DropToken
 from keras_masking.layers.drop_token import RestoreDroppedTokens
 from keras_masking.methods.encoder_stages import encoder_stages
+from keras_masking.utils.xla_cpu import warn_if_slow_token_dropping_under_xla
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -123,7 +124,13 @@ def with_drop_token(backbone, rate, protected_token_ids=None, mode="gather", see
     encoder = keras_masking.with_drop_token(backbone, 0.15, protected_token_ids=(101, 102))
     logits = keras.layers.Dense(15)(encoder(encoder.input)["pooled_output"])
     ```
+
+    On TensorFlow's XLA CPU backend, gather mode needs the XLA CPU fusion
+    emitters off to be fast (see `keras_masking.utils.xla_cpu`); a warning
+    says so once.
     """
+    if mode == "gather" and rate:
+        warn_if_slow_token_dropping_under_xla()
     return DropTokenEncoder(
         backbone, rate, protected_token_ids=protected_token_ids or (), mode=mode, seed=seed
     )

@@ -185,6 +185,11 @@ def to_keras_hub(backbone):
     Returns:
         A `keras_hub.models.BertBackbone` or `RobertaBackbone`.
     """
+    if backbone.add_ffn is not None or backbone.key_value_prefix is not None:
+        raise ValueError(
+            "This backbone has tuning attachments (addFFN / key-value prefixes) that keras-hub's "
+            "layers cannot hold. Merge addFFN first (keras_masking.merge_fl)."
+        )
     if backbone.position != "absolute":
         raise ValueError(
             f"keras-hub's BERT/RoBERTa backbones have absolute positions only; "

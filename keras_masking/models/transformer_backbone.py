@@ -76,6 +76,17 @@ class TransformerBackbone(keras_hub.models.Backbone):
             sequence)`` so a shortened or expanded sequence keeps its
             original positions in every scheme; when False positions are
             ``0 .. sequence - 1``.
+        add_ffn: dict or None, ``{"units": k, "layers": [...]}``: FL-tuning's
+            `AddFFN` branches attached to those layers (written by
+            `keras_masking.fl_tune`, kept so saving round-trips).
+        key_value_prefix: dict or None, the `KeyValuePrefix` arguments and
+            ``layers`` of P-tuning v2 prefixes (written by
+            `keras_masking.prefix_tune`).
+        frozen_base: bool. When True every weight except the attached
+            branches and prefixes is frozen (see `freeze_base`).
+        merged_add_ffn: dict or None. The record `keras_masking.merge_fl`
+            leaves on a merged backbone (units, layers, placement) so that
+            `keras_masking.unmerge_fl` can split it again; informational.
         dtype: dtype or `keras.DTypePolicy` of computations and weights.
         **kwargs: base `keras_hub.models.Backbone` arguments (``name``...).
 
@@ -112,6 +123,10 @@ class TransformerBackbone(keras_hub.models.Backbone):
         use_pooler=True,
         custom_position_ids=False,
         mlm_embedding_correction=None,
+        add_ffn=None,
+        key_value_prefix=None,
+        frozen_base=False,
+        merged_add_ffn=None,
         dtype=None,
         **kwargs,
     ):
@@ -214,7 +229,17 @@ class TransformerBackbone(keras_hub.models.Backbone):
         self.use_pooler = use_pooler
         self.custom_position_ids = custom_position_ids
         self.mlm_embedding_correction = mlm_embedding_correction
+        self.merged_add_ffn = _plain(merged_add_ffn)
         self.cls_token_index = 0
+        self.add_ffn = None
+        self.key_value_prefix = None
+        self.frozen_base = False
+        if add_ffn:
+            self.attach_add_ffn(**add_ffn)
+        if key_value_prefix:
+            self.attach_key_value_prefixes(**key_value_prefix)
+        if frozen_base:
+            self.freeze_base()
 
     # === Stages (public hooks) ===
     def embed(self, token_ids, segment_ids=None, position_ids=None, training=None):
@@ -271,6 +296,105 @@ class TransformerBackbone(keras_hub.models.Backbone):
         if self.pooled_dense is None:
             return cls_state
         return self.pooled_dense(cls_state)
+
+    # === Parameter-efficient attachments (public hooks) ===
+    def attach_add_ffn(self, units, layers=None):
+        """Attaches an `AddFFN` of ``units`` to the chosen layers' FFNs.
+
+        The branch uses this backbone's FFN activation, so merging is exact.
+
+        Args:
+            units: int, hidden units added per FFN.
+            layers: list of layer indices, or None for every layer.
+        """
+        from keras_masking.layers.add_ffn import AddFFN
+
+        layers = self._layer_indices(layers)
+        for index in layers:
+            self.transformer_layers[index].attach_feed_forward_branch(
+                AddFFN(units, activation=self.activation, dtype=self.dtype_policy, name="add_ffn")
+            )
+        self.add_ffn = {"units": int(units), "layers": layers}
+
+    def attach_key_value_prefixes(
+        self, length, layers=None, dropout=0.1, reparameterize=False, hidden_units=512
+    ):
+        """Attaches trainable `KeyValuePrefix` tables to the chosen layers.
+
+        Args:
+            length: int >= 0, prefix length.
+            layers: list of layer indices, or None for every layer.
+            dropout, reparameterize, hidden_units: see `KeyValuePrefix`.
+        """
+        from keras_masking.layers.key_value_prefix import KeyValuePrefix
+
+        layers = self._layer_indices(layers)
+        for index in layers:
+            self.transformer_layers[index].attach_key_value_prefix(
+                KeyValuePrefix(
+                    length,
+                    num_heads=self.num_heads,
+                    head_dim=self.hidden_dim // self.num_heads,
+                    dropout=dropout,
+                    reparameterize=reparameterize,
+                    hidden_units=hidden_units,
+                    dtype=self.dtype_policy,
+                    name="key_value_prefix",
+                )
+            )
+        self.key_value_prefix = {
+            "length": int(length),
+            "layers": layers,
+            "dropout": float(dropout),
+            "reparameterize": bool(reparameterize),
+            "hidden_units": int(hidden_units),
+        }
+
+    def detach_attachments(self):
+        """Removes every attached FFN branch and key/value prefix."""
+        for block in self.transformer_layers:
+            block.detach_feed_forward_branch()
+            block.detach_key_value_prefix()
+        self.add_ffn = None
+        self.key_value_prefix = None
+
+    def base_layers(self):
+        """The layers holding the pretrained weights (not the attachments)."""
+        layers = [self.embeddings]
+        for block in self.transformer_layers:
+            layers += [
+                block.self_attention,
+                block.attention_layer_norm,
+                block.feed_forward,
+                block.feed_forward_layer_norm,
+            ]
+        if self.pooled_dense is not None:
+            layers.append(self.pooled_dense)
+        return layers
+
+    def freeze_base(self, frozen=True):
+        """Freezes (or unfreezes) every pretrained weight, LayerNorms included.
+
+        Attached branches and prefixes keep their own ``trainable`` flag.
+        Compile after changing it.
+
+        Args:
+            frozen: bool.
+        """
+        for layer in self.base_layers():
+            layer.trainable = not frozen
+        self.frozen_base = bool(frozen)
+
+    def _layer_indices(self, layers):
+        count = self.num_layers_built
+        if layers is None:
+            return list(range(count))
+        indices = sorted({int(index) for index in layers})
+        if not indices or indices[0] < 0 or indices[-1] >= count:
+            raise ValueError(
+                f"`layers` must name layer indices in [0, {count}). Received: {list(layers)}"
+            )
+        return indices
 
     @property
     def num_layers_built(self):
@@ -331,6 +455,10 @@ class TransformerBackbone(keras_hub.models.Backbone):
                 "use_pooler": self.use_pooler,
                 "custom_position_ids": self.custom_position_ids,
                 "mlm_embedding_correction": _plain(self.mlm_embedding_correction),
+                "add_ffn": _plain(self.add_ffn),
+                "key_value_prefix": _plain(self.key_value_prefix),
+                "frozen_base": self.frozen_base,
+                "merged_add_ffn": _plain(self.merged_add_ffn),
             }
         )
         return config

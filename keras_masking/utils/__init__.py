@@ -1,1 +1,4 @@
 """Small helpers at the backend edge."""
+
+from keras_masking.utils.xla_cpu import disable_xla_cpu_fusion_emitters
+from keras_masking.utils.xla_cpu import xla_cpu_fusion_emitters_disabled
