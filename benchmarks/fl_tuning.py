@@ -164,7 +164,8 @@ def main():
             adapter = "-"
             if method in ("fl", "pv2"):
                 path = save_adapter(model, os.path.join(folder, method))
-                adapter = f"{os.path.getsize(path) / 2**20:.1f} ({os.path.getsize(path) / full_bytes:.1%})"
+                file_bytes = os.path.getsize(path)
+                adapter = f"{file_bytes / 2**20:.1f} ({file_bytes / full_bytes:.1%})"
             print(
                 f"{method:6} {report.trainable:>12,} {report.ratio:>7.2%} {step * 1000:>8.1f} "
                 f"{step / full_step:>7.2f}x {optimizer_state_bytes(model) / 2**20:>14.1f} "

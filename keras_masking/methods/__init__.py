@@ -4,9 +4,12 @@ from keras_masking.methods.adapters import AdapterSet
 from keras_masking.methods.adapters import load_adapter
 from keras_masking.methods.adapters import read_adapter
 from keras_masking.methods.adapters import save_adapter
-
 from keras_masking.methods.drop_token import DropTokenEncoder
 from keras_masking.methods.drop_token import with_drop_token
+from keras_masking.methods.fl_tuning import add_ffn_parameter_count
+from keras_masking.methods.fl_tuning import fl_tune
+from keras_masking.methods.fl_tuning import merge_fl
+from keras_masking.methods.fl_tuning import unmerge_fl
 from keras_masking.methods.mlm_embedding_correction import MLMEmbeddingCorrection
 from keras_masking.methods.mlm_embedding_correction import correct_mlm_embeddings
 from keras_masking.methods.mlm_embedding_correction import correction_record
@@ -14,11 +17,7 @@ from keras_masking.methods.mlm_embedding_correction import masking_configuration
 from keras_masking.methods.mlm_embedding_correction import undo_mlm_embedding_correction
 from keras_masking.methods.mlm_model_average import mlm_model_average
 from keras_masking.methods.mlm_model_average import sample_mlm_maskings
-from keras_masking.methods.token_embedding_lookup import find_token_embedding
-from keras_masking.methods.fl_tuning import add_ffn_parameter_count
-from keras_masking.methods.fl_tuning import fl_tune
-from keras_masking.methods.fl_tuning import merge_fl
-from keras_masking.methods.fl_tuning import unmerge_fl
 from keras_masking.methods.parameter_report import ParameterReport
 from keras_masking.methods.parameter_report import parameter_report
 from keras_masking.methods.prefix_tuning import prefix_tune
+from keras_masking.methods.token_embedding_lookup import find_token_embedding
