@@ -8,7 +8,8 @@ ideal speed-up from the encoder's FLOP count,
 
     F(L) = layers * L * (24 d^2 + 4 L d)      (forward; backward is ~2x)
 
-evaluated at the full length L and at the kept length L - floor(rate L).
+evaluated at the full length L and at the kept slots: L - floor(rate L)
+rounded up to a multiple of 8, as `with_drop_token` does by default.
 Embedding lookups, the classifier and the optimizer update do not shrink
 with L, so measured speed-ups fall below the ideal when they matter.
 
@@ -118,7 +119,7 @@ def main():
         print(f"L={length} batch={batch} (median of {args.rounds} rounds x {args.steps} steps)")
         for rate in RATES:
             median = statistics.median(times[rate])
-            kept = static_keep_length(length, rate)
+            kept = static_keep_length(length, rate, multiple=8)
             ideal = encoder_flops(layers, hidden, length) / encoder_flops(layers, hidden, kept)
             print(
                 f"  rate {rate:4.2f} kept {kept:3d}: {median * 1000:8.1f} ms/step  "

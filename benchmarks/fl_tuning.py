@@ -109,7 +109,16 @@ def child_peak_memory(size, method):
     features, labels = batch_of(size)
     for _ in range(3):
         model.train_on_batch(features, labels)
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(peak_resident_mib())
+
+
+def peak_resident_mib():
+    """This process's peak RSS (VmHWM; ru_maxrss would include the parent's)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def peak_memory(size, method):
@@ -130,6 +139,9 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--child", choices=METHODS, help=argparse.SUPPRESS)
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument(
+        "--memory-only", action="store_true", help="only the per-method peak-memory processes"
+    )
     args = parser.parse_args()
     if args.child:
         child_peak_memory(args.size, args.child)
@@ -139,6 +151,10 @@ def main():
         f"backend={keras.config.backend()} size={args.size} layers={layers} hidden={hidden} "
         f"batch={batch} length={length}"
     )
+    if args.memory_only:
+        for method in METHODS:
+            print(f"{method:6} peak RSS {peak_memory(args.size, method):.0f} MiB")
+        return
     features, labels = batch_of(args.size)
     base_weights = build_backbone(args.size).get_weights()
     models = {m: classifier(build_backbone(args.size), m, base_weights) for m in METHODS}

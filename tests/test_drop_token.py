@@ -142,7 +142,12 @@ def test_rates_protection_padding_and_seeds_on_random_batches():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"rate": 1.0}, "rate"), ({"rate": -0.1}, "rate"), ({"rate": 0.1, "mode": "mask"}, "mode")],
+    [
+        ({"rate": 1.0}, "rate"),
+        ({"rate": -0.1}, "rate"),
+        ({"rate": 0.1, "mode": "mask"}, "mode"),
+        ({"rate": 0.1, "slot_multiple": 0}, "slot_multiple"),
+    ],
 )
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -150,7 +155,7 @@ def test_bad_arguments(kwargs, message):
 
 
 def test_protected_tokens_that_do_not_fit_and_shape_mismatch():
-    layer = DropToken(0.5, protected_positions=tuple(range(8)))
+    layer = DropToken(0.5, protected_positions=tuple(range(8)), slot_multiple=1)
     with pytest.raises(ValueError, match="8 protected tokens but only 4"):
         layer(np.ones((1, 8, 2), "float32"), np.ones((1, 8)), training=True)
     with pytest.raises(ValueError, match="does not match"):
@@ -227,3 +232,26 @@ def test_keras_hub_roberta_attention_mode_matches_gather():
     np.testing.assert_allclose(
         np.asarray(a["sequence_output"])[kept], np.asarray(b["sequence_output"])[kept], atol=5e-5
     )
+
+
+def test_slots_round_up_to_a_multiple_without_dropping_more():
+    from keras_masking.ops.token_dropping import static_keep_length
+
+    assert static_keep_length(512, 0.1) == 461
+    assert static_keep_length(512, 0.1, multiple=8) == 464
+    assert static_keep_length(512, 0.5, multiple=8) == 256
+    assert static_keep_length(12, 0.1, multiple=8) == 12  # capped at the length
+    rng = np.random.default_rng(3)
+    batch, length, rate = 300, 40, 0.3
+    hidden = rng.normal(size=(batch, length, 4)).astype("float32")
+    padding_mask = np.ones((batch, length), "int32")
+    shares = {}
+    for multiple in (1, 8):
+        layer = DropToken(rate, protected_positions=(0,), seed=5, slot_multiple=multiple)
+        out = layer(hidden, padding_mask, training=True)
+        assert out["hidden"].shape[1] == {1: 28, 8: 32}[multiple]
+        keep = np.asarray(out["keep_mask"]).astype(bool)
+        shares[multiple] = 1 - keep[:, 1:].mean()
+        # Spare slots are masked: the kept count per row equals the mask's sum.
+        np.testing.assert_array_equal(np.asarray(out["padding_mask"]).sum(1), keep.sum(1))
+    assert abs(shares[1] - rate) < 0.02 and abs(shares[8] - rate) < 0.02

@@ -117,12 +117,15 @@ def test_trainable_counts_match_the_formula():
     assert parameter_report(backbone).trainable == 2 * 2 * 5 * 32
 
 
-@pytest.mark.parametrize("method", ["fl", "prefix"])
+@pytest.mark.parametrize("method", ["fl", "prefix", "ma"])
 def test_a_training_step_changes_only_the_intended_weights(method):
     classifier, backbone = _classifier(dropout=0.1)
     if method == "fl":
         keras_masking.fl_tune(classifier, units=UNITS, verbose=False)
         tuned = [v for b in _branches(backbone) for v in b.weights]
+    elif method == "ma":
+        keras_masking.fl_tune(classifier, units=0, attention_units=2, verbose=False)
+        tuned = [v for b in backbone.transformer_layers for v in b.attention_units.weights]
     else:
         keras_masking.prefix_tune(classifier, length=4, verbose=False)
         tuned = [v for b in backbone.transformer_layers for v in b.key_value_prefix.weights]
@@ -279,3 +282,56 @@ def test_bad_arguments_are_refused():
         keras_masking.prefix_tune(classifier, length=-1, verbose=False)
     with pytest.raises(TypeError, match="TransformerBackbone"):
         keras_masking.fl_tune(keras.layers.Dense(3), verbose=False)
+
+
+def test_ma_tuning_attention_units_match_the_formula():
+    from keras_masking.layers import AttentionUnits
+    from keras_masking.layers import SelfAttention
+
+    rng = np.random.default_rng(0)
+    hidden = rng.normal(size=(2, 5, 32)).astype("float32")
+    attention = SelfAttention(num_heads=4, head_dim=8)
+    attention.build(hidden.shape)
+    units = AttentionUnits(units_per_head=3, num_heads=4)
+    units.build(hidden.shape)
+    for layer in (attention, units):
+        randomize_weights(layer, seed=2, scale=0.3)
+    got = np.asarray(attention(hidden, extra_units=units))
+
+    def dense(layer, x):
+        kernel, bias = layer.get_weights()
+        return x @ kernel + bias
+
+    def heads(x, size):
+        return x.reshape(2, 5, 4, size)
+
+    q, k, v = (heads(dense(getattr(attention, n), hidden), 8) for n in ("query", "key", "value"))
+    q2, k2, v2 = (heads(dense(getattr(units, n), hidden), 3) for n in ("query", "key", "value"))
+    logits = (np.einsum("bqhd,bkhd->bhqk", q, k) + np.einsum("bqhd,bkhd->bhqk", q2, k2)) / np.sqrt(
+        8
+    )
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    context = np.einsum("bhqk,bkhd->bqhd", p, v).reshape(2, 5, 32)
+    extra = np.einsum("bhqk,bkhd->bqhd", p, v2).reshape(2, 5, 12)
+    expected = dense(attention.attention_output, context) + dense(units.attention_output, extra)
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
+def test_ma_tuning_saves_loads_and_refuses_to_merge(tmp_path, features):
+    classifier, backbone = _classifier()
+    keras_masking.fl_tune(classifier, units=UNITS, attention_units=2, verbose=False)
+    for block in backbone.transformer_layers:
+        randomize_weights(block.attention_units, seed=4)
+    expected = np.asarray(classifier(features))
+    path = str(tmp_path / "ma.keras")
+    classifier.save(path)
+    np.testing.assert_allclose(
+        np.asarray(keras.saving.load_model(path)(features)), expected, atol=1e-6
+    )
+    adapter = save_adapter(classifier, tmp_path / "ma")
+    fresh, _ = _classifier()
+    load_adapter(fresh, adapter)
+    np.testing.assert_allclose(np.asarray(fresh(features)), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="do not merge"):
+        keras_masking.merge_fl(classifier)

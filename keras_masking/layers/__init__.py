@@ -3,6 +3,7 @@
 from keras_masking.layers.activations import gelu_approximate
 from keras_masking.layers.activations import gelu_exact
 from keras_masking.layers.add_ffn import AddFFN
+from keras_masking.layers.attention_units import AttentionUnits
 from keras_masking.layers.drop_token import DropToken
 from keras_masking.layers.drop_token import RestoreDroppedTokens
 from keras_masking.layers.feed_forward import FeedForward

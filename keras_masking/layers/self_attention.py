@@ -46,7 +46,11 @@ class SelfAttention(keras.layers.Layer):
       ``(batch or 1, prefix, heads, head_dim)`` that every query may attend
       to, with no position and no bias (P-tuning v2).
 
-    Both cost nothing when left as ``None``.
+    * ``extra_units``: an `AttentionUnits` layer whose extra query/key
+      dimensions add to the logits and whose extra value dimensions add to
+      the output (MA-tuning).
+
+    All cost nothing when left as ``None``.
 
     Args:
         num_heads: int. Number of attention heads.
@@ -68,6 +72,7 @@ class SelfAttention(keras.layers.Layer):
             to ``0 .. sequence - 1``. Used by the rotary and relative schemes.
         attention_bias: optional additive float bias (see above).
         kv_prefix: optional ``(keys, values)`` pair (see above).
+        extra_units: optional `AttentionUnits` layer (see above).
         training: bool, whether dropout is active.
 
     Example:
@@ -145,6 +150,7 @@ class SelfAttention(keras.layers.Layer):
         position_ids=None,
         attention_bias=None,
         kv_prefix=None,
+        extra_units=None,
         training=None,
     ):
         length = ops.shape(hidden)[1]
@@ -160,6 +166,11 @@ class SelfAttention(keras.layers.Layer):
         query = query * ops.cast(scale, query.dtype)
         # [B, H, Q, K]
         logits = ops.einsum("bqhd,bkhd->bhqk", query, key)
+        extra_value = None
+        if extra_units is not None:
+            extra_query, extra_key, extra_value = extra_units.projections(hidden)
+            extra_query = extra_query * ops.cast(scale, extra_query.dtype)
+            logits = logits + ops.einsum("bqhd,bkhd->bhqk", extra_query, extra_key)
         relative = None
         if self.position == "relative":
             relative = relative_position_embeddings(
@@ -194,7 +205,11 @@ class SelfAttention(keras.layers.Layer):
             )
         batch = ops.shape(hidden)[0]
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_dim))
-        return self.attention_output(context)
+        output = self.attention_output(context)
+        if extra_value is not None:
+            extra_context = ops.einsum("bhqk,bkhd->bqhd", probabilities, extra_value)
+            output = output + extra_units.project_output(extra_context)
+        return output
 
     @staticmethod
     def _relative_logits(query, relative):

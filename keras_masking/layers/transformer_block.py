@@ -31,7 +31,9 @@ class TransformerBlock(keras.layers.Layer):
       output in every call (FL-tuning's `AddFFN`);
     * `attach_key_value_prefix(layer)`: ``layer(training=...)`` gives the
       ``kv_prefix`` used when a call passes none (P-tuning v2's
-      `KeyValuePrefix`).
+      `KeyValuePrefix`);
+    * `attach_attention_units(layer)`: extra query/key/value units in every
+      head (MA-tuning's `AttentionUnits`).
 
     Args:
         num_heads: int. Number of attention heads.
@@ -113,6 +115,7 @@ class TransformerBlock(keras.layers.Layer):
         )
         self.feed_forward_branch = None
         self.key_value_prefix = None
+        self.attention_units = None
 
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
@@ -160,6 +163,16 @@ class TransformerBlock(keras.layers.Layer):
         """
         self._attach("key_value_prefix", layer)
 
+    def attach_attention_units(self, layer):
+        """Adds MA-tuning's extra attention units (an `AttentionUnits`)."""
+        self._attach("attention_units", layer)
+        if not layer.built:
+            layer.build((None, None, self.self_attention.num_heads * self.self_attention.head_dim))
+
+    def detach_attention_units(self):
+        """Removes and returns the attached attention units (or None)."""
+        return self._attach("attention_units", None)
+
     def detach_feed_forward_branch(self):
         """Removes and returns the attached FFN branch (or None)."""
         return self._attach("feed_forward_branch", None)
@@ -201,6 +214,7 @@ class TransformerBlock(keras.layers.Layer):
             position_ids=position_ids,
             attention_bias=attention_bias,
             kv_prefix=kv_prefix,
+            extra_units=self.attention_units,
             training=training,
         )
         attended = self.attention_output_dropout(attended, training=training)

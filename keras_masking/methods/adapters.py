@@ -16,6 +16,7 @@ from keras_masking.methods.backbone_surgery import transformer_backbones
 
 ADAPTER_FORMAT = "keras_masking.adapter"
 ADAPTER_VERSION = 1
+_ATTACHMENTS = ("add_ffn", "key_value_prefix", "add_attention_units")
 _BACKBONE_KEYS = ("num_layers", "hidden_dim", "num_heads", "intermediate_dim", "activation")
 
 
@@ -72,6 +73,7 @@ def load_adapter(model, path):
     for key, attach in (
         ("add_ffn", backbone.attach_add_ffn),
         ("key_value_prefix", backbone.attach_key_value_prefixes),
+        ("add_attention_units", backbone.attach_attention_units),
     ):
         wanted = description["method"].get(key)
         if wanted is not None and getattr(backbone, key) is None:
@@ -173,7 +175,7 @@ def _adapter_variables(model, backbone):
     """Attachment variables (by layer) then the head's, in a fixed order."""
     tuned = []
     for block in backbone.transformer_layers:
-        for layer in (block.feed_forward_branch, block.key_value_prefix):
+        for layer in (block.feed_forward_branch, block.key_value_prefix, block.attention_units):
             if layer is not None:
                 tuned += list(layer.weights)
     return tuned + _head_variables(model, backbone)
@@ -186,12 +188,13 @@ def _head_variables(model, backbone):
 
 def _adapter_state(model):
     backbone = _single_backbone(model)
-    if backbone.add_ffn is None and backbone.key_value_prefix is None:
+    attachments = (backbone.add_ffn, backbone.key_value_prefix, backbone.add_attention_units)
+    if all(attachment is None for attachment in attachments):
         raise ValueError("This model has no adapter: call keras_masking.fl_tune or prefix_tune.")
     description = {
         "format": ADAPTER_FORMAT,
         "version": ADAPTER_VERSION,
-        "method": {"add_ffn": backbone.add_ffn, "key_value_prefix": backbone.key_value_prefix},
+        "method": {key: getattr(backbone, key) for key in _ATTACHMENTS},
         "backbone": {key: getattr(backbone, key) for key in _BACKBONE_KEYS},
         "head": [[v.path, list(v.shape)] for v in _head_variables(model, backbone)],
     }
@@ -205,7 +208,7 @@ def _check_fits(backbone, model, description, source):
     for key, value in description["backbone"].items():
         if getattr(backbone, key) != value:
             problems.append(f"{key}: adapter {value!r}, model {getattr(backbone, key)!r}")
-    for key in ("add_ffn", "key_value_prefix"):
+    for key in _ATTACHMENTS:
         wanted, present = description["method"].get(key), getattr(backbone, key)
         if present is not None and wanted is not None and dict(present) != wanted:
             problems.append(f"{key}: adapter {wanted}, model {dict(present)}")

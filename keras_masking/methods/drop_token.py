@@ -32,10 +32,20 @@ class DropTokenEncoder(keras.Model):
         mode: ``"gather"`` (shorter sequence, faster) or ``"attention"``
             (full length; dropped keys hidden in every layer).
         seed: int or None.
+        slot_multiple: int, see `DropToken`.
         **kwargs: `keras.Model` arguments.
     """
 
-    def __init__(self, backbone, rate, protected_token_ids=(), mode="gather", seed=None, **kwargs):
+    def __init__(
+        self,
+        backbone,
+        rate,
+        protected_token_ids=(),
+        mode="gather",
+        seed=None,
+        slot_multiple=8,
+        **kwargs,
+    ):
         stages = encoder_stages(backbone)
         drop = DropToken(
             rate,
@@ -43,6 +53,7 @@ class DropTokenEncoder(keras.Model):
             protected_positions=(0,),
             mode=mode,
             seed=seed,
+            slot_multiple=slot_multiple,
             name="drop_token",
         )
         inputs = dict(backbone.input)
@@ -84,6 +95,7 @@ class DropTokenEncoder(keras.Model):
         self.protected_token_ids = tuple(protected_token_ids)
         self.mode = mode
         self.seed = seed
+        self.slot_multiple = slot_multiple
 
     def get_config(self):
         return {
@@ -92,6 +104,7 @@ class DropTokenEncoder(keras.Model):
             "protected_token_ids": list(self.protected_token_ids),
             "mode": self.mode,
             "seed": self.seed,
+            "slot_multiple": self.slot_multiple,
             "name": self.name,
         }
 
@@ -102,7 +115,9 @@ class DropTokenEncoder(keras.Model):
         return cls(**config)
 
 
-def with_drop_token(backbone, rate, protected_token_ids=None, mode="gather", seed=None):
+def with_drop_token(
+    backbone, rate, protected_token_ids=None, mode="gather", seed=None, slot_multiple=8
+):
     """Wraps a backbone so it drops tokens during training.
 
     Args:
@@ -114,6 +129,8 @@ def with_drop_token(backbone, rate, protected_token_ids=None, mode="gather", see
             for BERT's [CLS] and [SEP].
         mode: ``"gather"`` or ``"attention"`` (see `DropToken`).
         seed: int or None.
+        slot_multiple: int, gather mode rounds the kept slots up to a multiple
+            of it (see `DropToken`).
 
     Returns:
         A `DropTokenEncoder` with the backbone's inputs and outputs
@@ -132,5 +149,10 @@ def with_drop_token(backbone, rate, protected_token_ids=None, mode="gather", see
     if mode == "gather" and rate:
         warn_if_slow_token_dropping_under_xla()
     return DropTokenEncoder(
-        backbone, rate, protected_token_ids=protected_token_ids or (), mode=mode, seed=seed
+        backbone,
+        rate,
+        protected_token_ids=protected_token_ids or (),
+        mode=mode,
+        seed=seed,
+        slot_multiple=slot_multiple,
     )

@@ -16,7 +16,7 @@ from keras_masking.methods.parameter_report import parameter_report
 from keras_masking.models.transformer_backbone import TransformerBackbone
 
 
-def fl_tune(model, units=160, layers=None, verbose=True):
+def fl_tune(model, units=160, layers=None, attention_units=0, verbose=True):
     """Adds FL-tuning's `AddFFN` to every (or the chosen) FFN and freezes the rest.
 
     Embeddings, attention, the original FFNs and all LayerNorms are frozen;
@@ -28,8 +28,12 @@ def fl_tune(model, units=160, layers=None, verbose=True):
             / `RobertaBackbone` (converted to an equivalent
             `TransformerBackbone`, which is returned), or a model built on a
             `TransformerBackbone` (a keras-hub task, a functional classifier).
-        units: int, added hidden units per FFN (160 in the paper).
+        units: int, added hidden units per FFN (160 in the paper); 0 with
+            ``attention_units`` for MA-tuning alone.
         layers: list of layer indices, or None for every layer.
+        attention_units: int, MA-tuning: extra query/key/value units per
+            attention head (`AttentionUnits`); 0 (default) for none. These
+            units do not merge (`merge_fl` refuses them).
         verbose: bool, print the trainable count and ratio.
 
     Returns:
@@ -43,17 +47,26 @@ def fl_tune(model, units=160, layers=None, verbose=True):
     classifier.compile(optimizer=keras.optimizers.Adam(5e-5), loss=...)
     ```
     """
+    if not units and not attention_units:
+        raise ValueError("`units` must be a positive integer (or give `attention_units`).")
     model = as_transformer_backbone(model)
     for backbone in transformer_backbones(model):
-        if backbone.add_ffn is not None:
+        if backbone.add_ffn is not None or backbone.add_attention_units is not None:
             raise ValueError(
-                f"This backbone already has addFFN branches ({backbone.add_ffn}). Merge them "
+                f"This backbone already has addFFN branches or attention units "
+                f"({backbone.add_ffn or backbone.add_attention_units}). Merge them "
                 "(keras_masking.merge_fl) or detach them (backbone.detach_attachments()) first."
             )
-        backbone.attach_add_ffn(units, layers)
+        if units:
+            backbone.attach_add_ffn(units, layers)
+        if attention_units:
+            backbone.attach_attention_units(attention_units, layers)
         backbone.freeze_base()
     if verbose:
-        print(f"FL-tuning: {units} units per FFN; {parameter_report(model)}")
+        print(
+            f"FL-tuning: {units} units per FFN, {attention_units} attention units per head; "
+            f"{parameter_report(model)}"
+        )
     return model
 
 
@@ -86,6 +99,11 @@ def merge_fl(model, placement="suffix"):
     """
     replacements = {}
     for backbone in transformer_backbones(model):
+        if backbone.add_attention_units is not None:
+            raise ValueError(
+                "MA-tuning's attention units do not merge into a plain attention layer (the "
+                "extra dimensions keep the base head's scale); keep them attached."
+            )
         if backbone.add_ffn is None:
             continue
         replacements[id(backbone)] = _merged_backbone(backbone, placement)

@@ -185,9 +185,11 @@ def to_keras_hub(backbone):
     Returns:
         A `keras_hub.models.BertBackbone` or `RobertaBackbone`.
     """
-    if backbone.add_ffn is not None or backbone.key_value_prefix is not None:
+    attachments = (backbone.add_ffn, backbone.key_value_prefix, backbone.add_attention_units)
+    if any(attachment is not None for attachment in attachments):
         raise ValueError(
-            "This backbone has tuning attachments (addFFN / key-value prefixes) that keras-hub's "
+            "This backbone has tuning attachments (addFFN / key-value prefixes / attention "
+            "units) that keras-hub's "
             "layers cannot hold. Merge addFFN first (keras_masking.merge_fl)."
         )
     if backbone.position != "absolute":

@@ -82,6 +82,9 @@ class TransformerBackbone(keras_hub.models.Backbone):
         key_value_prefix: dict or None, the `KeyValuePrefix` arguments and
             ``layers`` of P-tuning v2 prefixes (written by
             `keras_masking.prefix_tune`).
+        add_attention_units: dict or None, ``{"units_per_head": u, "layers":
+            [...]}``: MA-tuning's `AttentionUnits` (written by
+            `keras_masking.fl_tune(attention_units=u)`).
         frozen_base: bool. When True every weight except the attached
             branches and prefixes is frozen (see `freeze_base`).
         merged_add_ffn: dict or None. The record `keras_masking.merge_fl`
@@ -125,6 +128,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         mlm_embedding_correction=None,
         add_ffn=None,
         key_value_prefix=None,
+        add_attention_units=None,
         frozen_base=False,
         merged_add_ffn=None,
         dtype=None,
@@ -233,9 +237,12 @@ class TransformerBackbone(keras_hub.models.Backbone):
         self.cls_token_index = 0
         self.add_ffn = None
         self.key_value_prefix = None
+        self.add_attention_units = None
         self.frozen_base = False
         if add_ffn:
             self.attach_add_ffn(**add_ffn)
+        if add_attention_units:
+            self.attach_attention_units(**add_attention_units)
         if key_value_prefix:
             self.attach_key_value_prefixes(**key_value_prefix)
         if frozen_base:
@@ -350,13 +357,36 @@ class TransformerBackbone(keras_hub.models.Backbone):
             "hidden_units": int(hidden_units),
         }
 
+    def attach_attention_units(self, units_per_head, layers=None):
+        """Attaches MA-tuning's `AttentionUnits` to the chosen layers.
+
+        Args:
+            units_per_head: int, extra query/key/value units per head.
+            layers: list of layer indices, or None for every layer.
+        """
+        from keras_masking.layers.attention_units import AttentionUnits
+
+        layers = self._layer_indices(layers)
+        for index in layers:
+            self.transformer_layers[index].attach_attention_units(
+                AttentionUnits(
+                    units_per_head,
+                    num_heads=self.num_heads,
+                    dtype=self.dtype_policy,
+                    name="attention_units",
+                )
+            )
+        self.add_attention_units = {"units_per_head": int(units_per_head), "layers": layers}
+
     def detach_attachments(self):
-        """Removes every attached FFN branch and key/value prefix."""
+        """Removes every attached FFN branch, attention unit and prefix."""
         for block in self.transformer_layers:
             block.detach_feed_forward_branch()
             block.detach_key_value_prefix()
+            block.detach_attention_units()
         self.add_ffn = None
         self.key_value_prefix = None
+        self.add_attention_units = None
 
     def base_layers(self):
         """The layers holding the pretrained weights (not the attachments)."""
@@ -457,6 +487,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
                 "mlm_embedding_correction": _plain(self.mlm_embedding_correction),
                 "add_ffn": _plain(self.add_ffn),
                 "key_value_prefix": _plain(self.key_value_prefix),
+                "add_attention_units": _plain(self.add_attention_units),
                 "frozen_base": self.frozen_base,
                 "merged_add_ffn": _plain(self.merged_add_ffn),
             }

@@ -14,9 +14,20 @@ import math
 from keras import ops
 
 
-def static_keep_length(sequence_length, rate):
-    """Slots kept from ``sequence_length``: ``L - floor(rate * L)``."""
-    return int(sequence_length) - int(math.floor(rate * int(sequence_length)))
+def static_keep_length(sequence_length, rate, multiple=1):
+    """Slots kept from ``sequence_length``.
+
+    ``L - floor(rate * L)``, rounded up to a multiple of ``multiple`` (matrix
+    kernels run faster on such sizes) and capped at ``L``. Rounding up only
+    adds masked slots; it never drops more than ``rate``.
+
+    >>> static_keep_length(512, 0.1), static_keep_length(512, 0.1, multiple=8)
+    (461, 464)
+    """
+    length = int(sequence_length)
+    kept = length - int(math.floor(rate * length))
+    multiple = max(int(multiple), 1)
+    return min(-(-kept // multiple) * multiple, length)
 
 
 def sample_keep_mask(real, droppable, rate, keep_length, noise, rounding):
