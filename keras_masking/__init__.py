@@ -9,11 +9,13 @@ Subpackages:
     methods: the "apply to a model" functions (`correct_mlm_embeddings`,
         `mlm_model_average`, ...).
     callbacks: `MLMEmbeddingCorrection` for `fit`.
+    losses: ExLM's `dag_loss` / `DAGLoss`.
     utils: backend-edge helpers (`disable_xla_cpu_fusion_emitters`).
 """
 
 from keras_masking import callbacks
 from keras_masking import layers
+from keras_masking import losses
 from keras_masking import methods
 from keras_masking import models
 from keras_masking import ops
