@@ -71,6 +71,7 @@ def main():
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--lengths", default=None, help="comma-separated subset, e.g. 512")
     parser.add_argument(
         "--no-xla",
         action="store_true",
@@ -91,6 +92,9 @@ def main():
         f"xla_cpu_fusion_emitters_off={keras_masking.utils.xla_cpu_fusion_emitters_disabled()}"
     )
     rng = np.random.default_rng(0)
+    if args.lengths:
+        wanted = {int(value) for value in args.lengths.split(",")}
+        batches = {length: batch for length, batch in batches.items() if length in wanted}
     for length, batch in batches.items():
         backbone = keras_masking.models.TransformerBackbone(
             vocabulary_size=21128,
