@@ -169,6 +169,6 @@ def test_bad_constructor_arguments(changes, message):
         TransformerBackbone(**tiny_backbone_kwargs(**changes))
 
 
-def test_rotary2d_is_reserved():
-    with pytest.raises(NotImplementedError, match="ExLM"):
-        TransformerBackbone(**tiny_backbone_kwargs(position="rotary2d"))
+def test_rotary2d_needs_a_head_size_divisible_by_4():
+    with pytest.raises(ValueError, match="divisible by 4"):
+        TransformerBackbone(**tiny_backbone_kwargs(position="rotary2d", num_heads=16))

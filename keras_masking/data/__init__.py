@@ -2,3 +2,5 @@
 
 from keras_masking.data.tokenization import bert_tokenizer
 from keras_masking.data.tokenization import encode_texts
+from keras_masking.data.repeated_mlm import RepeatedMLMBatch
+from keras_masking.data.repeated_mlm import repeated_mlm

@@ -4,11 +4,13 @@ from keras_masking.layers.activations import gelu_approximate
 from keras_masking.layers.activations import gelu_exact
 from keras_masking.layers.add_ffn import AddFFN
 from keras_masking.layers.attention_units import AttentionUnits
+from keras_masking.layers.dag_transition import DAGTransition
 from keras_masking.layers.drop_token import DropToken
 from keras_masking.layers.drop_token import RestoreDroppedTokens
 from keras_masking.layers.feed_forward import FeedForward
 from keras_masking.layers.key_value_prefix import KeyValuePrefix
 from keras_masking.layers.masked_lm_head import MaskedLMHead
 from keras_masking.layers.self_attention import SelfAttention
+from keras_masking.layers.state_expansion import StateExpansion
 from keras_masking.layers.transformer_block import TransformerBlock
 from keras_masking.layers.transformer_embedding import TransformerEmbedding

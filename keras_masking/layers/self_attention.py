@@ -10,6 +10,7 @@ from keras_masking.ops.attention_masks import padding_mask_to_bias
 from keras_masking.ops.relative_position import relative_position_embeddings
 from keras_masking.ops.relative_position import relative_position_table
 from keras_masking.ops.rotary import apply_interleaved_rotary
+from keras_masking.ops.rotary import apply_rotary_2d
 
 POSITION_SCHEMES = ("absolute", "rotary", "relative", "rotary2d")
 
@@ -20,11 +21,6 @@ def validate_position_scheme(position):
         raise ValueError(
             f"`position` must be one of {POSITION_SCHEMES}. Received: position={position!r}"
         )
-    if position == "rotary2d":
-        raise NotImplementedError(
-            "position='rotary2d' (ExLM's 2D RoPE) is reserved for the ExLM "
-            "work and is not implemented yet."
-        )
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -34,7 +30,8 @@ class SelfAttention(keras.layers.Layer):
     The position scheme is applied inside attention from ``position_ids``:
     ``"absolute"`` does nothing here (positions were added to the
     embeddings), ``"rotary"`` rotates queries and keys by RoFormer's
-    interleaved RoPE, ``"relative"`` adds NEZHA's clipped sinusoidal relative
+    interleaved RoPE, ``"rotary2d"`` by ExLM's 2D RoPE (``position_ids``
+    ``(batch, sequence, 2)``: original index and copy index), ``"relative"`` adds NEZHA's clipped sinusoidal relative
     embeddings to the logits and to the values.
 
     Two public hooks let methods change attention without touching this
@@ -56,7 +53,8 @@ class SelfAttention(keras.layers.Layer):
         num_heads: int. Number of attention heads.
         head_dim: int. Size of each head; ``num_heads * head_dim`` is the
             projection width.
-        position: one of ``"absolute"``, ``"rotary"``, ``"relative"``.
+        position: one of ``"absolute"``, ``"rotary"``, ``"relative"``,
+            ``"rotary2d"``.
         max_relative_position: int. Clipping distance of the ``"relative"``
             scheme (64 in NEZHA's checkpoints).
         rotary_base: float. Wavelength base of the ``"rotary"`` scheme.
@@ -162,6 +160,9 @@ class SelfAttention(keras.layers.Layer):
         if self.position == "rotary":
             query = apply_interleaved_rotary(query, position_ids, self.rotary_base)
             key = apply_interleaved_rotary(key, position_ids, self.rotary_base)
+        elif self.position == "rotary2d":
+            query = apply_rotary_2d(query, position_ids, self.rotary_base)
+            key = apply_rotary_2d(key, position_ids, self.rotary_base)
         scale = 1.0 / math.sqrt(self.head_dim)
         query = query * ops.cast(scale, query.dtype)
         # [B, H, Q, K]

@@ -57,8 +57,10 @@ class TransformerBackbone(keras_hub.models.Backbone):
             longest sequence an ``"absolute"`` model takes).
         num_segments: int. Segment (token type) vocabulary; 0 for none, as in
             RoBERTa, in which case there is no ``segment_ids`` input.
-        position: ``"absolute"``, ``"rotary"`` or ``"relative"``
-            (``"rotary2d"`` is reserved for ExLM).
+        position: ``"absolute"``, ``"rotary"``, ``"relative"`` or
+            ``"rotary2d"`` (ExLM's 2D RoPE, split halves rotated by the
+            original index and the copy index; with ``custom_position_ids``
+            the ``position_ids`` input is ``(batch, sequence, 2)``).
         max_relative_position: int. NEZHA's clipping distance (64).
         activation: FFN and MLM-head activation. ``"gelu"`` is the exact erf
             GELU (Hugging Face's and bert4keras' reading of Google's configs);
@@ -150,6 +152,11 @@ class TransformerBackbone(keras_hub.models.Backbone):
             raise ValueError(
                 f"hidden_dim ({hidden_dim}) must be divisible by num_heads ({num_heads})."
             )
+        if position == "rotary2d" and (hidden_dim // num_heads) % 4:
+            raise ValueError(
+                "2D rotary positions need a head size divisible by 4. Received "
+                f"hidden_dim={hidden_dim}, num_heads={num_heads}."
+            )
         if position == "rotary" and (hidden_dim // num_heads) % 2:
             raise ValueError(
                 "Rotary positions need an even head size. Received "
@@ -202,7 +209,8 @@ class TransformerBackbone(keras_hub.models.Backbone):
             inputs["segment_ids"] = keras.Input((None,), dtype="int32", name="segment_ids")
         inputs["padding_mask"] = keras.Input((None,), dtype="int32", name="padding_mask")
         if custom_position_ids:
-            inputs["position_ids"] = keras.Input((None,), dtype="int32", name="position_ids")
+            position_shape = (None, 2) if position == "rotary2d" else (None,)
+            inputs["position_ids"] = keras.Input(position_shape, dtype="int32", name="position_ids")
         position_ids = inputs.get("position_ids")
         hidden = self.embed(inputs["token_ids"], inputs.get("segment_ids"), position_ids)
         hidden = self.encode(hidden, inputs["padding_mask"], position_ids)

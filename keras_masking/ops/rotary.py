@@ -89,7 +89,42 @@ def apply_split_rotary(x, position_ids, base=10000.0):
     return ops.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
 
 
+def apply_rotary_2d(x, position_ids, base=10000.0):
+    """ExLM's 2D RoPE: the first half of each head by pos1, the second by pos2.
+
+    Each head's features are split into two contiguous halves of ``d/2``.
+    The first half is rotated by ``pos1`` (the original token index), the
+    second by ``pos2`` (the copy index, 0 for single tokens), each with the
+    rotate-half layout and inverse frequencies ``base ** (-2i / (d/2))``.
+    With ``pos2 = 0`` the second half is left as is, so the scheme reduces to
+    1D RoPE on the first half.
+
+    Args:
+        x: tensor ``(batch, sequence, heads, depth)``, ``depth % 4 == 0``.
+        position_ids: int tensor ``(batch or 1, sequence, 2)`` holding
+            ``(pos1, pos2)``, or ``(batch or 1, sequence)`` for pos1 alone.
+        base: float. The wavelength base.
+
+    Returns:
+        A tensor with the shape and dtype of ``x``.
+    """
+    depth = x.shape[-1]
+    if depth % 4:
+        raise ValueError(f"2D rotary embeddings need a head size divisible by 4. Received {depth}.")
+    if len(position_ids.shape) == 2:
+        first_positions, second_positions = position_ids, None
+    else:
+        first_positions, second_positions = position_ids[..., 0], position_ids[..., 1]
+    half = depth // 2
+    first = apply_split_rotary(x[..., :half], first_positions, base)
+    second = x[..., half:]
+    if second_positions is not None:
+        second = apply_split_rotary(second, second_positions, base)
+    return ops.concatenate([first, second], axis=-1)
+
+
 __all__ = [
+    "apply_rotary_2d",
     "apply_interleaved_rotary",
     "apply_split_rotary",
     "rotary_inverse_frequencies",

@@ -1,0 +1,213 @@
+"""ExLM: state expansion, 2D RoPE, the transition head, the pretrainer, Repeated MLM."""
+
+import keras
+import numpy as np
+import pytest
+from conftest import tiny_backbone_kwargs
+from keras import ops
+
+from keras_masking.data import repeated_mlm
+from keras_masking.layers import DAGTransition
+from keras_masking.layers import StateExpansion
+from keras_masking.models import ExLMPretrainer
+from keras_masking.models import TransformerBackbone
+from keras_masking.models import plain_position_ids
+from keras_masking.models.exlm_pretrainer import prediction_entropy
+from keras_masking.ops.rotary import apply_rotary_2d
+from keras_masking.ops.rotary import apply_split_rotary
+
+CLS, SEP, MASK = 101, 102, 103
+
+
+def _numpy(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+def test_expansion_reproduces_the_worked_example():
+    expand = StateExpansion(
+        k=4, mask_token_id=MASK, expand_token_ids=(CLS, SEP), max_expanded_tokens=4
+    )
+    ids = np.array([[CLS, 7, MASK, MASK, 8, SEP, 0, 0]], "int32")
+    out = expand(ids, (ids > 0).astype("int32"))
+    assert _numpy(out["token_ids"]).shape == (1, 8 + 3 * 4)
+    pos1 = "".join(str(v) for v in _numpy(out["position_ids"])[0, :18, 0])
+    pos2 = "".join(str(v) for v in _numpy(out["position_ids"])[0, :18, 1])
+    assert pos1 == "000012222333345555"  # 0000 1 2222 3333 4 5555
+    assert pos2 == "123401234123401234"  # 1234 0 1234 1234 0 1234
+    assert (
+        _numpy(out["token_ids"])[0, :18].tolist() == [CLS] * 4 + [7] + [MASK] * 8 + [8] + [SEP] * 4
+    )
+    assert _numpy(out["padding_mask"])[0].tolist() == [1] * 18 + [0] * 2
+    assert not _numpy(out["overflow"])[0]
+    # Too many expanded tokens for the static length: cut and flagged.
+    tight = StateExpansion(
+        k=4, mask_token_id=MASK, expand_token_ids=(CLS, SEP), max_expanded_tokens=2
+    )
+    assert _numpy(tight(ids, (ids > 0).astype("int32"))["overflow"])[0]
+    with pytest.raises(ValueError, match="max_expanded_tokens"):
+        StateExpansion(k=4, mask_token_id=MASK)
+
+
+def test_2d_rope_reduces_to_1d_rope_when_the_copy_index_is_zero():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 6, 3, 8)).astype("float32")
+    pos1 = rng.integers(0, 50, (2, 6)).astype("int32")
+    zero = np.stack([pos1, np.zeros_like(pos1)], -1)
+    got = _numpy(apply_rotary_2d(x, zero))
+    want = np.concatenate([_numpy(apply_split_rotary(x[..., :4], pos1)), x[..., 4:]], -1)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    np.testing.assert_allclose(_numpy(apply_rotary_2d(x, pos1)), want, atol=1e-6)
+    # Relative: q.k depends on position differences only, in both dimensions.
+    both = np.stack([pos1, rng.integers(0, 5, (2, 6))], -1).astype("int32")
+    shifted = both + np.array([7, 3], "int32")
+    q, k = x, rng.normal(size=x.shape).astype("float32")
+
+    def logits(positions):
+        return np.einsum(
+            "bqhd,bkhd->bhqk",
+            _numpy(apply_rotary_2d(q, positions)),
+            _numpy(apply_rotary_2d(k, positions)),
+        )
+
+    np.testing.assert_allclose(logits(both), logits(shifted), atol=1e-4)
+    assert np.abs(logits(both) - logits(zero)).max() > 1e-3
+
+
+def test_rotary2d_backbone_runs_and_saves(tmp_path):
+    backbone = TransformerBackbone(
+        **tiny_backbone_kwargs(position="rotary2d", custom_position_ids=True)
+    )
+    ids = np.array([[1, 5, 6, 2]], "int32")
+    features = {
+        "token_ids": ids,
+        "segment_ids": np.zeros_like(ids),
+        "padding_mask": np.ones_like(ids),
+        "position_ids": _numpy(plain_position_ids(ids)),
+    }
+    expected = _numpy(backbone(features)["sequence_output"])
+    path = str(tmp_path / "rotary2d.keras")
+    backbone.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(_numpy(loaded(features)["sequence_output"]), expected, atol=1e-6)
+
+
+def test_transition_matrix_matches_the_formula_and_is_float32():
+    rng = np.random.default_rng(1)
+    head = DAGTransition(num_heads=2, max_vertices=6, slot_dim=4)
+    hidden = rng.normal(size=(2, 6, 8)).astype("float32")
+    vertex_mask = np.array([[1] * 6, [1] * 4 + [0] * 2], "int32")
+    got = _numpy(head(hidden, vertex_mask))
+    assert got.dtype == np.float32
+    weights = {w.path.split("/")[-2] + "/" + w.name: _numpy(w) for w in head.weights}
+    slots = weights["slot/embeddings"][:6]
+    for b in range(2):
+        n = vertex_mask[b].sum()
+        f = np.concatenate([hidden[b], slots], -1)
+        q = (f @ weights["query/kernel"] + weights["query/bias"]).reshape(6, 2, 4)
+        k = (f @ weights["key/kernel"] + weights["key/bias"]).reshape(6, 2, 4)
+        g = f @ weights["gate/kernel"] + weights["gate/bias"]
+        log_g = g - np.logaddexp.reduce(g, axis=-1, keepdims=True)
+        for i in range(6):
+            for j in range(6):
+                if not (i < j < n and i < n):
+                    assert got[b, i, j] == -np.inf
+        for i in range(n - 1):
+            total = []
+            for c in range(2):
+                s = np.array([q[i, c] @ k[j, c] / 2.0 for j in range(i + 1, n)])
+                total.append(log_g[i, c] + s - np.logaddexp.reduce(s))
+            want = np.logaddexp.reduce(np.stack(total), axis=0)
+            np.testing.assert_allclose(got[b, i, i + 1 : n], want, atol=1e-5)
+            np.testing.assert_allclose(np.exp(got[b, i]).sum(), 1.0, atol=1e-5)
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        mixed = DAGTransition(num_heads=2, max_vertices=6)
+        assert _numpy(mixed(hidden, vertex_mask)).dtype == np.float32
+    finally:
+        keras.config.set_dtype_policy("float32")
+
+
+def _peoples_daily_batch(length=32, batch=16):
+    import pathlib
+
+    from keras_masking.data import bert_tokenizer
+    from keras_masking.data import encode_texts
+    from keras_masking.data.corpora import peoples_daily_sentences
+
+    vocab = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "vocab"
+    tokenizer = bert_tokenizer(vocab / "bert-base-chinese-vocab.txt")
+    return encode_texts(tokenizer, peoples_daily_sentences()[:batch], length)
+
+
+@pytest.mark.parametrize("objective", ["exlm", "mlm"])
+def test_a_tiny_model_learns_on_peoples_daily(objective):
+    features = _peoples_daily_batch()
+    backbone = TransformerBackbone(
+        **tiny_backbone_kwargs(
+            position="rotary2d",
+            custom_position_ids=True,
+            vocabulary_size=21128,
+            max_sequence_length=64,
+        )
+    )
+    model = ExLMPretrainer(
+        backbone, k=4, mask_token_id=MASK, special_token_ids=(CLS, SEP), objective=objective, seed=3
+    )
+    model.compile(optimizer=keras.optimizers.Adam(3e-3), jit_compile=True)
+    history = model.fit(features, epochs=12, batch_size=16, verbose=0).history
+    first, last = np.mean(history["loss"][:2]), np.mean(history["loss"][-2:])
+    assert last < first - 0.3, history["loss"]
+    assert history["impossible"][-1] == 0.0
+    assert 0.0 < history["entropy"][-1] < np.log(21128)
+
+
+def test_pretrainer_checks_and_serializes():
+    plain = TransformerBackbone(**tiny_backbone_kwargs())
+    with pytest.raises(ValueError, match="rotary2d"):
+        ExLMPretrainer(plain)
+    backbone = TransformerBackbone(
+        **tiny_backbone_kwargs(position="rotary2d", custom_position_ids=True)
+    )
+    with pytest.raises(ValueError, match="replacement"):
+        ExLMPretrainer(backbone, replacement="random")
+    model = ExLMPretrainer(
+        backbone, k=2, replacement="bert", mask_token_id=3, special_token_ids=(1, 2)
+    )
+    config = keras.saving.serialize_keras_object(model)
+    restored = keras.saving.deserialize_keras_object(config)
+    assert isinstance(restored, ExLMPretrainer) and restored.k == 2
+    assert restored.replacement == "bert"
+
+
+def test_repeated_mlm_ratios():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 100, (200, 40)).astype("int32")
+    ids[:, 0], ids[:, -1] = CLS, SEP
+    batch = repeated_mlm(
+        ids,
+        np.ones_like(ids),
+        k=3,
+        mask_rate=0.4,
+        mask_token_id=MASK,
+        special_token_ids=(CLS, SEP),
+        seed=1,
+    )
+    assert batch.token_ids.shape == (200, 120)
+    assert abs(batch.unreal_token_ratio - 0.4) < 0.01
+    assert abs(batch.corrupted_semantics_ratio - 0.4**3) < 0.01
+    assert (batch.token_ids[:, :3] == CLS).all()  # specials repeated, never masked
+    restored = np.where(batch.labels >= 0, batch.labels, batch.token_ids)
+    np.testing.assert_array_equal(restored, np.repeat(ids, 3, axis=1))
+    with pytest.raises(ValueError, match="mask_rate"):
+        repeated_mlm(ids, np.ones_like(ids), 2, 1.5, MASK)
+
+
+def test_prediction_entropy_of_uniform_and_peaked_logits():
+    uniform = ops.zeros((2, 3, 50))
+    np.testing.assert_allclose(
+        _numpy(prediction_entropy(uniform, ops.ones((2, 3)))), np.log(50), rtol=1e-5
+    )
+    peaked = np.zeros((1, 2, 50), "float32")
+    peaked[0, 1, 7] = 100.0
+    value = _numpy(prediction_entropy(peaked, np.array([[0, 1]])))
+    assert value < 1e-6
