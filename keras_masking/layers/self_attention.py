@@ -31,8 +31,9 @@ class SelfAttention(keras.layers.Layer):
     ``"absolute"`` does nothing here (positions were added to the
     embeddings), ``"rotary"`` rotates queries and keys by RoFormer's
     interleaved RoPE, ``"rotary2d"`` by ExLM's 2D RoPE (``position_ids``
-    ``(batch, sequence, 2)``: original index and copy index), ``"relative"`` adds NEZHA's clipped sinusoidal relative
-    embeddings to the logits and to the values.
+    ``(batch, sequence, 2)``: original index and copy index),
+    ``"relative"`` adds NEZHA's clipped sinusoidal relative embeddings to
+    the logits and to the values.
 
     Two public hooks let methods change attention without touching this
     layer's internals:
