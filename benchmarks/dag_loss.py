@@ -1,0 +1,207 @@
+"""dag_loss forward + backward: ours vs a naive autodiff loop vs a PyTorch loop.
+
+At (B, T, N) = (64, 21, 84) [ExLM base, 128 tokens], (16, 40, 320) and
+(8, 80, 512), side by side in one run, on the current Keras backend:
+
+* ``ours``: `keras_masking.losses.dag_loss` (probability space, custom
+  forward-backward), compiled (``jit_compile=True`` / ``jax.jit``);
+* ``naive``: the textbook log-space loop (one ``logsumexp`` over a
+  ``(B, N, N)`` tensor per target step) differentiated by autodiff, compiled
+  the same way;
+* ``torch``: the same loop in PyTorch autograd, the way DA-Transformer's
+  reference does it, in a subprocess of the torch environment given by
+  ``--torch-python`` (2 threads);
+* ``floor``: 3T batched ``(1 x N) @ (N x N)`` products (forward once,
+  backward twice), compiled: the time the matmul FLOPs alone need.
+
+On JAX it also prints XLA's temporary-buffer size for ours and naive.
+
+Usage:
+    KERAS_BACKEND=jax python benchmarks/dag_loss.py --torch-python /path/to/torch/python
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_masking.losses import dag_loss
+
+SIZES = ((64, 21, 84), (16, 40, 320), (8, 80, 512))
+
+TORCH_SCRIPT = r"""
+import json, sys, time, torch
+torch.set_num_threads(2)
+B, T, N, rounds = map(int, sys.argv[1:5])
+g = torch.Generator().manual_seed(0)
+match = torch.randn(B, T, N, generator=g).log_softmax(-1).requires_grad_()
+edges = torch.randn(B, N, N, generator=g)
+edges = edges.masked_fill(~torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+edges = edges.log_softmax(-1).nan_to_num(neginf=-1e30).requires_grad_()
+def step():
+    alpha = torch.full((B, N), -1e30)
+    alpha[:, 0] = match[:, 0, 0]
+    for i in range(1, T):
+        alpha = torch.logsumexp(alpha.unsqueeze(2) + edges, dim=1) + match[:, i]
+    loss = -alpha[:, -1].sum()
+    loss.backward()
+    match.grad = None; edges.grad = None
+step()
+times = []
+for _ in range(rounds):
+    start = time.perf_counter(); step(); times.append(time.perf_counter() - start)
+print(json.dumps(sorted(times)[len(times) // 2]))
+"""
+
+
+def inputs(batch, steps, vertices, seed=0):
+    rng = np.random.default_rng(seed)
+    match = rng.normal(size=(batch, steps, vertices)).astype("float32")
+    match = match - np.logaddexp.reduce(match, axis=-1, keepdims=True)
+    edges = rng.normal(size=(batch, vertices, vertices)).astype("float32")
+    upper = np.triu(np.ones((vertices, vertices)), 1) > 0
+    edges = np.where(upper, edges, -np.inf)
+    with np.errstate(invalid="ignore"):
+        edges = edges - np.logaddexp.reduce(edges, axis=-1, keepdims=True)
+    edges = np.where(upper, edges, -np.inf).astype("float32")
+    lengths = np.full((batch,), vertices, "int32"), np.full((batch,), steps, "int32")
+    return match, edges, lengths
+
+
+def naive_log_likelihood(match, edges, output_length, target_length):
+    del output_length, target_length  # full-size graphs in this benchmark
+    steps, vertices = match.shape[1], match.shape[2]
+    edges = ops.where(ops.isfinite(edges), edges, -1e30)
+    first = ops.arange(vertices)[None] == 0
+    alpha = ops.where(first, match[:, 0, :], -1e30)
+    for i in range(1, steps):
+        alpha = ops.logsumexp(alpha[:, :, None] + edges, axis=1) + match[:, i, :]
+    return alpha[:, -1]
+
+
+def matmul_floor(match, edges, output_length, target_length):
+    del output_length, target_length
+    probabilities = ops.exp(edges)
+    state = ops.exp(match[:, 0, :])
+    for _ in range(3 * match.shape[1]):
+        state = ops.squeeze(ops.matmul(state[:, None, :], probabilities), 1) * 0.5
+    return state[:, -1]
+
+
+def compiled_value_and_grad(function):
+    """A compiled (match, edges, lengths...) -> (loss, grads) on this backend."""
+    if keras.config.backend() == "jax":
+        import jax
+
+        def loss(match, edges, output_length, target_length):
+            return -ops.sum(function(match, edges, output_length, target_length))
+
+        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+    import tensorflow as tf
+
+    @tf.function(jit_compile=True)
+    def step(match, edges, output_length, target_length):
+        with tf.GradientTape() as tape:
+            tape.watch([match, edges])
+            value = -tf.reduce_sum(function(match, edges, output_length, target_length))
+        return value, tape.gradient(value, [match, edges])
+
+    return step
+
+
+def compiled_forward(function):
+    if keras.config.backend() == "jax":
+        import jax
+
+        return jax.jit(function)
+    import tensorflow as tf
+
+    return tf.function(function, jit_compile=True)
+
+
+def median_time(function, arguments, rounds):
+    result = function(*arguments)  # compile
+    keras.ops.convert_to_numpy(keras.tree.flatten(result)[0])
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        result = function(*arguments)
+        keras.ops.convert_to_numpy(keras.tree.flatten(result)[0])
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def jax_temp_bytes(function, arguments):
+    try:
+        compiled = function.lower(*arguments).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+    except Exception:  # memory analysis is best-effort
+        return None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--torch-python", default=None)
+    args = parser.parse_args()
+    print(f"backend={keras.config.backend()} (median of {args.rounds} runs, forward + backward)")
+    header = f"{'B, T, N':>14} {'ours':>9} {'naive':>9} {'torch':>9} {'floor':>9}"
+    print(header + "  ours vs torch  ours vs naive  ours / floor")
+    for batch, steps, vertices in SIZES:
+        match, edges, (output_length, target_length) = inputs(batch, steps, vertices)
+        arguments = [ops.convert_to_tensor(v) for v in (match, edges, output_length, target_length)]
+        ours = compiled_value_and_grad(dag_loss)
+        naive = compiled_value_and_grad(naive_log_likelihood)
+        value = ours(*arguments)[0]
+        reference = naive(*arguments)[0]
+        gap = abs(float(value) - float(reference)) / abs(float(reference))
+        timings = {
+            "ours": median_time(ours, arguments, args.rounds),
+            "naive": median_time(naive, arguments, args.rounds),
+            "floor": median_time(compiled_forward(matmul_floor), arguments, args.rounds),
+        }
+        torch_time = None
+        if args.torch_python:
+            output = subprocess.run(
+                [
+                    args.torch_python,
+                    "-c",
+                    TORCH_SCRIPT,
+                    str(batch),
+                    str(steps),
+                    str(vertices),
+                    str(max(3, args.rounds // 2)),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            torch_time = json.loads(output.strip().splitlines()[-1])
+        memory = ""
+        if keras.config.backend() == "jax":
+            ours_bytes = jax_temp_bytes(ours, arguments)
+            naive_bytes = jax_temp_bytes(naive, arguments)
+            if ours_bytes is not None and naive_bytes is not None:
+                btn = batch * steps * vertices * 4
+                memory = (
+                    f"  temp MiB ours {ours_bytes / 2**20:.1f} "
+                    f"({ours_bytes / btn:.1f} x BTN fp32), naive {naive_bytes / 2**20:.1f}"
+                )
+        torch_text = f"{torch_time * 1000:8.1f}ms" if torch_time else f"{'-':>9}"
+        speed_up = f"{torch_time / timings['ours']:12.1f}x" if torch_time else f"{'-':>13}"
+        print(
+            f"{batch:>4},{steps:>3},{vertices:>4} {timings['ours'] * 1000:8.1f}ms "
+            f"{timings['naive'] * 1000:8.1f}ms {torch_text} {timings['floor'] * 1000:8.1f}ms "
+            f"{speed_up} {timings['naive'] / timings['ours']:13.1f}x "
+            f"{timings['ours'] / timings['floor']:12.2f}x{memory}  (|ours-naive|/|naive| {gap:.1e})"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
