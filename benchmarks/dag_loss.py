@@ -12,7 +12,9 @@ At (B, T, N) = (64, 21, 84) [ExLM base, 128 tokens], (16, 40, 320) and
   reference does it, in a subprocess of the torch environment given by
   ``--torch-python`` (2 threads);
 * ``floor``: 3T batched ``(1 x N) @ (N x N)`` products (forward once,
-  backward twice), compiled: the time the matmul FLOPs alone need.
+  backward twice), compiled: the same matrix-vector work with nothing else;
+* ``FLOP time``: ``3 B T N^2`` multiply-adds at the rate this machine reaches
+  on a compiled 1024 x 1024 matrix product (the "matmul FLOPs alone" bound).
 
 On JAX it also prints XLA's temporary-buffer size for ours and naive.
 
@@ -137,6 +139,14 @@ def median_time(function, arguments, rounds):
     return statistics.median(times)
 
 
+def multiply_add_rate(rounds):
+    """Multiply-adds per second of a compiled 1024^3 matrix product."""
+    size = 1024
+    a = ops.convert_to_tensor(np.random.default_rng(0).normal(size=(size, size)).astype("float32"))
+    product = compiled_forward(lambda x: ops.matmul(x, x))
+    return size**3 / median_time(product, [a], rounds)
+
+
 def jax_temp_bytes(function, arguments):
     try:
         compiled = function.lower(*arguments).compile()
@@ -151,8 +161,10 @@ def main():
     parser.add_argument("--torch-python", default=None)
     args = parser.parse_args()
     print(f"backend={keras.config.backend()} (median of {args.rounds} runs, forward + backward)")
-    header = f"{'B, T, N':>14} {'ours':>9} {'naive':>9} {'torch':>9} {'floor':>9}"
-    print(header + "  ours vs torch  ours vs naive  ours / floor")
+    rate = multiply_add_rate(args.rounds)
+    print(f"matrix-product rate: {rate / 1e9:.1f} G multiply-adds/s")
+    header = f"{'B, T, N':>14} {'ours':>9} {'naive':>9} {'torch':>9} {'floor':>9} {'FLOP t':>9}"
+    print(header + "  ours vs torch  ours vs naive  ours / floor  ours / FLOP time")
     for batch, steps, vertices in SIZES:
         match, edges, (output_length, target_length) = inputs(batch, steps, vertices)
         arguments = [ops.convert_to_tensor(v) for v in (match, edges, output_length, target_length)]
@@ -193,13 +205,15 @@ def main():
                     f"  temp MiB ours {ours_bytes / 2**20:.1f} "
                     f"({ours_bytes / btn:.1f} x BTN fp32), naive {naive_bytes / 2**20:.1f}"
                 )
+        flop_time = 3 * batch * steps * vertices**2 / rate
         torch_text = f"{torch_time * 1000:8.1f}ms" if torch_time else f"{'-':>9}"
         speed_up = f"{torch_time / timings['ours']:12.1f}x" if torch_time else f"{'-':>13}"
         print(
             f"{batch:>4},{steps:>3},{vertices:>4} {timings['ours'] * 1000:8.1f}ms "
             f"{timings['naive'] * 1000:8.1f}ms {torch_text} {timings['floor'] * 1000:8.1f}ms "
-            f"{speed_up} {timings['naive'] / timings['ours']:13.1f}x "
-            f"{timings['ours'] / timings['floor']:12.2f}x{memory}  (|ours-naive|/|naive| {gap:.1e})"
+            f"{flop_time * 1000:8.1f}ms {speed_up} {timings['naive'] / timings['ours']:13.1f}x "
+            f"{timings['ours'] / timings['floor']:12.2f}x {timings['ours'] / flop_time:16.2f}x"
+            f"{memory}  (|ours-naive|/|naive| {gap:.1e})"
         )
 
 
