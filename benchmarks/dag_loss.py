@@ -9,8 +9,8 @@ At (B, T, N) = (64, 21, 84) [ExLM base, 128 tokens], (16, 40, 320) and
   ``(B, N, N)`` tensor per target step) differentiated by autodiff, compiled
   the same way;
 * ``torch``: the same loop in PyTorch autograd, the way DA-Transformer's
-  reference does it, in a subprocess of the torch environment given by
-  ``--torch-python`` (2 threads);
+  reference does it (``-inf`` for absent edges), in a subprocess of the torch
+  environment given by ``--torch-python`` (2 threads);
 * ``floor``: 3T batched ``(1 x N) @ (N x N)`` products (forward once,
   backward twice), compiled: the same matrix-vector work with nothing else;
 * ``FLOP time``: ``3 B T N^2`` multiply-adds at the rate this machine reaches
@@ -45,9 +45,9 @@ g = torch.Generator().manual_seed(0)
 match = torch.randn(B, T, N, generator=g).log_softmax(-1).requires_grad_()
 edges = torch.randn(B, N, N, generator=g)
 edges = edges.masked_fill(~torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
-edges = edges.log_softmax(-1).nan_to_num(neginf=-1e30).requires_grad_()
+edges = edges.log_softmax(-1).nan_to_num(nan=float("-inf")).requires_grad_()
 def step():
-    alpha = torch.full((B, N), -1e30)
+    alpha = torch.full((B, N), float("-inf"))
     alpha[:, 0] = match[:, 0, 0]
     for i in range(1, T):
         alpha = torch.logsumexp(alpha.unsqueeze(2) + edges, dim=1) + match[:, i]
