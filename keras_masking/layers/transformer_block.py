@@ -150,9 +150,7 @@ class TransformerBlock(keras.layers.Layer):
             layer: a layer mapping ``(batch, sequence, hidden)`` to the same
                 shape, e.g. `AddFFN`. It is built here.
         """
-        self._attach("feed_forward_branch", layer)
-        if not layer.built:
-            layer.build((None, None, self.self_attention.num_heads * self.self_attention.head_dim))
+        self._attach("feed_forward_branch", layer, build=True)
 
     def attach_key_value_prefix(self, layer):
         """Uses ``layer(training=...)`` as the default ``kv_prefix``.
@@ -165,9 +163,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def attach_attention_units(self, layer):
         """Adds MA-tuning's extra attention units (an `AttentionUnits`)."""
-        self._attach("attention_units", layer)
-        if not layer.built:
-            layer.build((None, None, self.self_attention.num_heads * self.self_attention.head_dim))
+        self._attach("attention_units", layer, build=True)
 
     def detach_attention_units(self):
         """Removes and returns the attached attention units (or None)."""
@@ -181,9 +177,12 @@ class TransformerBlock(keras.layers.Layer):
         """Removes and returns the attached key/value prefix (or None)."""
         return self._attach("key_value_prefix", None)
 
-    def _attach(self, attribute, layer):
+    def _attach(self, attribute, layer, build=False):
         if not self.built:
             raise ValueError("Build the block (call it once) before attaching layers to it.")
+        if build and not layer.built:
+            width = self.self_attention.num_heads * self.self_attention.head_dim
+            layer.build((None, None, width))
         previous = getattr(self, attribute)
         # Keras locks a built layer's state; attaching is this class's own,
         # deliberate state change (the same pattern as Keras' enable_lora).

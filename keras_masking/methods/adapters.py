@@ -38,12 +38,16 @@ def save_adapter(model, path, name=None):
     ```
     """
     description, arrays = _adapter_state(model)
-    description["name"] = name
+    return _write_adapter(path, {**description, "name": name}, arrays)
+
+
+def _write_adapter(path, description, arrays):
+    """Writes one adapter archive; returns the path (``.npz`` appended)."""
     path = str(path)
     if not path.endswith(".npz"):
         path += ".npz"
-    arrays = {f"v{i}": value for i, value in enumerate(arrays)}
-    np.savez(path, __adapter__=np.array(json.dumps(description)), **arrays)
+    numbered = {f"v{i}": value for i, value in enumerate(arrays)}
+    np.savez(path, __adapter__=np.array(json.dumps(description)), **numbered)
     return path
 
 
@@ -155,13 +159,7 @@ class AdapterSet:
     def save(self, name, path):
         """Writes stored adapter ``name`` to an adapter file."""
         description, arrays = self._adapters[name]
-        path = str(path) if str(path).endswith(".npz") else f"{path}.npz"
-        np.savez(
-            path,
-            __adapter__=np.array(json.dumps({**description, "name": name})),
-            **{f"v{i}": value for i, value in enumerate(arrays)},
-        )
-        return path
+        return _write_adapter(path, {**description, "name": name}, arrays)
 
 
 def _single_backbone(model):
