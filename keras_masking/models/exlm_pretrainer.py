@@ -26,6 +26,14 @@ def plain_position_ids(token_ids):
     return ops.stack([index, ops.zeros_like(index)], axis=-1)
 
 
+def _any_equal(token_ids, ids):
+    """bool ``(B, L)``: the token is one of ``ids``."""
+    found = ops.zeros_like(token_ids, dtype="bool")
+    for token_id in ids:
+        found = found | ops.equal(token_ids, token_id)
+    return found
+
+
 def prediction_entropy(logits, weights):
     """Mean entropy (nats) of ``softmax(logits)`` over the weighted rows."""
     logits = ops.cast(logits, "float32")
@@ -157,10 +165,8 @@ class ExLMPretrainer(keras.Model):
     def pick_tokens(self, token_ids, padding_mask):
         """bool ``(B, L)``: the tokens to predict, stochastic count per row."""
         real = ops.cast(padding_mask, "bool")
-        special = ops.zeros_like(real)
-        for token_id in self.special_token_ids + (self.mask_token_id,):
-            special = special | ops.equal(token_ids, token_id)
-        candidates = real & ~special
+        never_picked = self.special_token_ids + (self.mask_token_id,)
+        candidates = real & ~_any_equal(token_ids, never_picked)
         length = token_ids.shape[1]
         count = ops.sum(ops.cast(candidates, "float32"), axis=1)
         batch = ops.shape(token_ids)[0]
@@ -214,10 +220,7 @@ class ExLMPretrainer(keras.Model):
     def _exlm_outputs(self, token_ids, corrupted, segment_ids, padding_mask, picked):
         length = token_ids.shape[1]
         real = ops.cast(padding_mask, "bool")
-        special = ops.zeros_like(real)
-        for token_id in self.special_token_ids:
-            special = special | ops.equal(token_ids, token_id)
-        expand = (picked | special) & real
+        expand = (picked | _any_equal(token_ids, self.special_token_ids)) & real
         expanded = self.expansion(length)(corrupted, padding_mask, expand_mask=expand)
         segments = ops.take_along_axis(segment_ids, expanded["source_index"], axis=1)
         hidden = self.backbone.embed(expanded["token_ids"], segments, expanded["position_ids"])
