@@ -211,31 +211,3 @@ def test_prediction_entropy_of_uniform_and_peaked_logits():
     peaked[0, 1, 7] = 100.0
     value = _numpy(prediction_entropy(peaked, np.array([[0, 1]])))
     assert value < 1e-6
-
-
-def test_fine_tuning_an_exlm_backbone_needs_no_expansion():
-    backbone = TransformerBackbone(
-        **tiny_backbone_kwargs(position="rotary2d", custom_position_ids=True)
-    )
-    pretrainer = ExLMPretrainer(backbone, k=2, mask_token_id=3, special_token_ids=(1, 2), seed=0)
-    rng = np.random.default_rng(0)
-    ids = rng.integers(4, 64, (4, 12)).astype("int32")
-    ids[:, 0], ids[:, -1] = 1, 2
-    features = {
-        "token_ids": ids,
-        "segment_ids": np.zeros_like(ids),
-        "padding_mask": np.ones_like(ids),
-    }
-    pretrainer.compile(optimizer=keras.optimizers.Adam(1e-3))
-    pretrainer.fit(features, epochs=1, verbose=0)
-    # The classifier reads the backbone only: no transition head, [CLS] at index 0.
-    inputs = backbone.input
-    classifier = keras.Model(inputs, keras.layers.Dense(2)(backbone(inputs)["pooled_output"]))
-    assert not any(isinstance(layer, DAGTransition) for layer in classifier.layers)
-    classifier.compile(
-        optimizer=keras.optimizers.Adam(1e-3),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
-    plain = {**features, "position_ids": _numpy(plain_position_ids(ids))}
-    history = classifier.fit(plain, np.array([0, 1, 0, 1]), epochs=2, verbose=0).history
-    assert np.isfinite(history["loss"]).all()

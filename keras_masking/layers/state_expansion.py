@@ -42,7 +42,9 @@ class StateExpansion(keras.layers.Layer):
         A dict: ``token_ids``, ``padding_mask`` and ``source_index`` (slot ->
         original index; 0 on padding), each ``(batch, L_out)``,
         ``position_ids`` ``(batch, L_out, 2)`` = (pos1, pos2),
-        ``expanded_mask`` (slot belongs to an expanded token) and
+        ``expanded_mask`` (slot belongs to an expanded token),
+        ``first_slot`` ``(batch, L)`` (each original token's first slot,
+        clipped to ``L_out - 1``; the way back to the input positions) and
         ``overflow`` ``(batch,)``.
 
     Example:
@@ -120,6 +122,7 @@ class StateExpansion(keras.layers.Layer):
             "position_ids": ops.cast(position_ids, "int32"),
             "source_index": source,
             "expanded_mask": slot_expanded,
+            "first_slot": ops.cast(ops.minimum(starts, out_length - 1), "int32"),
             "overflow": total > out_length,
         }
 
@@ -132,6 +135,7 @@ class StateExpansion(keras.layers.Layer):
             "position_ids": keras.KerasTensor((batch, out, 2), "int32"),
             "source_index": keras.KerasTensor((batch, out), "int32"),
             "expanded_mask": keras.KerasTensor((batch, out), "bool"),
+            "first_slot": keras.KerasTensor((batch, length), "int32"),
             "overflow": keras.KerasTensor((batch,), "bool"),
         }
 

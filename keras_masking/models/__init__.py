@@ -1,7 +1,8 @@
 """Encoders the methods attach to, and their checkpoint I/O."""
 
+from keras_masking.models.exlm_encoder import ExLMEncoder
+from keras_masking.models.exlm_encoder import plain_position_ids
 from keras_masking.models.exlm_pretrainer import ExLMPretrainer
-from keras_masking.models.exlm_pretrainer import plain_position_ids
 from keras_masking.models.keras_hub_conversion import from_keras_hub
 from keras_masking.models.keras_hub_conversion import to_keras_hub
 from keras_masking.models.tf_checkpoint import CheckpointLoadReport

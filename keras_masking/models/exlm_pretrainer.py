@@ -11,19 +11,10 @@ from keras_masking.layers.masked_lm_head import MaskedLMHead
 from keras_masking.layers.state_expansion import StateExpansion
 from keras_masking.losses.dag_loss import dag_alignment_feasible
 from keras_masking.losses.dag_loss import dag_loss
+from keras_masking.models.exlm_encoder import ExLMEncoder
+from keras_masking.models.exlm_encoder import plain_position_ids
 from keras_masking.ops.token_dropping import batched_gather
 from keras_masking.ops.token_dropping import kept_indices
-
-
-def plain_position_ids(token_ids):
-    """2D positions of an unexpanded sequence: ``(index, 0)`` per token.
-
-    Feed them to an ExLM-pretrained backbone when fine-tuning (nothing is
-    expanded; the classifier reads [CLS] at index 0).
-    """
-    length = ops.shape(token_ids)[1]
-    index = ops.broadcast_to(ops.arange(length, dtype="int32")[None], ops.shape(token_ids))
-    return ops.stack([index, ops.zeros_like(index)], axis=-1)
 
 
 def _any_equal(token_ids, ids):
@@ -252,6 +243,27 @@ class ExLMPretrainer(keras.Model):
             "target_length": target_length,
             "entropy": prediction_entropy(logits, mask_state),
         }
+
+    # === Fine-tuning ===
+    def fine_tuning_encoder(self, max_expanded_tokens=3):
+        """The backbone as fine-tuning runs it, an `ExLMEncoder`.
+
+        For ``objective="exlm"``: [CLS]/[SEP] expanded into ``k`` copies,
+        the first [CLS] copy pooled, no transition head. For
+        ``objective="mlm"``: no expansion, ``(index, 0)`` positions, as in
+        its pretraining.
+
+        Args:
+            max_expanded_tokens: int, the most [CLS]/[SEP] (and [MASK]) tokens
+                in one fine-tuning example.
+        """
+        return ExLMEncoder(
+            self.backbone,
+            k=self.k if self.objective == "exlm" else 1,
+            mask_token_id=self.mask_token_id,
+            special_token_ids=self.special_token_ids,
+            max_expanded_tokens=max_expanded_tokens,
+        )
 
     # === Loss and metrics ===
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):

@@ -1,0 +1,122 @@
+"""examples/finetune_clue.py runs end to end on a tiny model and real FewCLUE lines."""
+
+import importlib.util
+import pathlib
+
+import keras
+import numpy as np
+import pytest
+from conftest import tiny_backbone_kwargs
+
+import keras_masking
+from keras_masking.layers import AddFFN
+from keras_masking.methods import DropTokenEncoder
+from keras_masking.models import TransformerBackbone
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+VOCAB = SHARED / "vocab" / "bert-base-chinese-vocab.txt"
+needs_data = pytest.mark.skipif(
+    not (SHARED / "fewclue").exists() or not VOCAB.exists(), reason="../shared/data not present"
+)
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location(
+        "finetune_clue", ROOT / "examples" / "finetune_clue.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _preset(tmp_path, **overrides):
+    keras.utils.set_random_seed(0)
+    kwargs = tiny_backbone_kwargs(vocabulary_size=21128, max_sequence_length=64, **overrides)
+    backbone = TransformerBackbone(**kwargs)
+    folder = str(tmp_path / "preset")
+    backbone.save_to_preset(folder)
+    return folder, backbone
+
+
+def _args(example, folder, *extra):
+    return example.parse_args(
+        [
+            "--preset",
+            folder,
+            "--vocab",
+            str(VOCAB),
+            "--task",
+            "eprstmt",
+            "--epochs",
+            "2",
+            "--sequence-length",
+            "32",
+            "--learning-rate",
+            "1e-3",
+            *extra,
+        ]
+    )
+
+
+@needs_data
+def test_corrected_embeddings_and_drop_token_fine_tune_and_save(tmp_path):
+    example = _example()
+    folder, backbone = _preset(tmp_path)
+    output = str(tmp_path / "model.keras")
+    model, history = example.run(
+        _args(example, folder, "--correct-embeddings", "--drop-token", "0.1", "--output", output)
+    )
+    assert history["loss"][-1] < history["loss"][0]
+    assert 0.0 <= history["val_accuracy"][-1] <= 1.0
+    assert any(isinstance(layer, DropTokenEncoder) for layer in model._flatten_layers())
+    restored = keras.saving.load_model(output)
+    features = example.load_split(
+        _args(example, folder), example.bert_tokenizer(str(VOCAB)), "dev"
+    )[0]
+    np.testing.assert_allclose(
+        restored.predict(features, verbose=0), model.predict(features, verbose=0), atol=1e-5
+    )
+
+
+@needs_data
+def test_the_classifier_starts_from_corrected_embeddings(tmp_path):
+    example = _example()
+    folder, _ = _preset(tmp_path)
+    args = _args(example, folder, "--correct-embeddings")
+    tokenizer = example.bert_tokenizer(str(VOCAB))
+    backbone = example.load_backbone(args)
+    original = keras.ops.convert_to_numpy(backbone.token_embedding.embeddings)
+    example.build_classifier(backbone, tokenizer, args, num_classes=2)
+    expected = TransformerBackbone.from_preset(folder)
+    keras_masking.correct_mlm_embeddings(
+        expected,
+        mask_token_id=tokenizer.mask_token_id,
+        unselectable_token_ids=tokenizer.special_token_ids,
+    )
+    corrected = keras.ops.convert_to_numpy(backbone.token_embedding.embeddings)
+    np.testing.assert_allclose(
+        corrected, keras.ops.convert_to_numpy(expected.token_embedding.embeddings), atol=1e-7
+    )
+    assert np.abs(corrected - original).max() > 1e-4
+
+
+@needs_data
+def test_fl_tuning_trains_only_the_added_units_and_the_head(tmp_path):
+    example = _example()
+    folder, _ = _preset(tmp_path)
+    model, _ = example.run(_args(example, folder, "--fl-tune", "8"))
+    trainable = {v.path.split("/")[-2] for v in model.trainable_variables}
+    assert any(isinstance(layer, AddFFN) for layer in model._flatten_layers())
+    assert "classifier" in trainable
+    assert len(model.trainable_variables) == 2 * 4 + 2  # 2 layers x addFFN (W1, b1, W2, b2) + head
+
+
+@needs_data
+def test_an_exlm_backbone_fine_tunes_through_the_expanding_encoder(tmp_path):
+    example = _example()
+    folder, _ = _preset(tmp_path, position="rotary2d", custom_position_ids=True)
+    model, history = example.run(_args(example, folder, "--exlm-k", "2"))
+    assert np.isfinite(history["loss"]).all()
+    with pytest.raises(SystemExit):
+        example.parse_args(["--tf-checkpoint", "x", "--exlm-k", "2"])
