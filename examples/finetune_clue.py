@@ -142,6 +142,9 @@ def build_classifier(backbone, tokenizer, args, num_classes):
 def run(args):
     """Loads, fine-tunes and evaluates; returns the model and its fit history."""
     keras.utils.set_random_seed(args.seed)
+    if args.drop_token:
+        # Fast token dropping under TensorFlow's XLA on CPU (a no-op elsewhere).
+        keras_masking.utils.disable_xla_cpu_fusion_emitters()
     backbone = load_backbone(args)
     vocab = _find_file(args.vocab, _model_folder(args), VOCAB_NAMES, "vocabulary")
     tokenizer = bert_tokenizer(vocab)

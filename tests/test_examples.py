@@ -12,6 +12,7 @@ import keras_masking
 from keras_masking.layers import AddFFN
 from keras_masking.methods import DropTokenEncoder
 from keras_masking.models import TransformerBackbone
+from keras_masking.utils import xla_cpu_fusion_emitters_disabled
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -60,7 +61,8 @@ def _args(example, folder, *extra):
 
 
 @needs_data
-def test_corrected_embeddings_and_drop_token_fine_tune_and_save(tmp_path):
+def test_corrected_embeddings_and_drop_token_fine_tune_and_save(tmp_path, monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)  # restored after the test
     example = _example()
     folder, backbone = _preset(tmp_path)
     output = str(tmp_path / "model.keras")
@@ -70,6 +72,7 @@ def test_corrected_embeddings_and_drop_token_fine_tune_and_save(tmp_path):
     assert history["loss"][-1] < history["loss"][0]
     assert 0.0 <= history["val_accuracy"][-1] <= 1.0
     assert any(isinstance(layer, DropTokenEncoder) for layer in model._flatten_layers())
+    assert xla_cpu_fusion_emitters_disabled()
     restored = keras.saving.load_model(output)
     features = example.load_split(
         _args(example, folder), example.bert_tokenizer(str(VOCAB)), "dev"
