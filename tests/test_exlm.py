@@ -91,18 +91,24 @@ def test_rotary2d_backbone_runs_and_saves(tmp_path):
     np.testing.assert_allclose(_numpy(loaded(features)["sequence_output"]), expected, atol=1e-6)
 
 
-def test_transition_matrix_matches_the_formula_and_is_float32():
+@pytest.mark.parametrize("expanded_positions", [False, True])
+def test_transition_matrix_matches_the_formula_and_is_float32(expanded_positions):
     rng = np.random.default_rng(1)
-    head = DAGTransition(num_heads=2, max_vertices=6, slot_dim=4)
+    head = DAGTransition(num_heads=2, max_vertices=10, slot_dim=4)
     hidden = rng.normal(size=(2, 6, 8)).astype("float32")
     vertex_mask = np.array([[1] * 6, [1] * 4 + [0] * 2], "int32")
-    got = _numpy(head(hidden, vertex_mask))
+    # Each vertex's position in the expanded sequence (official), or its index.
+    slot_index = np.array([[0, 1, 3, 4, 5, 9], [0, 2, 3, 7, 0, 0]], "int32")
+    if expanded_positions:
+        got = _numpy(head(hidden, vertex_mask, slot_index=slot_index))
+    else:
+        got = _numpy(head(hidden, vertex_mask))
+        slot_index = np.tile(np.arange(6), (2, 1))
     assert got.dtype == np.float32
     weights = {w.path.split("/")[-2] + "/" + w.name: _numpy(w) for w in head.weights}
-    slots = weights["slot/embeddings"][:6]
     for b in range(2):
         n = vertex_mask[b].sum()
-        f = np.concatenate([hidden[b], slots], -1)
+        f = np.concatenate([hidden[b], weights["slot/embeddings"][slot_index[b]]], -1)
         q = (f @ weights["query/kernel"] + weights["query/bias"]).reshape(6, 2, 4)
         k = (f @ weights["key/kernel"] + weights["key/bias"]).reshape(6, 2, 4)
         g = f @ weights["gate/kernel"] + weights["gate/bias"]

@@ -14,7 +14,7 @@ _NEGATIVE = -1e9
 class DAGTransition(keras.layers.Layer):
     """``log E`` over DAG vertices: multi-head scores mixed by a gate.
 
-    With ``f_i = concat(h_i, slot_embedding(i))``, ``q = W_q f``,
+    With ``f_i = concat(h_i, slot_embedding(s_i))``, ``q = W_q f``,
     ``k = W_k f`` split into ``H`` heads and ``log g = log_softmax(W_g f)``
     over heads:
 
@@ -22,17 +22,24 @@ class DAGTransition(keras.layers.Layer):
 
     with edges only forward (``j > i``) and only between valid vertices; every
     other entry is ``-inf``. Computed in float32 whatever the dtype policy.
+    ``s_i`` is vertex ``i``'s slot: its position in the expanded sequence
+    when ``slot_index`` is given (the official code embeds that position),
+    else the vertex index ``i``.
 
     Args:
         num_heads: int, transition heads ``H``.
-        max_vertices: int, the largest vertex count (slot embedding size).
-        slot_dim: int, width of the slot (vertex index) embedding; the hidden
-            width when None.
+        max_vertices: int, the slot embedding's size: the largest vertex
+            count, or the largest expanded length when ``slot_index`` holds
+            expanded positions.
+        slot_dim: int, width of the slot embedding; the hidden width when
+            None.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
         hidden: float ``(batch, N, d)``, the vertices' final hidden states.
         vertex_mask: 0/1 ``(batch, N)``, valid vertices (a prefix).
+        slot_index: optional int ``(batch, N)`` in ``[0, max_vertices)``,
+            each vertex's slot.
 
     Returns:
         float32 ``(batch, N, N)`` log transition matrix.
@@ -68,13 +75,13 @@ class DAGTransition(keras.layers.Layer):
             layer.build(feature_shape)
         self.built = True
 
-    def call(self, hidden, vertex_mask=None):
+    def call(self, hidden, vertex_mask=None, slot_index=None):
         hidden = ops.cast(hidden, "float32")
         batch, vertices, width = ops.shape(hidden)[0], hidden.shape[1], hidden.shape[2]
-        slots = self.slot_embedding(ops.arange(vertices, dtype="int32"))
-        slots = ops.broadcast_to(
-            ops.cast(slots, "float32")[None], (batch, vertices, slots.shape[-1])
-        )
+        if slot_index is None:
+            slot_index = ops.arange(vertices, dtype="int32")[None]
+        slots = ops.cast(self.slot_embedding(ops.cast(slot_index, "int32")), "float32")
+        slots = ops.broadcast_to(slots, (batch, vertices, slots.shape[-1]))
         features = ops.concatenate([hidden, slots], axis=-1)
         head_dim = width // self.num_heads
         shape = (batch, vertices, self.num_heads, head_dim)
@@ -92,7 +99,7 @@ class DAGTransition(keras.layers.Layer):
         mixed = ops.logsumexp(per_head + ops.transpose(log_gate, (0, 2, 1))[..., None], axis=1)
         return ops.where(ops.any(allowed, axis=1), mixed, -float("inf"))
 
-    def compute_output_spec(self, hidden, vertex_mask=None):
+    def compute_output_spec(self, hidden, vertex_mask=None, slot_index=None):
         return keras.KerasTensor((hidden.shape[0], hidden.shape[1], hidden.shape[1]), "float32")
 
     def get_config(self):

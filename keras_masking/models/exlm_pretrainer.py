@@ -144,9 +144,11 @@ class ExLMPretrainer(keras.Model):
         length = input_shape["token_ids"][1]
         self.lm_head.build((None, None, self.backbone.hidden_dim), (None, None))
         if self.objective == "exlm":
+            # The slot embedding reads each state's position in the expanded
+            # sequence, as the official code's link positions do.
             self.transition = DAGTransition(
                 self.transition_heads,
-                max_vertices=self.k * self.max_targets(length or 512),
+                max_vertices=self.expansion(length or 512).output_length(length or 512),
                 name="dag_transition",
             )
             self.transition.build((None, None, self.backbone.hidden_dim))
@@ -233,7 +235,7 @@ class ExLMPretrainer(keras.Model):
         normaliser = ops.logsumexp(logits, axis=-1)  # (B, N), once
         target_logits = batched_gather(ops.transpose(logits, (0, 2, 1)), targets)  # (B, T, N)
         match = target_logits - normaliser[:, None, :]
-        log_transitions = self.transition(vertex_hidden, vertex_mask)
+        log_transitions = self.transition(vertex_hidden, vertex_mask, slot_index=vertex_slots)
         source = batched_gather(expanded["source_index"][..., None], vertex_slots)[..., 0]
         mask_state = ops.take_along_axis(picked, source, axis=1) & vertex_mask
         return {
