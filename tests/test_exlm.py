@@ -183,6 +183,16 @@ def test_pretrainer_checks_and_serializes():
     restored = keras.saving.deserialize_keras_object(config)
     assert isinstance(restored, ExLMPretrainer) and restored.k == 2
     assert restored.replacement == "bert"
+    # Built on 8 tokens, the slot embedding cannot index the slots of 16.
+    ids = np.tile(np.array([[1, 5, 6, 7, 8, 9, 10, 2]], "int32"), (2, 1))
+    features = {"token_ids": ids, "padding_mask": np.ones_like(ids)}
+    model(features)
+    longer = {k: np.concatenate([v, v], axis=1) for k, v in features.items()}
+    with pytest.raises(ValueError, match="expand to .* slots"):
+        model(longer)
+    head = DAGTransition(num_heads=2, max_vertices=4)
+    with pytest.raises(ValueError, match="slot_index"):
+        head(np.ones((1, 3, 8), "float32"), slot_index=np.array([[0, 2, 4]]))
 
 
 def test_repeated_mlm_ratios():

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_masking.layers.initializers import bert_initializer
+from keras_masking.utils.eager_checks import check_ids_in_range
 
 _NEGATIVE = -1e9
 
@@ -80,6 +81,7 @@ class DAGTransition(keras.layers.Layer):
         batch, vertices, width = ops.shape(hidden)[0], hidden.shape[1], hidden.shape[2]
         if slot_index is None:
             slot_index = ops.arange(vertices, dtype="int32")[None]
+        check_ids_in_range(slot_index, self.max_vertices, "slot_index", "max_vertices")
         slots = ops.cast(self.slot_embedding(ops.cast(slot_index, "int32")), "float32")
         slots = ops.broadcast_to(slots, (batch, vertices, slots.shape[-1]))
         features = ops.concatenate([hidden, slots], axis=-1)

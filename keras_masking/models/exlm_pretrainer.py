@@ -214,7 +214,14 @@ class ExLMPretrainer(keras.Model):
         length = token_ids.shape[1]
         real = ops.cast(padding_mask, "bool")
         expand = (picked | _any_equal(token_ids, self.special_token_ids)) & real
-        expanded = self.expansion(length)(corrupted, padding_mask, expand_mask=expand)
+        expansion = self.expansion(length)
+        if expansion.output_length(length) > self.transition.max_vertices:
+            raise ValueError(
+                f"Sequences of {length} tokens expand to {expansion.output_length(length)} "
+                f"slots, more than this pretrainer was built for "
+                f"({self.transition.max_vertices}). Build it on the longest length first."
+            )
+        expanded = expansion(corrupted, padding_mask, expand_mask=expand)
         segments = ops.take_along_axis(segment_ids, expanded["source_index"], axis=1)
         hidden = self.backbone.embed(expanded["token_ids"], segments, expanded["position_ids"])
         hidden = self.backbone.encode(hidden, expanded["padding_mask"], expanded["position_ids"])
