@@ -5,9 +5,11 @@ same masking (15%, all [MASK]) and the same data order, pretrained with
 `ExLMPretrainer(objective="exlm")` and ``objective="mlm"`` for the same
 number of steps. Prints, every ``--log-every`` steps, each objective's loss
 and the mean entropy of its predicted distributions at masked positions on a
-held-out set (the paper reports that ExLM lowers it). The two losses are
-different quantities (DAG log-likelihood per target vs cross-entropy per
-mask) and are not compared with each other.
+held-out set (the paper reports that ExLM lowers it): ``entropy`` over every
+[MASK] state, and ``aligned`` over the states that emit the masked targets,
+weighted by the alignment posterior (for MLM both are the per-mask
+entropy). The two losses are different quantities (DAG log-likelihood per
+target vs cross-entropy per mask) and are not compared with each other.
 
 Then each pretrained backbone is fine-tuned on a FewCLUE task
 (``--fine-tune-task``, TNEWS by default; ``none`` skips it) through
@@ -128,7 +130,7 @@ def main():
                 result = model.evaluate(held_out, batch_size=64, verbose=0, return_dict=True)
                 line.append(
                     f"{name}: train loss {losses[name]:.3f}, held-out loss {result['loss']:.3f}, "
-                    f"entropy {result['entropy']:.3f}"
+                    f"entropy {result['entropy']:.3f}, aligned {result['aligned_entropy']:.3f}"
                 )
             print("  " + " | ".join(line), flush=True)
     print(

@@ -9,6 +9,7 @@ from keras import ops
 
 from keras_masking.losses import DAGLoss
 from keras_masking.losses import dag_alignment_feasible
+from keras_masking.losses import dag_alignment_posterior
 from keras_masking.losses import dag_loss
 
 
@@ -85,6 +86,32 @@ def test_equals_brute_force_enumeration_on_ragged_graphs():
     assert got[2] == 0.0
     one = dag_loss(match[:, :1, :1], edges[:, :1, :1], np.ones(4, "int32"), np.ones(4, "int32"))
     np.testing.assert_allclose(np.asarray(one), match[:, 0, 0], rtol=1e-6)
+
+
+def test_alignment_posterior_equals_brute_force_marginals():
+    match, edges = _random_graph(4, 4, 7, seed=3)
+    got = np.asarray(keras.ops.convert_to_numpy(dag_alignment_posterior(match, edges, **RAGGED)))
+    for b, (n, t) in enumerate(zip(RAGGED["output_length"], RAGGED["target_length"])):
+        expected = np.zeros((4, 7))
+        if t >= 2:
+            paths = [(0, *m, n - 1) for m in itertools.combinations(range(1, n - 1), t - 2)]
+            scores = np.array(
+                [
+                    sum(match[b, i, a] for i, a in enumerate(p))
+                    + sum(edges[b, p[i - 1], p[i]] for i in range(1, t))
+                    for p in paths
+                ],
+                "float64",
+            )
+            weights = np.exp(scores - np.logaddexp.reduce(scores))
+            for path, weight in zip(paths, weights):
+                for i, a in enumerate(path):
+                    expected[i, a] += weight
+        np.testing.assert_allclose(got[b], expected, atol=1e-5)
+        # Impossible (row 2: one target, seven vertices) is all zeros; valid rows sum to 1.
+        np.testing.assert_allclose(
+            got[b].sum(axis=1), [1.0 if t >= 2 and i < t else 0.0 for i in range(4)], atol=1e-5
+        )
 
 
 def test_gradient_equals_autodiff_of_the_naive_loop():

@@ -9,6 +9,7 @@ from keras import ops
 from keras_masking.data import repeated_mlm
 from keras_masking.layers import DAGTransition
 from keras_masking.layers import StateExpansion
+from keras_masking.losses import dag_alignment_posterior
 from keras_masking.models import ExLMPretrainer
 from keras_masking.models import TransformerBackbone
 from keras_masking.models import plain_position_ids
@@ -165,6 +166,37 @@ def test_a_tiny_model_learns_on_peoples_daily(objective):
     assert last < first - 0.3, history["loss"]
     assert history["impossible"][-1] == 0.0
     assert 0.0 < history["entropy"][-1] < np.log(21128)
+    assert 0.0 < history["aligned_entropy"][-1] < np.log(21128)
+    if objective == "mlm":
+        np.testing.assert_allclose(history["aligned_entropy"], history["entropy"], rtol=1e-6)
+
+
+def test_aligned_entropy_weights_state_entropies_by_the_alignment_posterior():
+    rng = np.random.default_rng(4)
+    batch, steps, vertices = 3, 4, 7
+    match = rng.normal(size=(batch, steps, vertices)).astype("float32")
+    edges = np.where(
+        np.triu(np.ones((vertices, vertices)), 1) > 0,
+        rng.normal(size=(batch, vertices, vertices)),
+        -np.inf,
+    ).astype("float32")
+    y_pred = {
+        "match": match,
+        "log_transitions": edges,
+        "output_length": np.array([7, 6, 2], "int32"),  # the last one is impossible
+        "target_length": np.array([4, 3, 4], "int32"),
+        "state_entropy": rng.uniform(1, 5, (batch, vertices)).astype("float32"),
+        "target_is_mask": np.array([[0, 1, 1, 0], [0, 1, 0, 0], [0, 1, 1, 0]], bool),
+    }
+    backbone = TransformerBackbone(
+        **tiny_backbone_kwargs(position="rotary2d", custom_position_ids=True)
+    )
+    got = float(_numpy(ExLMPretrainer(backbone).aligned_entropy(y_pred)))
+    posterior = _numpy(
+        dag_alignment_posterior(match, edges, y_pred["output_length"], y_pred["target_length"])
+    )
+    expected = [posterior[b, i] @ y_pred["state_entropy"][b] for b, i in ((0, 1), (0, 2), (1, 1))]
+    np.testing.assert_allclose(got, np.mean(expected), rtol=1e-5)
 
 
 def test_pretrainer_checks_and_serializes():

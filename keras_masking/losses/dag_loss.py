@@ -66,6 +66,49 @@ def dag_loss(match, log_transitions, output_length, target_length):
     return _dag_log_likelihood(output_length, target_length)(match, log_transitions)
 
 
+def dag_alignment_posterior(match, log_transitions, output_length, target_length):
+    """``P(vertex u emits target i | Y)`` under the DAG, by forward-backward.
+
+    The same pass as `dag_loss`'s gradient (``d log P(Y) / d match``), without
+    a gradient of its own: the alignment's marginals, for metrics such as the
+    entropy of the states that actually emit the targets.
+
+    Args:
+        match, log_transitions, output_length, target_length: as `dag_loss`.
+
+    Returns:
+        float32 ``(B, T, N)``. Each valid target's row sums to 1; padded
+        targets and impossible alignments are all zeros.
+
+    Example:
+    >>> import numpy as np
+    >>> match = np.zeros((1, 2, 3), "float32")
+    >>> edges = np.log(np.triu(np.full((3, 3), 0.5, "float32"), 1))
+    >>> posterior = dag_alignment_posterior(match, edges, np.array([3]), np.array([2]))
+    >>> keras.ops.convert_to_numpy(posterior)[0, 1].tolist()  # the last target: last vertex
+    [0.0, 0.0, 1.0]
+    """
+    match = ops.stop_gradient(ops.cast(ops.convert_to_tensor(match), "float32"))
+    log_transitions = ops.stop_gradient(ops.cast(ops.convert_to_tensor(log_transitions), "float32"))
+    output_length = ops.cast(ops.convert_to_tensor(output_length), "int32")
+    target_length = ops.cast(ops.convert_to_tensor(target_length), "int32")
+    steps, emissions, transitions, forward = _forward(
+        match, log_transitions, output_length, target_length
+    )
+    alphas, log_sums, _, feasible = forward
+    occupancy, _ = _backward(
+        steps,
+        emissions,
+        transitions,
+        alphas,
+        log_sums,
+        output_length,
+        target_length,
+        with_transitions=False,
+    )
+    return ops.where(feasible[:, None, None], occupancy, 0.0)
+
+
 def _dag_log_likelihood(output_length, target_length):
     @ops.custom_gradient
     def log_likelihood(match, log_transitions):
@@ -144,7 +187,16 @@ def _forward(match, log_transitions, output_length, target_length):
     return steps, emissions, transitions, (alphas, log_sums, log_z, feasible)
 
 
-def _backward(steps, emissions, transitions, alphas, log_sums, output_length, target_length):
+def _backward(
+    steps,
+    emissions,
+    transitions,
+    alphas,
+    log_sums,
+    output_length,
+    target_length,
+    with_transitions=True,
+):
     """Posteriors of (target, vertex) pairs and of edges, by the beta pass.
 
     With ``A_i`` the renormalised forward rows and ``s_i`` their sums,
@@ -181,6 +233,8 @@ def _backward(steps, emissions, transitions, alphas, log_sums, output_length, ta
             used = (i < target_length)[:, None]
             weights[i] = ops.where(used, emissions[:, i, :] * beta * step_scale, 0.0)
     d_match = ops.stack(occupancy, axis=1)
+    if not with_transitions:
+        return d_match, None
     if steps > 1:
         previous = alphas[:, :-1, :]  # A_0 .. A_{T-2}
         following = ops.stack(weights[1:], axis=1)  # W_1 .. W_{T-1}

@@ -10,6 +10,7 @@ from keras_masking.layers.initializers import bert_initializer
 from keras_masking.layers.masked_lm_head import MaskedLMHead
 from keras_masking.layers.state_expansion import StateExpansion
 from keras_masking.losses.dag_loss import dag_alignment_feasible
+from keras_masking.losses.dag_loss import dag_alignment_posterior
 from keras_masking.losses.dag_loss import dag_loss
 from keras_masking.models.exlm_encoder import ExLMEncoder
 from keras_masking.models.exlm_encoder import plain_position_ids
@@ -25,13 +26,21 @@ def _any_equal(token_ids, ids):
     return found
 
 
-def prediction_entropy(logits, weights):
-    """Mean entropy (nats) of ``softmax(logits)`` over the weighted rows."""
+def state_entropy(logits):
+    """Entropy (nats) of ``softmax(logits)`` per row: ``(..., V)`` -> ``(...)``."""
     logits = ops.cast(logits, "float32")
     log_p = logits - ops.logsumexp(logits, axis=-1, keepdims=True)
-    entropy = -ops.sum(ops.exp(log_p) * log_p, axis=-1)
+    return -ops.sum(ops.exp(log_p) * log_p, axis=-1)
+
+
+def _weighted_mean(values, weights):
     weights = ops.cast(weights, "float32")
-    return ops.sum(entropy * weights) / ops.maximum(ops.sum(weights), 1.0)
+    return ops.sum(values * weights) / ops.maximum(ops.sum(weights), 1.0)
+
+
+def prediction_entropy(logits, weights):
+    """Mean entropy (nats) of ``softmax(logits)`` over the weighted rows."""
+    return _weighted_mean(state_entropy(logits), weights)
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -50,9 +59,11 @@ class ExLMPretrainer(keras.Model):
     ``pos2 = 0``), for comparison.
 
     Metrics: ``entropy`` (mean entropy of the predicted distributions at the
-    masked positions; for ExLM over every [MASK] state) and ``impossible``
-    (share of examples whose alignment is impossible; their loss is 0, as in
-    the official code).
+    masked positions; for ExLM over every [MASK] state), ``aligned_entropy``
+    (for ExLM, each masked target's state entropy weighted by the alignment
+    posterior, see `aligned_entropy`; for MLM equal to ``entropy``) and
+    ``impossible`` (share of examples whose alignment is impossible; their
+    loss is 0, as in the official code).
 
     Args:
         backbone: a `TransformerBackbone` with ``position="rotary2d"`` and
@@ -120,6 +131,7 @@ class ExLMPretrainer(keras.Model):
         )
         self.transition = None
         self.entropy_tracker = keras.metrics.Mean(name="entropy")
+        self.aligned_entropy_tracker = keras.metrics.Mean(name="aligned_entropy")
         self.impossible_tracker = keras.metrics.Mean(name="impossible")
 
     # === Sizes (static, from the input length) ===
@@ -245,12 +257,16 @@ class ExLMPretrainer(keras.Model):
         log_transitions = self.transition(vertex_hidden, vertex_mask, slot_index=vertex_slots)
         source = batched_gather(expanded["source_index"][..., None], vertex_slots)[..., 0]
         mask_state = ops.take_along_axis(picked, source, axis=1) & vertex_mask
+        entropies = state_entropy(logits)  # (B, N)
+        live_target = ops.arange(targets_count, dtype="int32")[None, :] < target_length[:, None]
         return {
             "match": match,
             "log_transitions": log_transitions,
             "output_length": output_length,
             "target_length": target_length,
-            "entropy": prediction_entropy(logits, mask_state),
+            "entropy": _weighted_mean(entropies, mask_state),
+            "state_entropy": entropies,
+            "target_is_mask": ops.take_along_axis(picked, target_index, axis=1) & live_target,
         }
 
     # === Fine-tuning ===
@@ -294,14 +310,35 @@ class ExLMPretrainer(keras.Model):
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         if self.objective == "mlm":
             entropy = prediction_entropy(y_pred["logits"], y_pred["label_mask"])
-            impossible = 0.0
+            aligned, impossible = entropy, 0.0
         else:
             entropy = y_pred["entropy"]
             feasible = dag_alignment_feasible(y_pred["output_length"], y_pred["target_length"])
             impossible = ops.mean(ops.cast(~feasible, "float32"))
+            aligned = self.aligned_entropy(y_pred)
         self.entropy_tracker.update_state(entropy)
+        self.aligned_entropy_tracker.update_state(aligned)
         self.impossible_tracker.update_state(impossible)
         return super().compute_metrics(x, y, y_pred, sample_weight)
+
+    def aligned_entropy(self, y_pred):
+        """Mean entropy of the states that emit the masked targets.
+
+        Each masked target's expected state entropy under the DAG alignment
+        posterior (`dag_alignment_posterior`), averaged over masked targets of
+        feasible examples: ExLM's counterpart of MLM's per-mask entropy, which
+        the ``entropy`` metric (every state of every [MASK]) is not, since a
+        target is emitted by one of its ``k`` states.
+        """
+        posterior = dag_alignment_posterior(
+            y_pred["match"],
+            y_pred["log_transitions"],
+            y_pred["output_length"],
+            y_pred["target_length"],
+        )
+        per_target = ops.sum(posterior * y_pred["state_entropy"][:, None, :], axis=2)
+        feasible = ops.sum(posterior, axis=(1, 2)) > 0
+        return _weighted_mean(per_target, y_pred["target_is_mask"] & feasible[:, None])
 
     def get_config(self):
         return {
