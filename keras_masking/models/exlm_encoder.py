@@ -105,10 +105,23 @@ class ExLMEncoder(keras.Model):
         if segment_ids is None:
             segment_ids = ops.zeros_like(token_ids)
         if self.k == 1:
-            positions = plain_position_ids(token_ids)
-            hidden = self.backbone.embed(token_ids, segment_ids, positions, training=training)
-            hidden = self.backbone.encode(hidden, padding_mask, positions, training=training)
-            return {"sequence_output": hidden, "pooled_output": self.backbone.pool(hidden)}
+            ids, mask, positions = token_ids, padding_mask, plain_position_ids(token_ids)
+            first_slot = None
+        else:
+            expanded = self._expand(token_ids, padding_mask)
+            ids, mask, positions = (
+                expanded[key] for key in ("token_ids", "padding_mask", "position_ids")
+            )
+            segment_ids = ops.take_along_axis(
+                ops.cast(segment_ids, "int32"), expanded["source_index"], axis=1
+            )
+            first_slot = expanded["first_slot"]
+        hidden = self.backbone.embed(ids, segment_ids, positions, training=training)
+        hidden = self.backbone.encode(hidden, mask, positions, training=training)
+        sequence = hidden if first_slot is None else batched_gather(hidden, first_slot)
+        return {"sequence_output": sequence, "pooled_output": self.backbone.pool(hidden)}
+
+    def _expand(self, token_ids, padding_mask):
         expanded = self.expansion(token_ids, padding_mask)
         overflow = concrete_value(expanded["overflow"])
         if overflow is not None and np.any(overflow):
@@ -118,16 +131,7 @@ class ExLMEncoder(keras.Model):
                 f"tokens to expand (ids {list(self.special_token_ids)} and [MASK]); raise "
                 "`max_expanded_tokens`."
             )
-        segments = ops.take_along_axis(ops.cast(segment_ids, "int32"), expanded["source_index"], 1)
-        positions = expanded["position_ids"]
-        hidden = self.backbone.embed(expanded["token_ids"], segments, positions, training=training)
-        hidden = self.backbone.encode(
-            hidden, expanded["padding_mask"], positions, training=training
-        )
-        return {
-            "sequence_output": batched_gather(hidden, expanded["first_slot"]),
-            "pooled_output": self.backbone.pool(hidden),
-        }
+        return expanded
 
     def compute_output_spec(self, inputs, training=False):
         batch, length = inputs["token_ids"].shape[:2]
