@@ -7,9 +7,9 @@ Subpackages:
     ops: position-encoding, mask and embedding-correction maths as plain
         functions.
     methods: the "apply to a model" functions (`correct_mlm_embeddings`,
-        `mlm_model_average`, ...).
+        `with_drop_token`, `with_asa`, `fl_tune`, ...).
     callbacks: `MLMEmbeddingCorrection` for `fit`.
-    losses: ExLM's `dag_loss` / `DAGLoss`.
+    losses: ExLM's `dag_loss` / `DAGLoss`, ASA's divergences.
     utils: backend-edge helpers (`disable_xla_cpu_fusion_emitters`).
 """
 
@@ -27,5 +27,6 @@ from keras_masking.methods import mlm_model_average
 from keras_masking.methods import prefix_tune
 from keras_masking.methods import undo_mlm_embedding_correction
 from keras_masking.methods import unmerge_fl
+from keras_masking.methods import with_asa
 from keras_masking.methods import with_drop_token
 from keras_masking.version import __version__

@@ -101,3 +101,68 @@ def randomize_weights(model, seed=0, scale=0.2):
     for variable in model.trainable_weights:
         variable.assign(rng.normal(0, scale, variable.shape).astype("float32"))
     return model
+
+
+def value_and_gradients(fn, arrays):
+    """``fn(*arrays)`` and its gradients with respect to each array (TF or JAX)."""
+    import keras
+
+    arrays = [np.asarray(a, "float32") for a in arrays]
+    if keras.config.backend() == "jax":
+        import jax
+
+        value, grads = jax.value_and_grad(lambda args: fn(*args))(arrays)
+        return float(value), [np.asarray(g) for g in grads]
+    import tensorflow as tf
+
+    variables = [tf.Variable(a) for a in arrays]
+    with tf.GradientTape() as tape:
+        value = fn(*variables)
+    grads = tape.gradient(value, variables)
+    return float(value), [
+        np.zeros(a.shape, "float32") if g is None else np.asarray(tf.convert_to_tensor(g))
+        for a, g in zip(arrays, grads)
+    ]
+
+
+def model_gradients(model, x, y):
+    """The loss of one training forward of a compiled model, and the gradient
+    of every trainable variable (by path), computed eagerly as `fit` does."""
+    import keras
+
+    if keras.config.backend() == "jax":
+        import jax
+
+        trainable = [v.value for v in model.trainable_variables]
+        non_trainable = [v.value for v in model.non_trainable_variables]
+        metrics = [v.value for v in model.metrics_variables]
+        if not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        optimizer = [v.value for v in model.optimizer.variables]
+
+        def loss_fn(values):
+            loss, _ = model.compute_loss_and_updates(
+                values,
+                non_trainable,
+                metrics,
+                x,
+                y,
+                None,
+                training=True,
+                optimizer_variables=optimizer,
+            )
+            return loss
+
+        loss, grads = jax.jit(jax.value_and_grad(loss_fn))(trainable)
+    else:
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            y_pred = model(x, training=True)
+            loss = model.compute_loss(x, y, y_pred, training=True)
+        grads = tape.gradient(loss, model.trainable_variables)
+        grads = [None if g is None else tf.convert_to_tensor(g) for g in grads]
+    return float(loss), {
+        v.path: np.zeros(v.shape, "float32") if g is None else np.asarray(g)
+        for v, g in zip(model.trainable_variables, grads)
+    }

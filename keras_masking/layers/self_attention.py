@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_masking.layers.initializers import clone_initializer
+from keras_masking.ops.attention_masks import apply_replacing_mask
 from keras_masking.ops.attention_masks import padding_mask_to_bias
 from keras_masking.ops.relative_position import relative_position_embeddings
 from keras_masking.ops.relative_position import relative_position_table
@@ -46,7 +47,11 @@ class SelfAttention(keras.layers.Layer):
 
     * ``extra_units``: an `AttentionUnits` layer whose extra query/key
       dimensions add to the logits and whose extra value dimensions add to
-      the output (MA-tuning).
+      the output (MA-tuning);
+    * ``attention_mask_bias``: a mask bias (0 keep, negative drop) that
+      takes the place of the padding mask, with ``mask_semantics``
+      ``"replace"``, ``"additive"`` or ``"guarded"`` (see
+      `keras_masking.ops.apply_replacing_mask`; ASA's adversarial masks).
 
     All cost nothing when left as ``None``.
 
@@ -72,6 +77,9 @@ class SelfAttention(keras.layers.Layer):
         attention_bias: optional additive float bias (see above).
         kv_prefix: optional ``(keys, values)`` pair (see above).
         extra_units: optional `AttentionUnits` layer (see above).
+        attention_mask_bias: optional float tensor broadcastable to
+            ``(batch, heads, query, key)`` replacing the padding mask.
+        mask_semantics: how ``attention_mask_bias`` applies (see above).
         training: bool, whether dropout is active.
 
     Example:
@@ -150,6 +158,8 @@ class SelfAttention(keras.layers.Layer):
         attention_bias=None,
         kv_prefix=None,
         extra_units=None,
+        attention_mask_bias=None,
+        mask_semantics="replace",
         training=None,
     ):
         length = ops.shape(hidden)[1]
@@ -181,7 +191,9 @@ class SelfAttention(keras.layers.Layer):
                 self.max_relative_position,
             )
             logits = logits + self._relative_logits(query, relative)
-        if padding_mask is not None:
+        if attention_mask_bias is not None:
+            logits = apply_replacing_mask(logits, attention_mask_bias, padding_mask, mask_semantics)
+        elif padding_mask is not None:
             logits = logits + padding_mask_to_bias(padding_mask, logits.dtype)
         if attention_bias is not None:
             logits = logits + ops.cast(attention_bias, logits.dtype)
@@ -189,7 +201,7 @@ class SelfAttention(keras.layers.Layer):
         if kv_prefix is not None:
             prefix_key, prefix_value = kv_prefix
             prefix_key = ops.cast(prefix_key, query.dtype)
-            prefix_logits = self._prefix_logits(query, prefix_key)
+            prefix_logits = ops.cast(self._prefix_logits(query, prefix_key), logits.dtype)
             logits = ops.concatenate([prefix_logits, logits], axis=-1)
         probabilities = ops.softmax(ops.cast(logits, "float32"), axis=-1)
         probabilities = ops.cast(probabilities, value.dtype)

@@ -52,8 +52,8 @@ class TransformerBlock(keras.layers.Layer):
 
     Call arguments:
         hidden: float tensor ``(batch, sequence, hidden)``.
-        padding_mask, position_ids, attention_bias, kv_prefix: see
-            `SelfAttention`.
+        padding_mask, position_ids, attention_bias, kv_prefix,
+            attention_mask_bias, mask_semantics: see `SelfAttention`.
         training: bool, whether dropout is active.
 
     Example:
@@ -202,6 +202,8 @@ class TransformerBlock(keras.layers.Layer):
         position_ids=None,
         attention_bias=None,
         kv_prefix=None,
+        attention_mask_bias=None,
+        mask_semantics="replace",
         training=None,
     ):
         """``LN(x + Dropout(Attention(x)))``, the first half of the layer."""
@@ -214,6 +216,8 @@ class TransformerBlock(keras.layers.Layer):
             attention_bias=attention_bias,
             kv_prefix=kv_prefix,
             extra_units=self.attention_units,
+            attention_mask_bias=attention_mask_bias,
+            mask_semantics=mask_semantics,
             training=training,
         )
         attended = self.attention_output_dropout(attended, training=training)
@@ -239,6 +243,8 @@ class TransformerBlock(keras.layers.Layer):
         position_ids=None,
         attention_bias=None,
         kv_prefix=None,
+        attention_mask_bias=None,
+        mask_semantics="replace",
         training=None,
     ):
         hidden = self.attention_sublayer(
@@ -247,6 +253,8 @@ class TransformerBlock(keras.layers.Layer):
             position_ids=position_ids,
             attention_bias=attention_bias,
             kv_prefix=kv_prefix,
+            attention_mask_bias=attention_mask_bias,
+            mask_semantics=mask_semantics,
             training=training,
         )
         return self.feed_forward_sublayer(hidden, training=training)

@@ -1,5 +1,9 @@
-"""Losses: ExLM's DAG alignment loss."""
+"""Losses: ExLM's DAG alignment loss, ASA's divergences."""
 
+from keras_masking.losses.asa_divergence import ASA_TASKS
+from keras_masking.losses.asa_divergence import asa_divergence
+from keras_masking.losses.asa_divergence import batch_softmax_divergence
+from keras_masking.losses.asa_divergence import symmetric_kl_divergence
 from keras_masking.losses.dag_loss import DAGLoss
 from keras_masking.losses.dag_loss import dag_alignment_feasible
 from keras_masking.losses.dag_loss import dag_alignment_posterior

@@ -4,6 +4,11 @@ from keras_masking.methods.adapters import AdapterSet
 from keras_masking.methods.adapters import load_adapter
 from keras_masking.methods.adapters import read_adapter
 from keras_masking.methods.adapters import save_adapter
+from keras_masking.methods.asa import ASATrainer
+from keras_masking.methods.asa import masked_fraction
+from keras_masking.methods.asa import with_asa
+from keras_masking.methods.asa_plots import masked_fractions_by_layer
+from keras_masking.methods.asa_plots import plot_masked_fractions
 from keras_masking.methods.drop_token import DropTokenEncoder
 from keras_masking.methods.drop_token import with_drop_token
 from keras_masking.methods.fl_tuning import add_ffn_parameter_count

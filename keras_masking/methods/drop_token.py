@@ -57,36 +57,10 @@ class DropTokenEncoder(keras.Model):
             name="drop_token",
         )
         inputs = dict(backbone.input)
-        position_ids = inputs.get("position_ids")
-        hidden = stages.embed(inputs, position_ids)
-        dropped = drop(
-            hidden,
-            inputs["padding_mask"],
-            token_ids=inputs["token_ids"],
-            position_ids=position_ids,
-        )
-        positions = dropped["position_ids"] if stages.reads_positions_in_attention else None
-        if mode == "gather":
-            sequence = stages.encode(dropped["hidden"], dropped["padding_mask"], positions)
-            pooled = stages.pool(sequence)
-            sequence = RestoreDroppedTokens(name="restore_dropped_tokens")(
-                sequence, dropped["keep_mask"]
-            )
-        else:
-            sequence = stages.encode(
-                hidden, inputs["padding_mask"], positions, dropped["attention_bias"]
-            )
-            pooled = stages.pool(sequence)
-        token_mask = keras.ops.cast(dropped["keep_mask"], "int32") * keras.ops.cast(
-            inputs["padding_mask"], "int32"
-        )
+        restore = RestoreDroppedTokens(name="restore_dropped_tokens") if mode == "gather" else None
         super().__init__(
             inputs=inputs,
-            outputs={
-                "sequence_output": sequence,
-                "pooled_output": pooled,
-                "token_mask": token_mask,
-            },
+            outputs=drop_token_stages(stages, drop, inputs, restore),
             **kwargs,
         )
         self.backbone = backbone
@@ -113,6 +87,44 @@ class DropTokenEncoder(keras.Model):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
         return cls(**config)
+
+
+def drop_token_stages(stages, drop, inputs, restore=None, **mask_hooks):
+    """``embed -> DropToken -> encode -> pool``: a `DropTokenEncoder`'s graph.
+
+    Args:
+        stages: the backbone's `encoder_stages`.
+        drop: the `DropToken` layer.
+        inputs: the backbone's input dict.
+        restore: the `RestoreDroppedTokens` layer (gather mode), else None.
+        **mask_hooks: ``attention_mask_fn`` and ``mask_semantics`` for
+            `TransformerBackbone.encode` (attention mode only; ASA).
+
+    Returns:
+        ``{"sequence_output", "pooled_output", "token_mask"}``.
+    """
+    position_ids = inputs.get("position_ids")
+    hidden = stages.embed(inputs, position_ids)
+    dropped = drop(
+        hidden,
+        inputs["padding_mask"],
+        token_ids=inputs["token_ids"],
+        position_ids=position_ids,
+    )
+    positions = dropped["position_ids"] if stages.reads_positions_in_attention else None
+    if drop.mode == "gather":
+        sequence = stages.encode(dropped["hidden"], dropped["padding_mask"], positions)
+        pooled = stages.pool(sequence)
+        sequence = restore(sequence, dropped["keep_mask"])
+    else:
+        sequence = stages.encode(
+            hidden, inputs["padding_mask"], positions, dropped["attention_bias"], **mask_hooks
+        )
+        pooled = stages.pool(sequence)
+    token_mask = keras.ops.cast(dropped["keep_mask"], "int32") * keras.ops.cast(
+        inputs["padding_mask"], "int32"
+    )
+    return {"sequence_output": sequence, "pooled_output": pooled, "token_mask": token_mask}
 
 
 def with_drop_token(

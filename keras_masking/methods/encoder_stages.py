@@ -43,8 +43,10 @@ class _TransformerBackboneStages:
     def embed(self, inputs, position_ids):
         return self.backbone.embed(inputs["token_ids"], inputs.get("segment_ids"), position_ids)
 
-    def encode(self, hidden, padding_mask, position_ids, attention_bias=None):
-        return self.backbone.encode(hidden, padding_mask, position_ids, attention_bias)
+    def encode(self, hidden, padding_mask, position_ids, attention_bias=None, **mask_hooks):
+        return self.backbone.encode(
+            hidden, padding_mask, position_ids, attention_bias, **mask_hooks
+        )
 
     def pool(self, hidden):
         return self.backbone.pool(hidden)

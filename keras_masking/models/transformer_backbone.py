@@ -38,13 +38,16 @@ class TransformerBackbone(keras_hub.models.Backbone):
 
     * `embed(token_ids, segment_ids, position_ids)` -> hidden states;
     * `encode(hidden, padding_mask, position_ids, attention_bias,
-      kv_prefixes)` -> the last layer's hidden states, with an additive
-      attention bias (one for all layers or one per layer) and per-layer
-      key/value prefixes;
+      kv_prefixes, attention_mask_fn)` -> the last layer's hidden states,
+      with an additive attention bias (one for all layers or one per layer),
+      per-layer key/value prefixes, and per-layer masks computed from each
+      layer's own input that replace the padding mask (ASA);
     * ``transformer_layers[i]`` (`TransformerBlock`), whose
       `attention_sublayer` and `feed_forward_sublayer(h, extra_output)` expose
       the inside of a layer (FL-tuning adds its branch there);
-    * `pool(hidden)` -> the pooled [CLS] vector.
+    * `pool(hidden)` -> the pooled [CLS] vector;
+    * `forward_stages(inputs, attention_mask_fn)` -> the three in a row, the
+      backbone's own graph on any input dict.
 
     Args:
         vocabulary_size: int. Size of the token vocabulary.
@@ -211,15 +214,9 @@ class TransformerBackbone(keras_hub.models.Backbone):
         if custom_position_ids:
             position_shape = (None, 2) if position == "rotary2d" else (None,)
             inputs["position_ids"] = keras.Input(position_shape, dtype="int32", name="position_ids")
-        position_ids = inputs.get("position_ids")
-        hidden = self.embed(inputs["token_ids"], inputs.get("segment_ids"), position_ids)
-        hidden = self.encode(hidden, inputs["padding_mask"], position_ids)
         super().__init__(
             inputs=inputs,
-            outputs={
-                "sequence_output": hidden,
-                "pooled_output": self.pool(hidden),
-            },
+            outputs=self.forward_stages(inputs),
             dtype=dtype,
             **kwargs,
         )
@@ -277,6 +274,8 @@ class TransformerBackbone(keras_hub.models.Backbone):
         attention_bias=None,
         kv_prefixes=None,
         training=None,
+        attention_mask_fn=None,
+        mask_semantics="replace",
     ):
         """Runs every transformer layer on ``hidden``.
 
@@ -291,19 +290,65 @@ class TransformerBackbone(keras_hub.models.Backbone):
             kv_prefixes: None or a list with one ``(keys, values)`` pair (or
                 None) per layer; see `SelfAttention`.
             training: bool, whether dropout is active.
+            attention_mask_fn: None or a callable ``(layer_index,
+                hidden_entering_layer) -> mask bias or None``, called before
+                each layer: a mask that depends on the layer's own input (ASA's
+                adversaries). A returned bias (0 keep, negative drop, shape
+                broadcastable to ``(batch, heads, query, key)``) takes the
+                place of that layer's padding mask.
+            mask_semantics: how a mask from ``attention_mask_fn`` applies:
+                ``"replace"``, ``"additive"`` or ``"guarded"`` (see
+                `keras_masking.ops.apply_replacing_mask`).
         """
         biases = _per_layer(attention_bias, self.num_layers_built, "attention_bias")
         prefixes = _per_layer(kv_prefixes, self.num_layers_built, "kv_prefixes", shared=False)
-        for layer, bias, prefix in zip(self.transformer_layers, biases, prefixes):
+        for index, (layer, bias, prefix) in enumerate(
+            zip(self.transformer_layers, biases, prefixes)
+        ):
+            mask_bias = None if attention_mask_fn is None else attention_mask_fn(index, hidden)
             hidden = layer(
                 hidden,
                 padding_mask=padding_mask,
                 position_ids=position_ids,
                 attention_bias=bias,
                 kv_prefix=prefix,
+                attention_mask_bias=mask_bias,
+                mask_semantics=mask_semantics,
                 training=training,
             )
         return hidden
+
+    def forward_stages(
+        self, inputs, attention_mask_fn=None, mask_semantics="replace", training=None
+    ):
+        """``embed -> encode -> pool`` on an input dict: the backbone's own graph.
+
+        The backbone's functional graph is this call on its `keras.Input`s;
+        methods call it on their own tensors with `encode`'s per-layer mask
+        hook (ASA's adversarial pass).
+
+        Args:
+            inputs: dict with ``token_ids``, ``padding_mask`` and, as the
+                backbone takes them, ``segment_ids`` and ``position_ids``.
+            attention_mask_fn, mask_semantics: see `encode`.
+            training: bool, whether dropout is active.
+
+        Returns:
+            ``{"sequence_output", "pooled_output"}``.
+        """
+        position_ids = inputs.get("position_ids")
+        hidden = self.embed(
+            inputs["token_ids"], inputs.get("segment_ids"), position_ids, training=training
+        )
+        hidden = self.encode(
+            hidden,
+            inputs["padding_mask"],
+            position_ids,
+            training=training,
+            attention_mask_fn=attention_mask_fn,
+            mask_semantics=mask_semantics,
+        )
+        return {"sequence_output": hidden, "pooled_output": self.pool(hidden)}
 
     def pool(self, hidden):
         """BERT's pooler on the [CLS] state (or the state itself if none)."""
@@ -324,7 +369,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         """
         from keras_masking.layers.add_ffn import AddFFN
 
-        layers = self._layer_indices(layers)
+        layers = self.layer_indices(layers)
         for index in layers:
             self.transformer_layers[index].attach_feed_forward_branch(
                 AddFFN(units, activation=self.activation, dtype=self.dtype_policy, name="add_ffn")
@@ -343,7 +388,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         """
         from keras_masking.layers.key_value_prefix import KeyValuePrefix
 
-        layers = self._layer_indices(layers)
+        layers = self.layer_indices(layers)
         for index in layers:
             self.transformer_layers[index].attach_key_value_prefix(
                 KeyValuePrefix(
@@ -374,7 +419,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         """
         from keras_masking.layers.attention_units import AttentionUnits
 
-        layers = self._layer_indices(layers)
+        layers = self.layer_indices(layers)
         for index in layers:
             self.transformer_layers[index].attach_attention_units(
                 AttentionUnits(
@@ -423,7 +468,15 @@ class TransformerBackbone(keras_hub.models.Backbone):
             layer.trainable = not frozen
         self.frozen_base = bool(frozen)
 
-    def _layer_indices(self, layers):
+    def layer_indices(self, layers=None):
+        """Sorted, checked layer indices: every layer when ``layers`` is None.
+
+        Args:
+            layers: an iterable of ints in ``[0, num_layers)``, or None.
+
+        Raises:
+            ValueError: for an empty selection or an index out of range.
+        """
         count = self.num_layers_built
         if layers is None:
             return list(range(count))

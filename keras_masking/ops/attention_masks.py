@@ -37,3 +37,61 @@ def padding_mask_to_bias(padding_mask, dtype="float32"):
     """
     keep = ops.cast(padding_mask, dtype)
     return ((1.0 - keep) * large_negative(dtype))[:, None, None, :]
+
+
+MASK_SEMANTICS = ("replace", "additive", "guarded")
+
+
+def validate_mask_semantics(semantics):
+    """Raises a ValueError unless ``semantics`` is one of `MASK_SEMANTICS`."""
+    if semantics not in MASK_SEMANTICS:
+        raise ValueError(
+            f"`mask_semantics` must be one of {MASK_SEMANTICS}. Received: {semantics!r}"
+        )
+
+
+def apply_replacing_mask(logits, mask_bias, padding_mask=None, semantics="replace"):
+    """Applies a mask bias that takes the place of the padding mask.
+
+    ``mask_bias`` holds 0 where a query may attend to a key and a negative
+    number (ASA: exactly -10000) where it may not. Three semantics, each the
+    behaviour of one code base:
+
+    * ``"replace"`` (BERT's ``logits * 1[bias >= 0] + bias``, the official
+      ASA ``bert.py``): a masked logit becomes exactly the bias, whatever its
+      score; a query row masked everywhere attends uniformly to all keys,
+      padding included. The padding mask is not applied.
+    * ``"additive"`` (ASA's ``roberta.py``): ``logits + bias``; a row masked
+      everywhere keeps the softmax of its raw scores over all keys. The
+      padding mask is not applied.
+    * ``"guarded"``: ``"replace"`` plus the padding mask, so a row masked
+      everywhere attends uniformly to the real keys only (not in the official
+      code).
+
+    The arithmetic is float32 whatever the logits' dtype (-10000 is not
+    exact in bfloat16).
+
+    Args:
+        logits: float tensor ``(batch, heads, query, key)``.
+        mask_bias: float tensor broadcastable to ``logits``.
+        padding_mask: optional 0/1 tensor ``(batch, key)``; read only by
+            ``"guarded"``.
+        semantics: ``"replace"``, ``"additive"`` or ``"guarded"``.
+
+    Returns:
+        float32 logits of the same shape.
+
+    Example:
+    >>> logits = keras.ops.array([[[[3.0, 5.0]]]])
+    >>> apply_replacing_mask(logits, keras.ops.array([[[[0.0, -10000.0]]]]))
+    array([[[[     3., -10000.]]]], dtype=float32)
+    """
+    validate_mask_semantics(semantics)
+    logits = ops.cast(logits, "float32")
+    mask_bias = ops.cast(mask_bias, "float32")
+    if semantics == "additive":
+        return logits + mask_bias
+    logits = logits * ops.cast(mask_bias >= 0, "float32") + mask_bias
+    if semantics == "guarded" and padding_mask is not None:
+        logits = logits + padding_mask_to_bias(padding_mask, "float32")
+    return logits

@@ -1,0 +1,142 @@
+"""AttentionAdversary: ASA's per-layer learned attention mask."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_masking.ops.gradient_reversal import reverse_gradient
+from keras_masking.ops.gradient_reversal import straight_through_step
+
+#: The official code's mask value: masked logits become exactly this.
+MASK_VALUE = -10000.0
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+class AttentionAdversary(keras.layers.Layer):
+    """The adversary of one layer in ASA (adversarial self-attention).
+
+    Wu et al. (2023), "Adversarial Self-Attention for Language
+    Understanding", as the official code computes it (``AsaBert.Adversary``):
+
+    1. ``H = stop_gradient(hidden)``: the hidden states entering the layer
+       of the adversarial pass; the encoder gets no gradient from here.
+    2. One head of full width ``d``: ``Q = H W_q + b_q``, ``K = H W_k + b_k``
+       (init N(0, 0.02), biases 0), ``S = Q K^T / sqrt(d) + P`` with ``P`` the
+       padding bias over keys (0 / -10000); padded query rows are computed
+       too.
+    3. ``M = 1[S > 0]`` forward, ``sigmoid(S)``'s gradient backward
+       (`keras_masking.ops.straight_through_step`); 1 keeps a query/key pair,
+       0 masks it.
+    4. A gradient reversal of strength ``alpha`` on ``M``, so the adversary
+       ascends what the model descends.
+
+    The layer returns ``M``, ``(batch, query, key)`` float32; `mask_bias`
+    turns it into the attention mask ``(1 - M) * -10000`` that replaces that
+    layer's padding mask (`TransformerBackbone.encode`'s
+    ``attention_mask_fn``). Everything is float32 whatever the dtype policy
+    (-10000 is not exact in bfloat16).
+
+    Args:
+        alpha: float >= 0, strength of the gradient reversal (1 officially).
+        noise: bool. False (official): the code's Gumbel noise is added and
+            subtracted, so the mask is deterministic. True (a deviation):
+            logistic noise (the difference of two Gumbel samples) is added to
+            the scores before the step in training.
+        initializer_range: float, the std of the kernels' normal init.
+        seed: int or None, for ``noise``.
+        **kwargs: base `keras.layers.Layer` arguments (the dtype is always
+            float32).
+
+    Call arguments:
+        hidden: float tensor ``(batch, sequence, hidden)``.
+        padding_mask: optional 0/1 tensor ``(batch, sequence)``.
+        training: bool; noise (if any) is drawn only in training.
+
+    Example:
+    >>> adversary = AttentionAdversary()
+    >>> mask = adversary(keras.ops.ones((2, 5, 32)), keras.ops.ones((2, 5)))
+    >>> mask.shape
+    (2, 5, 5)
+    """
+
+    def __init__(self, alpha=1.0, noise=False, initializer_range=0.02, seed=None, **kwargs):
+        kwargs.pop("dtype", None)
+        super().__init__(dtype="float32", **kwargs)
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha >= 0:
+            raise ValueError(f"`alpha` must be a float >= 0. Received: alpha={alpha!r}")
+        if not isinstance(noise, bool):
+            raise ValueError(f"`noise` must be True or False. Received: noise={noise!r}")
+        if not initializer_range > 0:
+            raise ValueError(
+                f"`initializer_range` must be > 0. Received: initializer_range={initializer_range}"
+            )
+        self.alpha = float(alpha)
+        self.noise = noise
+        self.initializer_range = float(initializer_range)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed) if noise else None
+        self.query = None
+        self.key = None
+
+    def build(self, input_shape):
+        width = input_shape[-1]
+        if width is None:
+            raise ValueError("AttentionAdversary needs a known hidden size (last axis).")
+        for name in ("query", "key"):
+            projection = keras.layers.Dense(
+                width,
+                kernel_initializer=keras.initializers.RandomNormal(stddev=self.initializer_range),
+                bias_initializer="zeros",
+                dtype="float32",
+                name=name,
+            )
+            projection.build(tuple(input_shape))
+            setattr(self, name, projection)
+        self.built = True
+
+    def scores(self, hidden, padding_mask=None):
+        """``S = Q K^T / sqrt(d) + P``, float32 ``(batch, query, key)``.
+
+        The input's gradient is stopped here.
+        """
+        hidden = ops.cast(ops.stop_gradient(hidden), "float32")
+        query = self.query(hidden)
+        key = self.key(hidden)
+        width = ops.shape(query)[-1]
+        scores = ops.einsum("bqd,bkd->bqk", query, key) / math.sqrt(width)
+        if padding_mask is not None:
+            keep = ops.cast(padding_mask, "float32")
+            scores = scores + ((1.0 - keep) * MASK_VALUE)[:, None, :]
+        return scores
+
+    def call(self, hidden, padding_mask=None, training=None):
+        scores = self.scores(hidden, padding_mask)
+        noise = None
+        if self.noise and training:
+            uniform = keras.random.uniform(
+                ops.shape(scores), minval=1e-7, maxval=1.0 - 1e-7, seed=self.seed_generator
+            )
+            noise = ops.log(uniform) - ops.log(1.0 - uniform)
+        mask = straight_through_step(scores, threshold_noise=noise)
+        return reverse_gradient(mask, self.alpha)
+
+    @staticmethod
+    def mask_bias(mask):
+        """``(1 - M) * -10000`` as ``(batch, 1, query, key)``, shared by all heads."""
+        return ((1.0 - ops.cast(mask, "float32")) * MASK_VALUE)[:, None, :, :]
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[1], input_shape[1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "alpha": self.alpha,
+                "noise": self.noise,
+                "initializer_range": self.initializer_range,
+                "seed": self.seed,
+            }
+        )
+        return config

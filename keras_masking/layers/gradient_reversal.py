@@ -1,0 +1,52 @@
+"""GradientReversal: identity forward, gradient times -alpha backward."""
+
+import keras
+
+from keras_masking.ops.gradient_reversal import reverse_gradient
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+class GradientReversal(keras.layers.Layer):
+    """The gradient reversal layer (GRL).
+
+    Passes its input through unchanged and multiplies the gradient flowing
+    back through it by ``-alpha``, so that whatever sits before it ascends the
+    loss that whatever sits after it descends, in one backward pass and with
+    one optimizer. ASA puts one after each attention adversary; it is also the
+    usual building block of domain-adversarial training (Ganin & Lempitsky,
+    2015). Backend-agnostic (`keras_masking.ops.reverse_gradient`): exact
+    forward for any ``alpha`` on TensorFlow, JAX and PyTorch, and compiles
+    under XLA. No weights.
+
+    Args:
+        alpha: float >= 0, the strength of the reversal (0 stops the gradient,
+            1 reverses it unscaled).
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: a float tensor.
+
+    Example:
+    >>> layer = GradientReversal(alpha=0.5)
+    >>> layer(keras.ops.ones((1, 3)))
+    array([[1., 1., 1.]], dtype=float32)
+    """
+
+    def __init__(self, alpha=1.0, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha >= 0:
+            raise ValueError(f"`alpha` must be a float >= 0. Received: alpha={alpha!r}")
+        self.alpha = float(alpha)
+        self.supports_masking = True
+        self.built = True
+
+    def call(self, inputs):
+        return reverse_gradient(inputs, self.alpha)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config["alpha"] = self.alpha
+        return config
