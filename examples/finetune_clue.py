@@ -8,6 +8,8 @@ FewCLUE JSON-lines files. The keras_masking methods are switches:
 * ``--correct-embeddings``: MLM embedding correction before fine-tuning;
 * ``--drop-token RATE``: DropToken while training ([CLS]/[SEP] kept);
 * ``--fl-tune UNITS``: FL-tuning, only addFFN units and the head train;
+* ``--asa TAU``: ASA (adversarial self-attention, `keras_masking.with_asa`),
+  every layer attacked; the saved model is the clean classifier;
 * ``--exlm-k K``: an ExLM-pretrained (rotary2d) backbone, run as the official
   fine-tuning does (`keras_masking.models.ExLMEncoder`).
 
@@ -63,6 +65,7 @@ def parse_args(argv=None):
     parser.add_argument("--drop-token", type=float, default=0.0, metavar="RATE")
     parser.add_argument("--fl-tune", type=int, default=0, metavar="UNITS")
     parser.add_argument("--exlm-k", type=int, default=0, metavar="K")
+    parser.add_argument("--asa", type=float, default=None, metavar="TAU", help="ASA, tau 0.5")
     parser.add_argument("--output", help="save the fine-tuned model here (.keras)")
     args = parser.parse_args(argv)
     if args.exlm_k and args.drop_token:
@@ -71,6 +74,11 @@ def parse_args(argv=None):
         parser.error("--exlm-k needs --preset: an ExLM backbone saved with save_to_preset.")
     if args.exlm_k and args.correct_embeddings:
         parser.error("--correct-embeddings is for MLM-pretrained models, not ExLM.")
+    if args.asa is not None and (args.exlm_k or args.drop_token):
+        parser.error(
+            "--asa does not combine with --exlm-k (the expanding encoder) or --drop-token "
+            "(gather mode changes the sequence the adversary masks)."
+        )
     return args
 
 
@@ -158,7 +166,10 @@ def run(args):
     model = build_classifier(backbone, tokenizer, args, num_classes)
     steps = args.epochs * -(-len(train[1]) // args.batch_size)
     schedule = keras.optimizers.schedules.PolynomialDecay(args.learning_rate, steps, 0.0)
-    model.compile(
+    # ASA trains through a trainer around the classifier; `model` stays the
+    # clean classifier that is evaluated and saved (no adversary weights).
+    trained = model if args.asa is None else keras_masking.with_asa(model, tau=args.asa)
+    trained.compile(
         optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.01),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
@@ -168,7 +179,7 @@ def run(args):
         f"{args.task}: {len(train[1])} train / {len(dev[1])} dev, {num_classes} classes, "
         f"backend {keras.config.backend()}"
     )
-    history = model.fit(
+    history = trained.fit(
         train[0],
         train[1],
         validation_data=dev,

@@ -105,14 +105,22 @@ def test_the_classifier_starts_from_corrected_embeddings(tmp_path):
 
 
 @needs_data
-def test_fl_tuning_trains_only_the_added_units_and_the_head(tmp_path):
+def test_fl_tuning_with_asa_trains_only_the_added_units_and_the_head(tmp_path):
     example = _example()
     folder, _ = _preset(tmp_path)
-    model, _ = example.run(_args(example, folder, "--fl-tune", "8"))
+    output = str(tmp_path / "model.keras")
+    model, history = example.run(
+        _args(example, folder, "--fl-tune", "8", "--asa", "0.5", "--output", output)
+    )
     trainable = {v.path.split("/")[-2] for v in model.trainable_variables}
     assert any(isinstance(layer, AddFFN) for layer in model._flatten_layers())
     assert "classifier" in trainable
     assert len(model.trainable_variables) == 2 * 4 + 2  # 2 layers x addFFN (W1, b1, W2, b2) + head
+    # ASA ran (its metrics are in the history) and the saved model is the clean one.
+    assert {"divergence", "mask_term", "masked_fraction_0"} <= set(history)
+    assert not any("adversary" in v.path for v in keras.saving.load_model(output).weights)
+    with pytest.raises(SystemExit):
+        example.parse_args(["--preset", "x", "--asa", "0.5", "--drop-token", "0.1"])
 
 
 @needs_data
