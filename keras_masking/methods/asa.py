@@ -340,18 +340,7 @@ def _resolve_task(task, task_model, backbone):
     )
 
 
-def with_asa(
-    task_model,
-    tau=0.5,
-    layers=None,
-    alpha=1.0,
-    task="auto",
-    divergence=None,
-    mask_semantics="replace",
-    noise=False,
-    token_divergence="all",
-    seed=None,
-):
+def with_asa(task_model, tau=0.5, layers=None, **options):
     """ASA fine-tuning in one line: an `ASATrainer` around ``task_model``.
 
     If ``task_model`` is already compiled, the trainer is compiled with the
@@ -360,8 +349,12 @@ def with_asa(
     compile the trainer as you would the model.
 
     Args:
-        task_model, tau, layers, alpha, task, divergence, mask_semantics,
-            noise, token_divergence, seed: see `ASATrainer`.
+        task_model: see `ASATrainer`.
+        tau: float >= 0, the mask penalty's temperature (0.5 officially).
+        layers: layer indices to attack, or None for every layer.
+        **options: the other `ASATrainer` arguments (``alpha``, ``task``,
+            ``divergence``, ``mask_semantics``, ``noise``,
+            ``token_divergence``, ``seed``).
 
     Returns:
         An `ASATrainer`. ``trainer.inference_model`` is ``task_model``.
@@ -373,18 +366,7 @@ def with_asa(
     classifier.save("classifier.keras")            # no adversary weights
     ```
     """
-    trainer = ASATrainer(
-        task_model,
-        tau=tau,
-        layers=layers,
-        alpha=alpha,
-        task=task,
-        divergence=divergence,
-        mask_semantics=mask_semantics,
-        noise=noise,
-        token_divergence=token_divergence,
-        seed=seed,
-    )
+    trainer = ASATrainer(task_model, tau=tau, layers=layers, **options)
     if getattr(task_model, "compiled", False):
         trainer.compile_from_config(task_model.get_compile_config())
     return trainer
