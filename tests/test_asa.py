@@ -532,13 +532,23 @@ def test_an_adversary_keeping_every_real_pair_gives_the_clean_pass(position):
     )
 
 
-def test_keras_hub_bert_goes_through_from_keras_hub_and_back():
+@pytest.mark.parametrize("family", ["BertBackbone", "RobertaBackbone"])
+def test_keras_hub_models_go_through_from_keras_hub_and_back(family):
     import keras_hub
     from conftest import HUB_SIZES
 
-    hub = keras_hub.models.BertBackbone(**HUB_SIZES)
-    features = random_features(batch=2, length=8)
-    refused = keras.Model(hub.input, keras.layers.Dense(2)(hub(hub.input)["pooled_output"]))
+    hub_class = getattr(keras_hub.models, family)
+    sizes = dict(HUB_SIZES)
+    if family == "RobertaBackbone":
+        sizes.pop("num_segments", None)
+    hub = hub_class(**sizes)
+    features = {name: value for name, value in random_features(batch=2, length=8).items()}
+    features = {name: features[name] for name in hub.input}
+
+    def sequence(outputs):  # RobertaBackbone returns the sequence alone
+        return outputs["sequence_output"] if isinstance(outputs, dict) else outputs
+
+    refused = keras.Model(hub.input, keras.layers.Dense(2)(sequence(hub(hub.input))[:, 0]))
     with pytest.raises(ValueError, match="from_keras_hub"):
         keras_masking.with_asa(refused)
     backbone = keras_masking.models.from_keras_hub(hub)
@@ -547,8 +557,9 @@ def test_keras_hub_bert_goes_through_from_keras_hub_and_back():
     outputs = trainer(features, training=True)
     np.testing.assert_allclose(outputs["adversarial"], outputs["clean"], atol=1e-5)
     converted = backbone.to_keras_hub()
+    assert isinstance(converted, hub_class)
     np.testing.assert_allclose(
-        converted(features)["pooled_output"], backbone(features)["pooled_output"], atol=1e-5
+        sequence(converted(features)), backbone(features)["sequence_output"], atol=1e-5
     )
 
 
