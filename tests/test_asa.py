@@ -639,6 +639,7 @@ def test_span_heads_need_an_explicit_divergence():
     )
 
 
+@pytest.mark.filterwarnings("ignore:On TensorFlow's XLA CPU backend")
 def test_combinations_that_make_no_sense_are_refused():
     backbone = TransformerBackbone(**tiny_backbone_kwargs())
     for encoder, reason in [
