@@ -142,6 +142,8 @@ def _peoples_daily_batch(length=32, batch=16):
     from keras_masking.data.corpora import peoples_daily_sentences
 
     vocab = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "vocab"
+    if not (vocab / "bert-base-chinese-vocab.txt").exists():
+        pytest.skip("../shared/data (the Chinese BERT vocabulary) is not present")
     tokenizer = bert_tokenizer(vocab / "bert-base-chinese-vocab.txt")
     return encode_texts(tokenizer, peoples_daily_sentences()[:batch], length)
 
