@@ -74,6 +74,27 @@ def parse_args(argv=None):
         parser.error("--exlm-k needs --preset: an ExLM backbone saved with save_to_preset.")
     if args.exlm_k and args.correct_embeddings:
         parser.error("--correct-embeddings is for MLM-pretrained models, not ExLM.")
+    for name, value, low in (
+        ("--sequence-length", args.sequence_length, 3),
+        ("--batch-size", args.batch_size, 1),
+        ("--epochs", args.epochs, 1),
+        ("--fl-tune", args.fl_tune, 0),
+        ("--exlm-k", args.exlm_k, 0),
+    ):
+        if value < low:
+            parser.error(f"{name} must be at least {low}. Received: {value}.")
+    if not args.learning_rate > 0:
+        parser.error(f"--learning-rate must be positive. Received: {args.learning_rate}.")
+    if not 0.0 <= args.drop_token < 1.0:
+        parser.error(f"--drop-token must be in [0, 1). Received: {args.drop_token}.")
+    if args.output:
+        folder = os.path.dirname(os.path.abspath(args.output))
+        if not args.output.endswith(".keras"):
+            parser.error(f"--output must end in .keras. Received: {args.output!r}.")
+        if not os.path.isdir(folder):
+            parser.error(f"--output's folder {folder!r} does not exist.")
+        if os.path.exists(args.output):
+            parser.error(f"--output {args.output!r} exists; choose a new file.")
     if args.asa is not None and (args.exlm_k or args.drop_token):
         parser.error(
             "--asa does not combine with --exlm-k (the expanding encoder) or --drop-token "
@@ -189,7 +210,10 @@ def run(args):
     ).history
     print(f"dev accuracy after {args.epochs} epochs: {history['val_accuracy'][-1]:.4f}")
     if args.output:
-        model.save(args.output)
+        # A finished file or none: a crash while saving leaves no partial model.
+        partial = f"{args.output}.partial.keras"
+        model.save(partial)
+        os.replace(partial, args.output)
         print(f"saved {args.output}")
     return model, history
 

@@ -673,8 +673,16 @@ def test_combinations_that_make_no_sense_are_refused():
         keras_masking.with_asa(keras.Model(plain, keras.layers.Dense(2)(plain)))
     model = _classifier(backbone)
     for kwargs, message in [
-        ({"tau": -1.0}, "tau"),
-        ({"alpha": "1"}, "alpha"),
+        ({"tau": -1.0}, r"Expected tau in \[0.0, inf\]. Received: tau=-1.0"),
+        ({"tau": float("nan")}, "Expected a number for tau"),
+        ({"tau": True}, "Expected a number for tau"),
+        ({"alpha": "1"}, "Expected a number for alpha. Received: alpha='1'"),
+        ({"alpha": -0.5}, "alpha"),
+        ({"noise": 1}, "Expected True or False for noise"),
+        ({"seed": 1.5}, "Expected an integer for seed"),
+        ({"seed": -1}, "seed"),
+        ({"layers": [0.5]}, "layer"),
+        ({"divergence": "kl"}, "callable"),
         ({"mask_semantics": "multiply"}, "mask_semantics"),
         ({"token_divergence": "real"}, "token classification only"),
         ({"task": "ranking"}, "task"),
@@ -683,6 +691,11 @@ def test_combinations_that_make_no_sense_are_refused():
     ]:
         with pytest.raises(ValueError, match=message):
             keras_masking.with_asa(model, **kwargs)
+    # Numpy scalars are numbers.
+    trainer = keras_masking.with_asa(
+        model, tau=np.float32(0.25), alpha=np.float64(1.0), seed=np.int64(3)
+    )
+    assert (trainer.tau, trainer.alpha, trainer.seed) == (0.25, 1.0, 3)
 
 
 def test_drop_token_attention_mode_is_attacked_with_its_dropping_kept():

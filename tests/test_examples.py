@@ -2,6 +2,7 @@
 
 import importlib.util
 import pathlib
+import re
 
 import keras
 import numpy as np
@@ -70,16 +71,18 @@ def test_corrected_embeddings_and_drop_token_fine_tune_and_save(tmp_path, monkey
         _args(example, folder, "--correct-embeddings", "--drop-token", "0.1", "--output", output)
     )
     assert history["loss"][-1] < history["loss"][0]
-    assert 0.0 <= history["val_accuracy"][-1] <= 1.0
     assert any(isinstance(layer, DropTokenEncoder) for layer in model._flatten_layers())
     assert xla_cpu_fusion_emitters_disabled()
     restored = keras.saving.load_model(output)
-    features = example.load_split(
+    features, labels = example.load_split(
         _args(example, folder), example.bert_tokenizer(str(VOCAB)), "dev"
-    )[0]
-    np.testing.assert_allclose(
-        restored.predict(features, verbose=0), model.predict(features, verbose=0), atol=1e-5
     )
+    logits = model.predict(features, verbose=0)
+    np.testing.assert_allclose(restored.predict(features, verbose=0), logits, atol=1e-5)
+    # The reported dev accuracy is the saved model's accuracy on the dev file.
+    accuracy = np.mean(np.argmax(logits, -1) == np.asarray(labels))
+    assert history["val_accuracy"][-1] == pytest.approx(accuracy, abs=1e-6)
+    assert not list(tmp_path.glob("*.partial*"))
 
 
 @needs_data
@@ -123,11 +126,47 @@ def test_fl_tuning_with_asa_trains_only_the_added_units_and_the_head(tmp_path):
         example.parse_args(["--preset", "x", "--asa", "0.5", "--drop-token", "0.1"])
 
 
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--output", "missing/model.keras"], "folder .* does not exist"),
+        (["--output", "model.h5"], "must end in .keras"),
+        (["--drop-token", "1.0"], r"--drop-token must be in \[0, 1\)"),
+        (["--drop-token", "-0.1"], r"--drop-token must be in \[0, 1\)"),
+        (["--batch-size", "0"], "--batch-size must be at least 1"),
+        (["--epochs", "0"], "--epochs must be at least 1"),
+        (["--sequence-length", "2"], "--sequence-length must be at least 3"),
+        (["--learning-rate", "0"], "--learning-rate must be positive"),
+        (["--fl-tune", "-4"], "--fl-tune must be at least 0"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_loads(tmp_path, capsys, extra, message):
+    example = _example()
+    with pytest.raises(SystemExit) as exit_info:
+        example.parse_args(["--preset", str(tmp_path), *extra])
+    assert exit_info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_an_existing_output_is_not_overwritten(tmp_path, capsys):
+    existing = tmp_path / "model.keras"
+    existing.write_bytes(b"earlier run")
+    with pytest.raises(SystemExit):
+        _example().parse_args(["--preset", str(tmp_path), "--output", str(existing)])
+    assert "exists" in capsys.readouterr().err
+    assert existing.read_bytes() == b"earlier run"
+
+
 @needs_data
 def test_an_exlm_backbone_fine_tunes_through_the_expanding_encoder(tmp_path):
     example = _example()
     folder, _ = _preset(tmp_path, position="rotary2d", custom_position_ids=True)
     model, history = example.run(_args(example, folder, "--exlm-k", "2"))
     assert np.isfinite(history["loss"]).all()
+    features, labels = example.load_split(
+        _args(example, folder), example.bert_tokenizer(str(VOCAB)), "dev"
+    )
+    accuracy = np.mean(np.argmax(model.predict(features, verbose=0), -1) == np.asarray(labels))
+    assert history["val_accuracy"][-1] == pytest.approx(accuracy, abs=1e-6)
     with pytest.raises(SystemExit):
         example.parse_args(["--tf-checkpoint", "x", "--exlm-k", "2"])

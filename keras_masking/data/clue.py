@@ -59,21 +59,32 @@ def read_classification_file(path, task):
         labelled ``"-"`` (no agreement) are skipped, as CLUE does.
 
     Raises:
-        ValueError: a line that is not JSON, lacks a field, or has an unknown
-            label; the message names the file and line.
+        ValueError: a line that is not UTF-8 or not a JSON object, lacks a
+            field, has a field of the wrong type, or has an unknown label;
+            the message names the file and line. An unknown task name.
     """
-    spec = TASKS[task] if isinstance(task, str) else task
+    spec = _task_spec(task)
     label_ids = {str(label): index for index, label in enumerate(spec.labels)}
     first, second, labels = [], [], []
-    with open(path, encoding="utf-8") as file:
-        for number, line in enumerate(file, start=1):
+    with open(path, "rb") as file:
+        for number, raw in enumerate(file, start=1):
+            where = f"{os.fspath(path)}:{number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"{where}: not UTF-8 (byte {error.start} of the line). CLUE files are UTF-8."
+                ) from error
             if not line.strip():
                 continue
-            where = f"{os.fspath(path)}:{number}"
             try:
                 example = json.loads(line)
             except json.JSONDecodeError as error:
                 raise ValueError(f"{where}: not valid JSON ({error.msg}).") from error
+            if not isinstance(example, dict):
+                raise ValueError(
+                    f"{where}: expected a JSON object. Received: {type(example).__name__}."
+                )
             label = str(example.get("label"))
             if label == "-":
                 continue
@@ -81,17 +92,37 @@ def read_classification_file(path, task):
                 raise ValueError(
                     f"{where}: label {example.get('label')!r} is not one of {spec.name}'s labels."
                 )
-            try:
-                if spec.first == "keyword":
-                    first.append("；".join(example["keyword"]))
-                else:
-                    first.append(example[spec.first])
-                if spec.second:
-                    second.append(example[spec.second])
-            except KeyError as error:
-                raise ValueError(f"{where}: missing field {error.args[0]!r}.") from error
+            if spec.first == "keyword":
+                keywords = _field(example, "keyword", where, list)
+                if not all(isinstance(word, str) for word in keywords):
+                    raise ValueError(f"{where}: field 'keyword' must be a list of strings.")
+                first.append("；".join(keywords))
+            else:
+                first.append(_field(example, spec.first, where, str))
+            if spec.second:
+                second.append(_field(example, spec.second, where, str))
             labels.append(label_ids[label])
     return first, (second if spec.second else None), labels
+
+
+def _task_spec(task):
+    if isinstance(task, ClassificationTask):
+        return task
+    if task not in TASKS:
+        raise ValueError(f"Unknown task {task!r}. Expected one of {sorted(TASKS)}.")
+    return TASKS[task]
+
+
+def _field(example, name, where, kind):
+    if name not in example:
+        raise ValueError(f"{where}: missing field {name!r}.")
+    value = example[name]
+    if not isinstance(value, kind):
+        raise ValueError(
+            f"{where}: field {name!r} must be a {kind.__name__}. "
+            f"Received: {type(value).__name__} {value!r:.40}."
+        )
+    return value
 
 
 def load_fewclue(root, task, split="train"):

@@ -9,6 +9,8 @@ from keras_masking.losses.asa_divergence import asa_divergence
 from keras_masking.methods.asa_encoders import adversarial_encoder_call
 from keras_masking.methods.asa_encoders import find_asa_encoder
 from keras_masking.ops.attention_masks import validate_mask_semantics
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
 
 _TRAINING_KEYS = ("adversarial", "clean", "masks", "padding_mask")
 TOKEN_DIVERGENCES = ("all", "real")
@@ -138,8 +140,12 @@ class ASATrainer(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _check_float("tau", tau)
-        _check_float("alpha", alpha)
+        check_float("tau", tau, minimum=0.0)
+        check_float("alpha", alpha, minimum=0.0)
+        if not isinstance(noise, bool):
+            raise ValueError(f"Expected True or False for noise. Received: noise={noise!r}.")
+        if seed is not None:
+            check_int("seed", seed, minimum=0)
         validate_mask_semantics(mask_semantics)
         if task != "auto" and task not in ASA_TASKS:
             raise ValueError(
@@ -303,11 +309,6 @@ class ASATrainer(keras.Model):
         config["task_model"] = keras.saving.deserialize_keras_object(config["task_model"])
         config["divergence"] = keras.saving.deserialize_keras_object(config["divergence"])
         return cls(**config)
-
-
-def _check_float(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"`{name}` must be a float >= 0. Received: {name}={value!r}")
 
 
 def _resolve_task(task, task_model, backbone):
