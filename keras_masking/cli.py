@@ -7,23 +7,156 @@ Subcommands:
     correct-embeddings
               MLM embedding correction of a TF checkpoint or a preset folder,
               written to a new folder (the input is never modified).
+
+Outputs are written to a temporary folder next to OUTPUT and renamed when
+complete, so an interrupted run (a full disk, Ctrl-C) leaves no OUTPUT folder.
+An OUTPUT that exists and is not empty, or that is the input folder or inside
+it, is refused before anything is read. Errors end in one line on stderr:
+exit code 2 for a bad command line, 1 for a run that failed.
+
+Example:
+```
+keras-masking convert chinese_L-12_H-768_A-12/bert_config.json \\
+    chinese_L-12_H-768_A-12/bert_model.ckpt ./bert_preset --model bert
+keras-masking --version
+```
 """
 
 import argparse
+import math
+import os
+import shutil
 import sys
+import uuid
+
+from keras_masking.version import __version__
+
+PROG = "keras-masking"
+FAMILIES = ("bert", "roberta", "roformer", "nezha")
 
 
+# === Argument types (a bad value is a usage error: exit code 2) ===
+def _rate(text):
+    """A float in [0, 1] from the command line."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 1.0:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"Expected a number between 0 and 1. Received: {text!r}")
+    return value
+
+
+def _token_id(text):
+    """A non-negative integer from the command line (``5.9`` is refused)."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"Expected a non-negative integer token id. Received: {text!r}"
+        )
+    return value
+
+
+def _token_ids(text):
+    """A comma-separated list of non-negative integers (empty: None)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not any(parts):
+        return None
+    ids = []
+    for part in parts:
+        try:
+            ids.append(_token_id(part))
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                "Expected comma-separated non-negative integer token ids, such as '0,100,101'. "
+                f"Received: {text!r} (bad entry {part!r})"
+            ) from None
+    return ids
+
+
+# === Output folders: checked first, written under a temporary name ===
+def _check_output_folder(output, input_folders):
+    """Refuses an output that would overwrite files or write into an input.
+
+    Args:
+        output: the OUTPUT argument.
+        input_folders: the folders the command reads from.
+
+    Returns:
+        The absolute output path.
+    """
+    absolute = os.path.abspath(output)
+    if os.path.exists(absolute) and not os.path.isdir(absolute):
+        raise ValueError(f"OUTPUT {output!r} is an existing file; expected a new folder.")
+    if os.path.isdir(absolute) and os.listdir(absolute):
+        raise ValueError(
+            f"OUTPUT {output!r} exists and is not empty; writing there would overwrite its "
+            "files. Expected a new or empty folder."
+        )
+    real = os.path.realpath(absolute)
+    for folder in input_folders:
+        source = os.path.realpath(folder)
+        if real == source or real.startswith(source.rstrip(os.sep) + os.sep):
+            raise ValueError(
+                f"OUTPUT {output!r} is the input folder {folder!r} or inside it; expected a "
+                "folder outside the input, which is never modified."
+            )
+    return absolute
+
+
+def _write_folder(output, write):
+    """Runs ``write(folder)`` on a temporary folder next to ``output``, then
+    renames it to ``output``; on any failure the temporary folder is removed.
+    """
+    parent = os.path.dirname(output)
+    os.makedirs(parent, exist_ok=True)
+    partial = os.path.join(
+        parent, f".{os.path.basename(output)}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    )
+    os.mkdir(partial)
+    try:
+        write(partial)
+        if os.path.isdir(output):
+            os.rmdir(output)  # empty (checked before); fails if anything appeared
+        os.rename(partial, output)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def _checkpoint_prefix(path, argument, expected="a TF checkpoint prefix, folder or .index file"):
+    from keras_masking.models.tf_checkpoint import resolve_checkpoint_prefix
+
+    if not os.path.exists(path) and not os.path.exists(str(path) + ".index"):
+        raise FileNotFoundError(
+            f"{argument} {path!r}: no such file or folder; expected {expected}."
+        )
+    return resolve_checkpoint_prefix(path)
+
+
+# === Subcommands ===
 def _convert(args):
     from keras_masking.models import from_tf_checkpoint
 
+    if not os.path.isfile(args.config):
+        what = "a folder" if os.path.isdir(args.config) else "no such file"
+        raise FileNotFoundError(
+            f"CONFIG {args.config!r}: {what}; expected a bert_config.json file."
+        )
+    prefix = _checkpoint_prefix(args.checkpoint, "CHECKPOINT")
+    inputs = (os.path.dirname(os.path.abspath(prefix)), os.path.dirname(args.config) or ".")
+    output = _check_output_folder(args.output, inputs)
     model = from_tf_checkpoint(
         args.config,
-        args.checkpoint,
+        prefix,
         model=args.model,
         with_mlm=args.with_mlm,
         strict=not args.lenient,
     )
-    model.save_to_preset(args.output)
+    _write_folder(output, model.save_to_preset)
     print(f"Wrote a {type(model).__name__} preset to {args.output}")
 
 
@@ -31,7 +164,7 @@ def _inspect(args):
     from keras_masking.models import read_tf_checkpoint
     from keras_masking.models.google_checkpoint_layout import is_training_state
 
-    values = read_tf_checkpoint(args.checkpoint)
+    values = read_tf_checkpoint(_checkpoint_prefix(args.checkpoint, "CHECKPOINT"))
     for name in sorted(values):
         note = "  (training state)" if is_training_state(name) else ""
         print(f"{name:70s} {tuple(values[name].shape)}{note}")
@@ -50,84 +183,178 @@ def _correct_embeddings(args):
     from keras_masking.methods.mlm_embedding_correction_files import correct_preset_embeddings
     from keras_masking.methods.mlm_embedding_correction_files import is_preset_folder
 
-    unselectable = None
-    if args.unselectable_token_ids:
-        unselectable = [int(i) for i in args.unselectable_token_ids.split(",") if i.strip()]
     settings = dict(
         mask_token_id=args.mask_token_id,
         mask_rate=args.mask_rate,
         mask_token_rate=args.mask_token_rate,
         random_token_rate=args.random_token_rate,
-        unselectable_token_ids=unselectable,
+        unselectable_token_ids=args.unselectable_token_ids,
     )
     if is_preset_folder(args.input):
-        record = correct_preset_embeddings(args.input, args.output, args.tied_output, **settings)
-        rows = record.corrected_rows
+        output = _check_output_folder(args.output, [args.input])
+        records = []
+
+        def write(folder):
+            records.append(
+                correct_preset_embeddings(args.input, folder, args.tied_output, **settings)
+            )
+
+        _write_folder(output, write)
+        rows = records[0].corrected_rows
     else:
-        correct_checkpoint_embeddings(
-            args.input,
-            args.output,
-            tied_output=args.tied_output,
-            drop_mlm_head=args.drop_mlm_head,
-            **settings,
+        prefix = _checkpoint_prefix(
+            args.input, "INPUT", "a TF checkpoint (prefix, folder or .index) or a preset folder"
         )
+        output = _check_output_folder(args.output, [os.path.dirname(os.path.abspath(prefix))])
+
+        def write(folder):
+            correct_checkpoint_embeddings(
+                prefix,
+                folder,
+                tied_output=args.tied_output,
+                drop_mlm_head=args.drop_mlm_head,
+                **settings,
+            )
+
+        _write_folder(output, write)
         rows = "all selectable"
     print(f"Corrected {rows} embedding rows; wrote {args.output}")
 
 
-def main(argv=None):
-    """Entry point of the ``keras-masking`` command."""
-    parser = argparse.ArgumentParser(prog="keras-masking", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+def _demo(argv):
+    from keras_masking.demo import main as demo_main
+
+    demo_main(argv)
+
+
+# === Errors ===
+def _is_expected_error(error):
+    """Bad files and values, missing extras (not bugs): one line, exit code 1."""
+    if isinstance(error, (ValueError, OSError, ImportError)):
+        return True
+    # TensorFlow's reader errors (a truncated or corrupt checkpoint file).
+    return any(
+        cls.__name__ == "OpError" and cls.__module__.startswith("tensorflow")
+        for cls in type(error).__mro__
+    )
+
+
+def _one_line(error):
+    message = str(error) or type(error).__name__
+    return " ".join(message.split())
+
+
+def _run(command, function, *arguments):
+    try:
+        function(*arguments)
+    except KeyboardInterrupt:
+        print(f"{PROG} {command}: interrupted; no output was written.", file=sys.stderr)
+        return 130
+    except SystemExit as exit_request:  # argparse inside the demo
+        return _exit_code(exit_request)
+    except Exception as error:
+        if not _is_expected_error(error):
+            raise
+        print(f"{PROG} {command}: error: {_one_line(error)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _exit_code(exit_request):
+    code = exit_request.code
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
+def build_parser():
+    """The ``keras-masking`` argument parser.
+
+    Returns:
+        An `argparse.ArgumentParser` with the subcommands.
+
+    Example:
+    ```python
+    args = build_parser().parse_args(["inspect", "bert_model.ckpt"])
+    args.command  # "inspect"
+    ```
+    """
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("demo", help="run the real-weights demo", add_help=False)
 
     convert = commands.add_parser("convert", help="TF checkpoint -> keras-hub preset")
-    convert.add_argument("config", help="bert_config.json")
-    convert.add_argument("checkpoint", help="checkpoint prefix, folder or .index")
-    convert.add_argument("output", help="preset folder to write")
+    convert.add_argument("config", metavar="CONFIG", help="bert_config.json")
     convert.add_argument(
-        "--model", default="bert", choices=["bert", "roberta", "roformer", "nezha"]
+        "checkpoint", metavar="CHECKPOINT", help="checkpoint prefix, folder or .index"
     )
+    convert.add_argument("output", metavar="OUTPUT", help="preset folder to write (new or empty)")
+    convert.add_argument("--model", default="bert", choices=FAMILIES)
     convert.add_argument("--with-mlm", action="store_true", help="keep the MLM head")
     convert.add_argument(
         "--lenient", action="store_true", help="skip unknown variables (strict=False)"
     )
 
     inspect = commands.add_parser("inspect", help="list a TF checkpoint's variables")
-    inspect.add_argument("checkpoint")
+    inspect.add_argument(
+        "checkpoint", metavar="CHECKPOINT", help="checkpoint prefix, folder or .index"
+    )
 
     correct = commands.add_parser(
         "correct-embeddings", help="MLM embedding correction of a checkpoint or preset"
     )
-    correct.add_argument("input", help="TF checkpoint (prefix or folder) or preset folder")
-    correct.add_argument("output", help="new folder to write")
-    correct.add_argument("--mask-token-id", type=int, required=True)
-    correct.add_argument("--mask-rate", type=float, default=0.15)
-    correct.add_argument("--mask-token-rate", type=float, default=0.8)
-    correct.add_argument("--random-token-rate", type=float, default=0.1)
+    correct.add_argument(
+        "input", metavar="INPUT", help="TF checkpoint (prefix or folder) or preset folder"
+    )
+    correct.add_argument("output", metavar="OUTPUT", help="new (or empty) folder to write")
+    correct.add_argument("--mask-token-id", type=_token_id, required=True)
+    correct.add_argument("--mask-rate", type=_rate, default=0.15)
+    correct.add_argument("--mask-token-rate", type=_rate, default=0.8)
+    correct.add_argument("--random-token-rate", type=_rate, default=0.1)
     correct.add_argument(
         "--unselectable-token-ids",
-        default="",
+        type=_token_ids,
+        default=None,
         help="comma-separated ids pretraining never selected (default: correct every row)",
     )
     correct.add_argument("--tied-output", choices=["keep", "correct"], default="keep")
     correct.add_argument(
         "--drop-mlm-head", action="store_true", help="leave cls/predictions out (checkpoints)"
     )
+    return parser
 
-    argv = sys.argv[1:] if argv is None else list(argv)
+
+def main(argv=None):
+    """Entry point of the ``keras-masking`` command.
+
+    Args:
+        argv: the arguments after the program name; ``sys.argv[1:]`` when
+            None.
+
+    Returns:
+        The exit code: 0 on success, 2 for a bad command line, 1 when the run
+        failed on a bad file or value (with one line on stderr saying why).
+
+    Example:
+    ```python
+    main(["--version"])  # prints "keras-masking 0.1.0", returns 0
+    ```
+    """
+    argv = sys.argv[1:] if argv is None else [str(argument) for argument in argv]
     if argv[:1] == ["demo"]:
-        from keras_masking.demo import main as demo_main
-
-        return demo_main(argv[1:])
-    args = parser.parse_args(argv)
+        return _run("demo", _demo, argv[1:])
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_request:
+        return _exit_code(exit_request)
     handlers = {
         "convert": _convert,
         "inspect": _inspect,
         "correct-embeddings": _correct_embeddings,
     }
-    handlers[args.command](args)
-    return 0
+    return _run(args.command, handlers[args.command], args)
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ def run(sentences=SENTENCES, sequence_length=32, workdir=None):
 
 def main(argv=None):
     """Command-line entry point of the demo."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="keras-masking demo", description=__doc__.split("\n")[0])
     parser.add_argument("sentences", nargs="*", help="texts to embed (default: built-in examples)")
     parser.add_argument("--sequence-length", type=int, default=32)
     parser.add_argument(

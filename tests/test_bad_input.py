@@ -1,9 +1,11 @@
 """Bad input gets a clear error, and nothing is half-loaded."""
 
 import json
+import re
 
 import numpy as np
 import pytest
+from conftest import load_reference
 from conftest import random_features
 from conftest import tiny_backbone_kwargs
 from conftest import write_reference_checkpoint
@@ -155,20 +157,185 @@ def test_sequence_longer_than_position_table():
         backbone(random_features(length=30))
 
 
-@pytest.mark.parametrize(
-    "changes, message",
-    [
-        ({"position": "sinusoid"}, "position"),
-        ({"hidden_dim": 30}, "divisible"),
-        ({"num_layers": 0}, "num_layers"),
-        ({"dropout": 1.5}, "dropout"),
-    ],
-)
+# === TransformerBackbone's constructor: 34 bad arguments, each named ===
+BAD_CONSTRUCTOR_ARGUMENTS = [
+    ({"position": "sinusoid"}, "position.*Received: position='sinusoid'"),
+    ({"position": None}, "position.*Received: position=None"),
+    ({"hidden_dim": 30}, "divisible.*hidden_dim=30, num_heads=4"),
+    ({"num_layers": 0}, r"integer >= 1 for num_layers. Received: num_layers=0"),
+    ({"num_layers": 2.5}, r"integer for num_layers. Received: num_layers=2.5"),
+    ({"hidden_dim": 31.9}, r"integer for hidden_dim. Received: hidden_dim=31.9"),
+    ({"num_layers": True}, r"integer for num_layers. Received: num_layers=True"),
+    ({"vocabulary_size": 0}, "vocabulary_size=0"),
+    ({"num_heads": -4}, "num_heads=-4"),
+    ({"intermediate_dim": "48"}, "intermediate_dim='48'"),
+    ({"max_sequence_length": None}, "max_sequence_length=None"),
+    ({"num_segments": -1}, r"integer >= 0 for num_segments. Received: num_segments=-1"),
+    ({"num_segments": 1.5}, "num_segments=1.5"),
+    ({"max_relative_position": 0}, "max_relative_position=0"),
+    ({"dropout": 1.5}, r"dropout in \[0.0, 1.0\). Received: dropout=1.5"),
+    ({"dropout": -0.1}, "dropout=-0.1"),
+    ({"dropout": "0.1"}, "number for dropout. Received: dropout='0.1'"),
+    ({"attention_dropout": 1.0}, "attention_dropout=1.0"),
+    ({"attention_dropout": float("nan")}, "attention_dropout=nan"),
+    ({"layer_norm_epsilon": 0}, "layer_norm_epsilon=0.0"),
+    ({"layer_norm_epsilon": -1e-12}, "layer_norm_epsilon=-1e-12"),
+    ({"activation": "swishy"}, "Unknown activation.*activation='swishy'"),
+    ({"activation": 3}, "activation name or a callable.*activation=3"),
+    ({"use_pooler": "no"}, "bool for use_pooler. Received: use_pooler='no'"),
+    ({"custom_position_ids": 1}, "custom_position_ids=1"),
+    ({"frozen_base": "yes"}, "frozen_base='yes'"),
+    ({"position": "rotary", "hidden_dim": 36}, "even head size.*hidden_dim=36"),
+    ({"position": "rotary2d", "num_heads": 16}, "divisible by 4.*num_heads=16"),
+    ({"add_ffn": {"unit": 4}}, r"add_ffn to hold only the keys.*\['unit'\]"),
+    ({"add_ffn": 4}, "dict or None for add_ffn. Received: add_ffn=4"),
+    ({"mlm_embedding_correction": "yes"}, "mlm_embedding_correction='yes'"),
+    ({"add_ffn": {"units": 2.5}}, "units=2.5"),
+    ({"add_ffn": {"units": 2, "layers": [5]}}, r"layer indices in \[0, 2\).*\[5\]"),
+    ({"key_value_prefix": {"length": -1}}, "length=-1"),
+    ({"add_attention_units": {"units_per_head": 0}}, "units_per_head=0"),
+]
+
+
+@pytest.mark.parametrize("changes, message", BAD_CONSTRUCTOR_ARGUMENTS)
 def test_bad_constructor_arguments(changes, message):
     with pytest.raises(ValueError, match=message):
         TransformerBackbone(**tiny_backbone_kwargs(**changes))
 
 
-def test_rotary2d_needs_a_head_size_divisible_by_4():
-    with pytest.raises(ValueError, match="divisible by 4"):
-        TransformerBackbone(**tiny_backbone_kwargs(position="rotary2d", num_heads=16))
+def test_numpy_numbers_are_accepted_as_python_ones():
+    backbone = TransformerBackbone(
+        **tiny_backbone_kwargs(
+            num_layers=np.int64(2),
+            hidden_dim=np.int32(32),
+            dropout=np.float32(0.25),
+            use_pooler=np.bool_(True),
+        )
+    )
+    config = backbone.get_config()
+    assert config["num_layers"] == 2 and type(config["num_layers"]) is int
+    assert type(config["hidden_dim"]) is int and config["dropout"] == 0.25
+    assert type(config["dropout"]) is float and config["use_pooler"] is True
+    assert len(backbone.transformer_layers) == 2
+    json.dumps(config)  # plain Python numbers only
+
+
+# === The attachment hooks: 11 bad arguments, nothing attached after each ===
+BAD_ATTACHMENTS = [
+    ("attach_add_ffn", {"units": 2.5}, "units=2.5"),
+    ("attach_add_ffn", {"units": 0}, "units=0"),
+    ("attach_add_ffn", {"units": 2, "layers": [0.5]}, r"integer layer indices.*\[0.5\]"),
+    ("attach_add_ffn", {"units": 2, "layers": [True]}, r"integer layer indices.*\[True\]"),
+    ("attach_add_ffn", {"units": 2, "layers": "0"}, "list of layer indices.*layers='0'"),
+    ("attach_add_ffn", {"units": 2, "layers": []}, r"non-empty list.*layers=\[\]"),
+    ("attach_key_value_prefixes", {"length": 1.5}, "length=1.5"),
+    ("attach_key_value_prefixes", {"length": 2, "dropout": 1.0}, "dropout=1.0"),
+    ("attach_key_value_prefixes", {"length": 2, "reparameterize": "yes"}, "reparameterize"),
+    ("attach_key_value_prefixes", {"length": 2, "hidden_units": 0}, "hidden_units=0"),
+    ("attach_attention_units", {"units_per_head": -1}, "units_per_head=-1"),
+]
+
+
+@pytest.mark.parametrize("method, arguments, message", BAD_ATTACHMENTS)
+def test_bad_attachment_arguments_attach_nothing(method, arguments, message):
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    weights = len(backbone.weights)
+    with pytest.raises(ValueError, match=message):
+        getattr(backbone, method)(**arguments)
+    assert backbone.add_ffn is None and backbone.key_value_prefix is None
+    assert backbone.add_attention_units is None and len(backbone.weights) == weights
+    for block in backbone.transformer_layers:
+        assert block.feed_forward_branch is None and block.key_value_prefix is None
+        assert block.attention_units is None
+
+
+# === Google bert_config.json values: 18 bad ones, each naming key and file ===
+SOURCE = "ckpt/bert_config.json"
+BAD_CONFIG_VALUES = [
+    ({"num_hidden_layers": "12"}, "integer >= 1 for 'num_hidden_layers'.*\"12\" \\(a string\\)"),
+    ({"num_hidden_layers": 12.5}, "'num_hidden_layers'.*12.5 \\(a number\\)"),
+    ({"num_hidden_layers": -1}, "'num_hidden_layers'.*-1 \\(an integer\\)"),
+    ({"hidden_size": 0}, "'hidden_size'.*0"),
+    ({"num_attention_heads": True}, "'num_attention_heads'.*true \\(a boolean\\)"),
+    ({"vocab_size": None}, "'vocab_size'.*null"),
+    ({"type_vocab_size": -1}, "integer >= 0 for 'type_vocab_size'"),
+    ({"max_position_embeddings": 512.0}, "'max_position_embeddings'.*512.0"),
+    ({"hidden_dropout_prob": 1.0}, r"\[0.0, 1.0\) for 'hidden_dropout_prob'"),
+    ({"hidden_dropout_prob": "0.1"}, "'hidden_dropout_prob'.*\"0.1\" \\(a string\\)"),
+    ({"attention_probs_dropout_prob": -0.1}, "'attention_probs_dropout_prob'.*-0.1"),
+    ({"layer_norm_eps": 0}, r"\(0.0, inf\) for 'layer_norm_eps'"),
+    ({"hidden_act": 3}, "activation name.*'hidden_act'.*3 \\(an integer\\)"),
+    ({"hidden_act": "swishy"}, "'hidden_act'.*Unknown activation 'swishy'"),
+    ({"hidden_size": 30}, "'hidden_size' divisible by 'num_attention_heads'.*30.*4"),
+    ({"embedding_size": "128"}, "'embedding_size'.*\"128\""),
+    ({"initializer_range": "0.02"}, "'initializer_range'"),
+    ({"max_relative_position": 0}, "'max_relative_position'.*0"),
+]
+
+
+@pytest.mark.parametrize("changes, message", BAD_CONFIG_VALUES)
+def test_bad_google_config_values_name_key_and_file(changes, message):
+    from keras_masking.models.google_config import backbone_kwargs_from_google_config
+
+    config, _, _ = load_reference("nezha")
+    config.update(changes)
+    before = json.dumps(config, sort_keys=True)
+    with pytest.raises(ValueError, match=re.escape(SOURCE) + ": .*" + message):
+        backbone_kwargs_from_google_config(config, "nezha", source=SOURCE)
+    assert json.dumps(config, sort_keys=True) == before
+
+
+def test_google_config_values_read_exactly():
+    from keras_masking.models.google_config import backbone_kwargs_from_google_config
+
+    config, _, _ = load_reference("nezha")
+    kwargs = backbone_kwargs_from_google_config(config, "nezha", source=SOURCE)
+    assert kwargs == {
+        "vocabulary_size": 128,
+        "num_layers": 2,
+        "num_heads": 4,
+        "hidden_dim": 32,
+        "intermediate_dim": 64,
+        "dropout": 0.0,
+        "attention_dropout": 0.0,
+        "max_sequence_length": 64,
+        "num_segments": 2,
+        "position": "relative",
+        "activation": "gelu",
+        "layer_norm_epsilon": 1e-12,
+        "max_relative_position": 4,
+    }
+
+
+def test_config_file_with_a_string_size_names_the_file(tmp_path):
+    config_path, prefix, _ = write_reference_checkpoint(
+        "bert", tmp_path, config_changes={"num_hidden_layers": "12"}
+    )
+    with pytest.raises(ValueError, match=re.escape(config_path) + ".*'num_hidden_layers'"):
+        from_tf_checkpoint(config_path, prefix)
+
+
+# === Reading bert_config.json: 5 bad files, each named ===
+def _bad_config_files(folder):
+    folder.mkdir(exist_ok=True)
+    (folder / "latin1.json").write_bytes(b'{"vocab_size": "\xe9"}')
+    (folder / "array.json").write_text("[1, 2]")
+    (folder / "broken.json").write_text('{"vocab_size": 12,')
+    (folder / "a_folder").mkdir(exist_ok=True)
+    return [
+        (folder / "missing.json", FileNotFoundError, "No config file at .*missing.json"),
+        (folder / "a_folder", ValueError, "a_folder: expected a config file.*received a folder"),
+        (folder / "latin1.json", ValueError, "latin1.json: not a UTF-8 text file"),
+        (folder / "array.json", ValueError, "array.json: expected a JSON object.*JSON list"),
+        (folder / "broken.json", ValueError, "broken.json: not valid JSON"),
+    ]
+
+
+def test_bad_config_files_are_named(tmp_path):
+    from keras_masking.models.google_config import read_google_config
+
+    cases = _bad_config_files(tmp_path)
+    assert len(cases) == 5
+    for path, error, message in cases:
+        with pytest.raises(error, match=message):
+            read_google_config(path)

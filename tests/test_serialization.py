@@ -1,28 +1,109 @@
 """model.save / keras.saving.load_model and keras-hub presets round-trip."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
 from conftest import random_features
+from conftest import randomize_weights
 from conftest import tiny_backbone_kwargs
 
 from keras_masking.models import TransformerBackbone
 from keras_masking.models import TransformerMaskedLM
 
+# Every position scheme, with and without a position_ids input, and the
+# RoBERTa shape (no segments, no pooler).
+SHAPES = [
+    dict(position="absolute"),
+    dict(position="absolute", custom_position_ids=True),
+    dict(position="absolute", num_segments=0, use_pooler=False),
+    dict(position="rotary"),
+    dict(position="rotary", custom_position_ids=True),
+    dict(position="relative"),
+    dict(position="relative", custom_position_ids=True),
+    dict(position="rotary2d"),
+    dict(position="rotary2d", custom_position_ids=True),
+]
+SHAPE_IDS = [
+    "absolute",
+    "absolute-position_ids",
+    "absolute-roberta",
+    "rotary",
+    "rotary-position_ids",
+    "relative",
+    "relative-position_ids",
+    "rotary2d",
+    "rotary2d-position_ids",
+]
 
-@pytest.mark.parametrize("position", ["absolute", "rotary", "relative"])
-def test_backbone_save_and_load_model(position, tmp_path):
-    backbone = TransformerBackbone(**tiny_backbone_kwargs(position=position))
+
+def _backbone_and_features(shape, seed=0):
+    backbone = TransformerBackbone(**tiny_backbone_kwargs(**shape))
+    randomize_weights(backbone, seed=seed)
     features = random_features()
+    if not backbone.num_segments:
+        features.pop("segment_ids")
+    if backbone.custom_position_ids:
+        positions = np.tile(np.arange(3, 13), (2, 1)).astype("int32")
+        if backbone.position == "rotary2d":
+            copies = np.tile(np.array([0, 0, 1, 0, 1, 2, 0, 0, 1, 0]), (2, 1)).astype("int32")
+            positions = np.stack([positions, copies], axis=-1)
+        features["position_ids"] = positions
+    assert set(features) == set(backbone.input)
+    return backbone, features
+
+
+def _assert_same_outputs(restored, backbone, features):
     expected = backbone(features)
-    path = tmp_path / "backbone.keras"
-    backbone.save(path)
-    restored = keras.saving.load_model(path)  # no custom_objects
-    assert isinstance(restored, TransformerBackbone)
-    assert restored.get_config() == backbone.get_config()
     actual = restored(features)
+    assert set(actual) == {"sequence_output", "pooled_output"}
     for key in expected:
         np.testing.assert_array_equal(actual[key], expected[key])
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_backbone_round_trips(shape, tmp_path):
+    """Config, ``.keras`` file and preset folder, without custom_objects."""
+    import keras_hub
+
+    backbone, features = _backbone_and_features(shape)
+    config = backbone.get_config()
+    json.dumps(config)  # plain JSON
+    restored = TransformerBackbone.from_config(config)
+    assert restored.get_config() == config
+    assert [tuple(w.shape) for w in restored.weights] == [tuple(w.shape) for w in backbone.weights]
+    restored.set_weights(backbone.get_weights())
+    _assert_same_outputs(restored, backbone, features)
+    generic = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(backbone))
+    assert type(generic) is TransformerBackbone and generic.get_config() == config
+
+    path = tmp_path / "backbone.keras"
+    backbone.save(path)
+    loaded = keras.saving.load_model(path)  # no custom_objects
+    assert type(loaded) is TransformerBackbone and loaded.get_config() == config
+    _assert_same_outputs(loaded, backbone, features)
+
+    preset = tmp_path / "preset"
+    backbone.save_to_preset(str(preset))
+    from_preset = TransformerBackbone.from_preset(str(preset))
+    assert type(from_preset) is TransformerBackbone and from_preset.get_config() == config
+    _assert_same_outputs(from_preset, backbone, features)
+    generic = keras_hub.models.Backbone.from_preset(str(preset))
+    assert type(generic) is TransformerBackbone
+    _assert_same_outputs(generic, backbone, features)
+
+
+def test_round_trip_would_show_a_wrong_weight(tmp_path):
+    """The comparisons above are exact: one changed weight shows."""
+    backbone, features = _backbone_and_features(dict(position="rotary"), seed=3)
+    path = tmp_path / "backbone.keras"
+    backbone.save(path)
+    restored = keras.saving.load_model(path)
+    value = np.array(restored.transformer_layers[1].self_attention.key.kernel)
+    restored.transformer_layers[1].self_attention.key.kernel.assign(value * 1.001)
+    with pytest.raises(AssertionError):
+        _assert_same_outputs(restored, backbone, features)
 
 
 def test_masked_lm_save_and_load_model_keeps_tying(tmp_path):
@@ -37,24 +118,6 @@ def test_masked_lm_save_and_load_model_keeps_tying(tmp_path):
     np.testing.assert_array_equal(restored(inputs), expected)
     head = restored.masked_lm_head
     assert head.token_embedding is restored.backbone.token_embedding
-
-
-def test_preset_round_trip_with_custom_positions(tmp_path):
-    backbone = TransformerBackbone(
-        **tiny_backbone_kwargs(position="rotary", custom_position_ids=True)
-    )
-    features = {**random_features(), "position_ids": np.tile(np.arange(3, 13), (2, 1))}
-    expected = backbone(features)
-    preset = tmp_path / "preset"
-    backbone.save_to_preset(str(preset))
-    restored = TransformerBackbone.from_preset(str(preset))
-    actual = restored(features)
-    for key in expected:
-        np.testing.assert_array_equal(actual[key], expected[key])
-    import keras_hub
-
-    generic = keras_hub.models.Backbone.from_preset(str(preset))
-    assert isinstance(generic, TransformerBackbone)
 
 
 def test_compiled_training_step_runs_under_xla():

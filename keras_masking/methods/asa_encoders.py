@@ -14,8 +14,8 @@ from keras_masking.utils.layer_walk import walk_layers
 _KERAS_HUB_ADVICE = (
     "keras-hub's TransformerEncoder merges integer masks only, so the adversary's -10000 "
     "replacing mask cannot reach its attention. Convert the backbone with "
-    "keras_masking.models.from_keras_hub(backbone) (same outputs), build the task model on it, "
-    "and convert back after training with to_keras_hub()."
+    "keras_masking.models.TransformerBackbone.from_keras_hub(backbone) (same outputs), "
+    "build the task model on it, and convert back after training with to_keras_hub()."
 )
 
 

@@ -9,7 +9,6 @@ helpers keep that plumbing in one place.
 import keras
 import keras_hub
 
-from keras_masking.models.keras_hub_conversion import from_keras_hub
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.utils.layer_walk import walk_layers
 
@@ -21,11 +20,11 @@ def as_transformer_backbone(model):
 
     Tuning methods attach layers inside each transformer block, which
     keras-hub's blocks offer no hook for; the converted `TransformerBackbone`
-    computes the same function (`keras_masking.models.from_keras_hub`) and,
+    computes the same function (`TransformerBackbone.from_keras_hub`) and,
     after `keras_masking.merge_fl`, converts back with ``to_keras_hub()``.
     """
     if isinstance(model, KERAS_HUB_BACKBONES):
-        return from_keras_hub(model)
+        return TransformerBackbone.from_keras_hub(model)
     return model
 
 
@@ -50,7 +49,8 @@ def transformer_backbones(model):
             f"This model is built on a keras-hub {type(hub[0]).__name__}, whose transformer "
             "layers have no hook for tuning branches. Pass the keras-hub backbone itself (it is "
             "converted), or build the task on "
-            "keras_masking.models.TransformerBackbone.from_keras_hub(backbone)."
+            "keras_masking.models.TransformerBackbone.from_keras_hub(backbone) "
+            "(the same function, with hooks)."
         )
     raise TypeError(
         "Expected a keras_masking TransformerBackbone, a keras-hub BertBackbone / "

@@ -3,8 +3,10 @@
 import difflib
 import json
 import logging
+import numbers
 import os
 
+from keras_masking.layers.activations import resolve_activation
 from keras_masking.models.transformer_backbone import FAMILY_POSITIONS
 
 logger = logging.getLogger("keras_masking")
@@ -63,17 +65,88 @@ def read_google_config(config_path):
 
     Returns:
         The parsed dict.
+
+    Raises:
+        FileNotFoundError: no file at ``config_path``.
+        ValueError: a folder, a file that is not UTF-8 JSON, or JSON that is
+            not an object; the message names the file.
+
+    Example:
+    ```python
+    with open("bert_config.json", "w", encoding="utf-8") as file:
+        file.write('{"vocab_size": 128, "hidden_size": 32, "num_hidden_layers": 2, '
+                   '"num_attention_heads": 4, "intermediate_size": 64}')
+    config = read_google_config("bert_config.json")
+    config["num_hidden_layers"]  # 2
+    ```
     """
+    config_path = os.fspath(config_path)
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"No config file at {config_path!r}.")
-    with open(config_path, encoding="utf-8") as file:
-        try:
+    if os.path.isdir(config_path):
+        raise ValueError(
+            f"{config_path}: expected a config file (bert_config.json), received a folder."
+        )
+    try:
+        with open(config_path, encoding="utf-8") as file:
             config = json.load(file)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{config_path}: not valid JSON ({error}).") from error
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{config_path}: not a UTF-8 text file ({error}).") from error
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{config_path}: not valid JSON ({error}).") from error
     if not isinstance(config, dict):
-        raise ValueError(f"{config_path}: expected a JSON object.")
+        raise ValueError(
+            f"{config_path}: expected a JSON object of settings. "
+            f"Received a JSON {type(config).__name__}."
+        )
     return config
+
+
+def _described(value):
+    """``value`` as the JSON file spells it, and its JSON type."""
+    kinds = ((bool, "a boolean"), (str, "a string"), (numbers.Integral, "an integer"))
+    kinds += ((numbers.Real, "a number"), (list, "a list"), (dict, "an object"))
+    kind = next((name for cls, name in kinds if isinstance(value, cls)), None)
+    if value is None:
+        kind = "null"
+    kind = kind or f"a {type(value).__name__}"
+    return f"{json.dumps(value) if _jsonable(value) else repr(value)} ({kind})"
+
+
+def _jsonable(value):
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _config_int(settings, key, source, minimum):
+    """``settings[key]`` as an int >= ``minimum``; the error names key and file."""
+    value = settings[key]
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(
+            f"{source}: expected an integer >= {minimum} for {key!r}. "
+            f"Received: {key!r}: {_described(value)}."
+        )
+    return int(value)
+
+
+def _config_float(settings, key, source, minimum, maximum=None, open_minimum=False):
+    """``settings[key]`` as a float in range; the error names key and file."""
+    value = settings[key]
+    is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if is_number:
+        low_ok = value > minimum if open_minimum else value >= minimum
+        high_ok = maximum is None or value < maximum
+    if not is_number or value != value or not (low_ok and high_ok):
+        low = f"({minimum}" if open_minimum else f"[{minimum}"
+        interval = f"{low}, {'inf)' if maximum is None else f'{maximum})'}"
+        raise ValueError(
+            f"{source}: expected a number in {interval} for {key!r}. "
+            f"Received: {key!r}: {_described(value)}."
+        )
+    return float(value)
 
 
 def backbone_kwargs_from_google_config(config, model, source="config"):
@@ -87,10 +160,27 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
     Returns:
         A dict of constructor arguments (without ``use_pooler``, which the
         loader decides from the checkpoint).
+
+    Raises:
+        ValueError: a missing key, or a value of the wrong type or range (a
+            string, a fraction or a negative number of layers...); the
+            message names the key and ``source``.
+
+    Example:
+    ```python
+    config = {"vocab_size": 128, "hidden_size": 32, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "intermediate_size": 64}
+    kwargs = backbone_kwargs_from_google_config(config, "nezha", source="bert_config.json")
+    backbone = keras_masking.models.TransformerBackbone(**kwargs)  # position="relative"
+    ```
     """
     if model not in FAMILY_POSITIONS:
         raise ValueError(
             f"`model` must be one of {tuple(FAMILY_POSITIONS)}. Received: model={model!r}"
+        )
+    if not isinstance(config, dict):
+        raise ValueError(
+            f"{source}: expected a dict of settings. Received: {type(config).__name__}."
         )
     known = set(REQUIRED_KEYS) | set(OPTIONAL_KEYS) | set(IGNORED_KEYS)
     unknown = sorted(set(config) - known)
@@ -109,11 +199,48 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
     if unknown:
         logger.warning("%s: ignoring unrecognised config keys %s", source, unknown)
     settings = {**OPTIONAL_KEYS, **{k: config[k] for k in config if k in known}}
+    sizes = {
+        key: _config_int(settings, key, source, minimum)
+        for key, minimum in (
+            ("vocab_size", 1),
+            ("hidden_size", 1),
+            ("num_hidden_layers", 1),
+            ("num_attention_heads", 1),
+            ("intermediate_size", 1),
+            ("max_position_embeddings", 1),
+            ("type_vocab_size", 0),
+            ("max_relative_position", 1),
+        )
+    }
+    rates = {
+        key: _config_float(settings, key, source, 0.0, 1.0)
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob")
+    }
+    layer_norm_eps = _config_float(settings, "layer_norm_eps", source, 0.0, open_minimum=True)
+    _config_float(settings, "initializer_range", source, 0.0)
+    activation = settings["hidden_act"]
+    if not isinstance(activation, str):
+        raise ValueError(
+            f"{source}: expected an activation name (a string) for 'hidden_act'. "
+            f"Received: 'hidden_act': {_described(activation)}."
+        )
+    try:
+        resolve_activation(activation)
+    except ValueError as error:
+        raise ValueError(f"{source}: 'hidden_act': {error}") from error
+    if sizes["hidden_size"] % sizes["num_attention_heads"]:
+        raise ValueError(
+            f"{source}: expected 'hidden_size' divisible by 'num_attention_heads'. Received: "
+            f"'hidden_size': {sizes['hidden_size']}, "
+            f"'num_attention_heads': {sizes['num_attention_heads']}."
+        )
     embedding_size = settings["embedding_size"]
-    if embedding_size not in (None, settings["hidden_size"]):
+    if embedding_size is not None:
+        embedding_size = _config_int(settings, "embedding_size", source, 1)
+    if embedding_size not in (None, sizes["hidden_size"]):
         raise ValueError(
             f"{source}: embedding_size={embedding_size} differs from "
-            f"hidden_size={settings['hidden_size']}; factorised embeddings "
+            f"hidden_size={sizes['hidden_size']}; factorised embeddings "
             "(ALBERT, small RoFormer/ELECTRA variants) are not supported."
         )
     if config.get("use_relative_position") and model != "nezha":
@@ -127,21 +254,21 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
             f"model={model!r}. Is this a NEZHA config (model='nezha')?"
         )
     kwargs = {
-        "vocabulary_size": int(settings["vocab_size"]),
-        "num_layers": int(settings["num_hidden_layers"]),
-        "num_heads": int(settings["num_attention_heads"]),
-        "hidden_dim": int(settings["hidden_size"]),
-        "intermediate_dim": int(settings["intermediate_size"]),
-        "dropout": float(settings["hidden_dropout_prob"]),
-        "attention_dropout": float(settings["attention_probs_dropout_prob"]),
-        "max_sequence_length": int(settings["max_position_embeddings"]),
-        "num_segments": int(settings["type_vocab_size"]),
+        "vocabulary_size": sizes["vocab_size"],
+        "num_layers": sizes["num_hidden_layers"],
+        "num_heads": sizes["num_attention_heads"],
+        "hidden_dim": sizes["hidden_size"],
+        "intermediate_dim": sizes["intermediate_size"],
+        "dropout": rates["hidden_dropout_prob"],
+        "attention_dropout": rates["attention_probs_dropout_prob"],
+        "max_sequence_length": sizes["max_position_embeddings"],
+        "num_segments": sizes["type_vocab_size"],
         "position": FAMILY_POSITIONS[model],
-        "activation": settings["hidden_act"],
-        "layer_norm_epsilon": float(settings["layer_norm_eps"]),
+        "activation": activation,
+        "layer_norm_epsilon": layer_norm_eps,
     }
     if model == "nezha":
-        kwargs["max_relative_position"] = int(settings["max_relative_position"])
+        kwargs["max_relative_position"] = sizes["max_relative_position"]
     return kwargs
 
 
@@ -154,6 +281,12 @@ def google_config_from_backbone(backbone):
     Returns:
         A JSON-serialisable dict that `backbone_kwargs_from_google_config`
         reads back to the same architecture.
+
+    Example:
+    ```python
+    config = google_config_from_backbone(backbone)
+    config["num_hidden_layers"] == backbone.num_layers  # True
+    ```
     """
     attention_dropout = backbone.attention_dropout
     if attention_dropout is None:
@@ -178,5 +311,22 @@ def google_config_from_backbone(backbone):
 
 
 def family_of(backbone):
-    """The checkpoint family name (``model=``) for a backbone's scheme."""
+    """The checkpoint family name (``model=``) for a backbone's scheme.
+
+    Args:
+        backbone: a `TransformerBackbone`.
+
+    Returns:
+        ``"bert"``, ``"roformer"`` or ``"nezha"``.
+
+    Example:
+    ```python
+    family_of(backbone)  # "bert" for position="absolute"
+    ```
+    """
+    if backbone.position not in ("absolute", "rotary", "relative"):
+        raise ValueError(
+            "Google-layout checkpoints hold absolute, rotary or relative positions only; "
+            f"this backbone has position={backbone.position!r}."
+        )
     return {"absolute": "bert", "rotary": "roformer", "relative": "nezha"}[backbone.position]

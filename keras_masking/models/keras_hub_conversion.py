@@ -1,5 +1,10 @@
 """Converting between keras-hub's BERT / RoBERTa backbones and ours.
 
+Users call `TransformerBackbone.from_keras_hub(hub_backbone)` (or
+`keras_masking.models.from_keras_hub`) and `backbone.to_keras_hub()`. This
+module knows keras-hub's layouts and never imports `TransformerBackbone`: the
+backbone imports it, not the other way round.
+
 Both directions go through the Google checkpoint names of
 `google_checkpoint_layout`: keras-hub's weights are found by their public
 variable paths (``transformer_layer_0/self_attention_layer/query/kernel``)
@@ -39,8 +44,8 @@ def _hub_kind(backbone):
     if isinstance(backbone, keras_hub.models.BertBackbone):
         return "BertBackbone"
     raise TypeError(
-        "from_keras_hub converts keras_hub.models.BertBackbone and "
-        f"RobertaBackbone. Received: {type(backbone).__name__}"
+        "TransformerBackbone.from_keras_hub converts a keras_hub.models.BertBackbone or "
+        f"RobertaBackbone. Received: backbone of type {type(backbone).__name__}"
     )
 
 
@@ -130,44 +135,88 @@ def _copy(source_by_name, target_by_name):
         target.assign(values[name])
 
 
-def from_keras_hub(backbone, activation=None, **overrides):
-    """A `TransformerBackbone` with the weights of a keras-hub backbone.
+# Arguments `from_keras_hub` takes from the keras-hub backbone: overriding
+# them would give a model that cannot hold its weights.
+ARCHITECTURE_ARGUMENTS = (
+    "vocabulary_size",
+    "num_layers",
+    "num_heads",
+    "hidden_dim",
+    "intermediate_dim",
+    "max_sequence_length",
+    "num_segments",
+    "position",
+    "use_pooler",
+)
+
+
+def transformer_backbone_arguments(backbone, activation=None, overrides=None):
+    """`TransformerBackbone` arguments describing a keras-hub backbone.
 
     Args:
         backbone: a `keras_hub.models.BertBackbone` or `RobertaBackbone`.
-        activation: None keeps keras-hub's activation (the tanh GELU for
-            BERT, exact GELU for RoBERTa) so outputs match keras-hub; pass the
-            checkpoint's own (``"gelu"`` for Hugging Face BERT) to follow the
-            original model instead.
-        **overrides: other `TransformerBackbone` arguments to change
-            (``dropout``, ``custom_position_ids``...).
+        activation: None for keras-hub's own activation, or the one to use.
+        overrides: dict of other `TransformerBackbone` arguments to change
+            (``dropout``, ``custom_position_ids``...), or None.
 
     Returns:
-        A `keras_masking.models.TransformerBackbone` (position
-        ``"absolute"``) whose outputs equal keras-hub's on the same inputs.
+        A dict of constructor arguments.
+
+    Raises:
+        TypeError: ``backbone`` is not a keras-hub BERT/RoBERTa backbone.
+        ValueError: an override of an argument the weights fix.
 
     Example:
     ```python
-    hub = keras_hub.models.BertBackbone.from_preset("./my_bert_preset")
-    backbone = keras_masking.models.from_keras_hub(hub)
+    hub = keras_hub.models.BertBackbone(
+        vocabulary_size=64, num_layers=2, num_heads=4, hidden_dim=32,
+        intermediate_dim=48, max_sequence_length=24,
+    )
+    kwargs = transformer_backbone_arguments(hub, overrides={"dropout": 0.0})
+    kwargs["activation"], kwargs["num_segments"]  # ("gelu_approximate", 2)
     ```
     """
-    from keras_masking.models.transformer_backbone import TransformerBackbone
-
     kind = _hub_kind(backbone)
+    overrides = dict(overrides or {})
+    fixed = sorted(set(overrides) & set(ARCHITECTURE_ARGUMENTS))
+    if fixed:
+        raise ValueError(
+            "TransformerBackbone.from_keras_hub takes the architecture from the keras-hub "
+            f"backbone, whose weights fix it; it cannot override {fixed}. Received: "
+            + ", ".join(f"{key}={overrides[key]!r}" for key in fixed)
+        )
     settings = dict(_HUB_SETTINGS[kind])
     if activation is not None:
         settings["activation"] = activation
-    kwargs = {
+    return {
         **_shared_arguments(backbone),
         "num_segments": getattr(backbone, "num_segments", 0),
         "position": "absolute",
         **settings,
         **overrides,
     }
-    converted = TransformerBackbone(**kwargs)
-    _copy(_hub_variables_by_name(backbone, kind), backbone_variables_by_name(converted))
-    return converted
+
+
+def copy_keras_hub_weights(source, target):
+    """Copies every weight of a keras-hub backbone into a `TransformerBackbone`.
+
+    All or nothing: names and sizes are checked before the first assignment.
+
+    Args:
+        source: a `keras_hub.models.BertBackbone` or `RobertaBackbone`.
+        target: a `TransformerBackbone` built by `transformer_backbone_arguments`.
+
+    Example:
+    ```python
+    hub = keras_hub.models.BertBackbone(
+        vocabulary_size=64, num_layers=2, num_heads=4, hidden_dim=32,
+        intermediate_dim=48, max_sequence_length=24,
+    )
+    ours = keras_masking.models.TransformerBackbone(**transformer_backbone_arguments(hub))
+    copy_keras_hub_weights(hub, ours)
+    ```
+    """
+    _copy(_hub_variables_by_name(source, _hub_kind(source)), backbone_variables_by_name(target))
 
 
 def to_keras_hub(backbone):
@@ -184,7 +233,22 @@ def to_keras_hub(backbone):
 
     Returns:
         A `keras_hub.models.BertBackbone` or `RobertaBackbone`.
+
+    Example:
+    ```python
+    backbone = keras_masking.models.TransformerBackbone(
+        vocabulary_size=64, num_layers=2, num_heads=4, hidden_dim=32,
+        intermediate_dim=48, activation="gelu_approximate",
+    )
+    hub = keras_masking.models.to_keras_hub(backbone)  # or backbone.to_keras_hub()
+    ```
     """
+    needed = ("position", "use_pooler", "num_segments", "transformer_layers", "add_ffn")
+    if not all(hasattr(backbone, name) for name in needed):
+        raise TypeError(
+            "to_keras_hub converts a keras_masking.models.TransformerBackbone. "
+            f"Received: backbone of type {type(backbone).__name__}"
+        )
     attachments = (backbone.add_ffn, backbone.key_value_prefix, backbone.add_attention_units)
     if any(attachment is not None for attachment in attachments):
         raise ValueError(

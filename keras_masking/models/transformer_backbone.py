@@ -4,12 +4,17 @@ import json
 
 import keras
 import keras_hub
+import numpy as np
 
 from keras_masking.layers.activations import activation_name
+from keras_masking.layers.activations import resolve_activation
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.layers.self_attention import validate_position_scheme
 from keras_masking.layers.transformer_block import TransformerBlock
 from keras_masking.layers.transformer_embedding import TransformerEmbedding
+from keras_masking.models import keras_hub_conversion
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
 
 FAMILY_POSITIONS = {
     "bert": "absolute",
@@ -139,32 +144,44 @@ class TransformerBackbone(keras_hub.models.Backbone):
         dtype=None,
         **kwargs,
     ):
-        validate_position_scheme(position)
-        _validate_backbone_sizes(
+        # Everything is checked before the first layer is built.
+        sizes = _validate_backbone_arguments(
             vocabulary_size=vocabulary_size,
             num_layers=num_layers,
             num_heads=num_heads,
             hidden_dim=hidden_dim,
             intermediate_dim=intermediate_dim,
+            dropout=dropout,
             max_sequence_length=max_sequence_length,
+            num_segments=num_segments,
+            position=position,
+            max_relative_position=max_relative_position,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
+            attention_dropout=attention_dropout,
+            use_pooler=use_pooler,
+            custom_position_ids=custom_position_ids,
+            mlm_embedding_correction=mlm_embedding_correction,
+            add_ffn=add_ffn,
+            key_value_prefix=key_value_prefix,
+            add_attention_units=add_attention_units,
+            frozen_base=frozen_base,
+            merged_add_ffn=merged_add_ffn,
         )
-        for name, rate in (("dropout", dropout), ("attention_dropout", attention_dropout)):
-            if rate is not None and not 0 <= rate < 1:
-                raise ValueError(f"`{name}` must be a float in [0, 1). Received: {name}={rate}")
-        if hidden_dim % num_heads:
-            raise ValueError(
-                f"hidden_dim ({hidden_dim}) must be divisible by num_heads ({num_heads})."
-            )
-        if position == "rotary2d" and (hidden_dim // num_heads) % 4:
-            raise ValueError(
-                "2D rotary positions need a head size divisible by 4. Received "
-                f"hidden_dim={hidden_dim}, num_heads={num_heads}."
-            )
-        if position == "rotary" and (hidden_dim // num_heads) % 2:
-            raise ValueError(
-                "Rotary positions need an even head size. Received "
-                f"hidden_dim={hidden_dim}, num_heads={num_heads}."
-            )
+        vocabulary_size = sizes["vocabulary_size"]
+        num_layers = sizes["num_layers"]
+        num_heads = sizes["num_heads"]
+        hidden_dim = sizes["hidden_dim"]
+        intermediate_dim = sizes["intermediate_dim"]
+        dropout = sizes["dropout"]
+        max_sequence_length = sizes["max_sequence_length"]
+        num_segments = sizes["num_segments"]
+        max_relative_position = sizes["max_relative_position"]
+        layer_norm_epsilon = sizes["layer_norm_epsilon"]
+        attention_dropout = sizes["attention_dropout"]
+        use_pooler = sizes["use_pooler"]
+        custom_position_ids = sizes["custom_position_ids"]
+        frozen_base = sizes["frozen_base"]
         activation = activation_name(activation)
         # === Layers ===
         self.embeddings = TransformerEmbedding(
@@ -369,6 +386,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         """
         from keras_masking.layers.add_ffn import AddFFN
 
+        units = check_int("units", units, minimum=1)
         layers = self.layer_indices(layers)
         for index in layers:
             self.transformer_layers[index].attach_feed_forward_branch(
@@ -388,6 +406,10 @@ class TransformerBackbone(keras_hub.models.Backbone):
         """
         from keras_masking.layers.key_value_prefix import KeyValuePrefix
 
+        length = check_int("length", length, minimum=0)
+        dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
+        reparameterize = _check_bool("reparameterize", reparameterize)
+        hidden_units = check_int("hidden_units", hidden_units, minimum=1)
         layers = self.layer_indices(layers)
         for index in layers:
             self.transformer_layers[index].attach_key_value_prefix(
@@ -419,6 +441,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         """
         from keras_masking.layers.attention_units import AttentionUnits
 
+        units_per_head = check_int("units_per_head", units_per_head, minimum=1)
         layers = self.layer_indices(layers)
         for index in layers:
             self.transformer_layers[index].attach_attention_units(
@@ -480,10 +503,23 @@ class TransformerBackbone(keras_hub.models.Backbone):
         count = self.num_layers_built
         if layers is None:
             return list(range(count))
+        if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+            raise ValueError(
+                f"Expected a list of layer indices in [0, {count}) for layers. "
+                f"Received: layers={layers!r}."
+            )
+        layers = list(layers)
+        for index in layers:
+            if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+                raise ValueError(
+                    f"Expected a list of integer layer indices in [0, {count}) for layers. "
+                    f"Received: layers={layers!r}."
+                )
         indices = sorted({int(index) for index in layers})
         if not indices or indices[0] < 0 or indices[-1] >= count:
             raise ValueError(
-                f"`layers` must name layer indices in [0, {count}). Received: {list(layers)}"
+                f"Expected a non-empty list of layer indices in [0, {count}) for layers. "
+                f"Received: layers={layers!r}."
             )
         return indices
 
@@ -493,14 +529,65 @@ class TransformerBackbone(keras_hub.models.Backbone):
         return len(self.transformer_layers)
 
     # === Conversions ===
+    @classmethod
+    def from_keras_hub(cls, backbone, activation=None, **overrides):
+        """A backbone with the weights of a keras-hub BERT / RoBERTa backbone.
+
+        The converse of `to_keras_hub`. The result computes the same function
+        as keras-hub's model (position ``"absolute"``; RoBERTa without
+        segments or pooler), with every stage open to the methods.
+
+        Args:
+            backbone: a `keras_hub.models.BertBackbone` or `RobertaBackbone`.
+            activation: None keeps keras-hub's activation (the tanh GELU for
+                BERT, exact GELU for RoBERTa) so outputs match keras-hub; pass
+                the checkpoint's own (``"gelu"`` for Hugging Face BERT) to
+                follow the original model instead.
+            **overrides: other arguments to change (``dropout``,
+                ``custom_position_ids``, ``attention_dropout``...). The sizes,
+                segments, pooler and position scheme come from ``backbone``.
+
+        Returns:
+            A `TransformerBackbone` whose outputs equal keras-hub's on the
+            same inputs.
+
+        Raises:
+            TypeError: ``backbone`` is not a keras-hub BERT/RoBERTa backbone.
+            ValueError: an override of a size the weights fix, or a bad value.
+
+        Example:
+        ```python
+        hub = keras_hub.models.BertBackbone(
+            vocabulary_size=64, num_layers=2, num_heads=4, hidden_dim=32,
+            intermediate_dim=48, max_sequence_length=24,
+        )  # or BertBackbone.from_preset(...)
+        backbone = keras_masking.models.TransformerBackbone.from_keras_hub(hub)
+        hub_again = backbone.to_keras_hub()
+        ```
+        """
+        kwargs = keras_hub_conversion.transformer_backbone_arguments(
+            backbone, activation=activation, overrides=overrides
+        )
+        converted = cls(**kwargs)
+        keras_hub_conversion.copy_keras_hub_weights(backbone, converted)
+        return converted
+
     def to_keras_hub(self):
         """Converts to an equivalent keras-hub `BertBackbone` / `RobertaBackbone`.
 
-        See `keras_masking.models.to_keras_hub`.
-        """
-        from keras_masking.models.keras_hub_conversion import to_keras_hub
+        The converse of `from_keras_hub`; see
+        `keras_masking.models.to_keras_hub` for what converts.
 
-        return to_keras_hub(self)
+        Returns:
+            A `keras_hub.models.BertBackbone` (with a pooler and segments) or
+            `RobertaBackbone` (with neither).
+
+        Example:
+        ```python
+        hub = backbone.to_keras_hub()
+        ```
+        """
+        return keras_hub_conversion.to_keras_hub(self)
 
     @classmethod
     def from_preset(cls, preset, load_weights=True, **kwargs):
@@ -510,7 +597,8 @@ class TransformerBackbone(keras_hub.models.Backbone):
         `BertBackbone` / `RobertaBackbone` preset, or a Hugging Face BERT /
         RoBERTa folder (``config.json`` with ``model_type``, read by
         keras-hub's converter), is loaded by keras-hub and converted with
-        `from_keras_hub`, keeping the activation the checkpoint declares.
+        `TransformerBackbone.from_keras_hub`, keeping the activation the
+        checkpoint declares.
 
         Args:
             preset: path to a local preset folder (named presets need the
@@ -518,13 +606,11 @@ class TransformerBackbone(keras_hub.models.Backbone):
             load_weights: bool. Whether to load the weights.
             **kwargs: passed to the keras-hub loader.
         """
-        from keras_masking.models.keras_hub_conversion import from_keras_hub
-
         # keras-hub's generic loader picks the class the preset declares.
         loaded = keras_hub.models.Backbone.from_preset(preset, load_weights=load_weights, **kwargs)
         if isinstance(loaded, cls):
             return loaded
-        return from_keras_hub(loaded, activation=_declared_activation(preset))
+        return cls.from_keras_hub(loaded, activation=_declared_activation(preset))
 
     def get_config(self):
         config = super().get_config()
@@ -556,15 +642,125 @@ class TransformerBackbone(keras_hub.models.Backbone):
         return config
 
 
+def from_keras_hub(backbone, activation=None, **overrides):
+    """A `TransformerBackbone` with the weights of a keras-hub backbone.
+
+    The same as `TransformerBackbone.from_keras_hub`.
+
+    Args:
+        backbone: a `keras_hub.models.BertBackbone` or `RobertaBackbone`.
+        activation: None keeps keras-hub's activation so outputs match
+            keras-hub; or the activation to use instead.
+        **overrides: other `TransformerBackbone` arguments to change
+            (``dropout``, ``custom_position_ids``...).
+
+    Returns:
+        A `keras_masking.models.TransformerBackbone` (position
+        ``"absolute"``) whose outputs equal keras-hub's on the same inputs.
+
+    Example:
+    ```python
+    hub = keras_hub.models.BertBackbone(
+        vocabulary_size=64, num_layers=2, num_heads=4, hidden_dim=32,
+        intermediate_dim=48, max_sequence_length=24,
+    )  # or BertBackbone.from_preset(...)
+    backbone = keras_masking.models.from_keras_hub(hub, dropout=0.0)
+    ```
+    """
+    return TransformerBackbone.from_keras_hub(backbone, activation=activation, **overrides)
+
+
 def _plain(value):
     """A JSON round trip: Keras' tracked containers -> plain dicts/lists."""
     return None if value is None else json.loads(json.dumps(value))
 
 
-def _validate_backbone_sizes(**sizes):
-    for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+# The keys each attachment record may hold (the `attach_*` arguments).
+_ATTACHMENT_KEYS = {
+    "add_ffn": ("units", "layers"),
+    "key_value_prefix": ("length", "layers", "dropout", "reparameterize", "hidden_units"),
+    "add_attention_units": ("units_per_head", "layers"),
+}
+
+
+def _check_bool(name, value):
+    """``value`` as a Python bool; anything but a bool is refused."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"Expected a bool for {name}. Received: {name}={value!r}.")
+    return bool(value)
+
+
+def _validate_backbone_arguments(**arguments):
+    """Checks every constructor argument; returns the numbers as Python types.
+
+    Raises a ValueError naming the argument, what was expected and what was
+    received. Nothing is built before this passes.
+    """
+    checked = {}
+    for name in (
+        "vocabulary_size",
+        "num_layers",
+        "num_heads",
+        "hidden_dim",
+        "intermediate_dim",
+        "max_sequence_length",
+        "max_relative_position",
+    ):
+        checked[name] = check_int(name, arguments[name], minimum=1)
+    checked["num_segments"] = check_int("num_segments", arguments["num_segments"], minimum=0)
+    checked["dropout"] = check_float("dropout", arguments["dropout"], 0.0, 1.0, open_maximum=True)
+    attention_dropout = arguments["attention_dropout"]
+    if attention_dropout is not None:
+        attention_dropout = check_float(
+            "attention_dropout", attention_dropout, 0.0, 1.0, open_maximum=True
+        )
+    checked["attention_dropout"] = attention_dropout
+    checked["layer_norm_epsilon"] = check_float(
+        "layer_norm_epsilon", arguments["layer_norm_epsilon"], 0.0, open_minimum=True
+    )
+    for name in ("use_pooler", "custom_position_ids", "frozen_base"):
+        checked[name] = _check_bool(name, arguments[name])
+    position = arguments["position"]
+    validate_position_scheme(position)
+    activation = arguments["activation"]
+    if not (isinstance(activation, str) or callable(activation)):
+        raise ValueError(
+            "Expected an activation name or a callable for activation. "
+            f"Received: activation={activation!r}."
+        )
+    try:
+        resolve_activation(activation)
+    except ValueError as error:
+        raise ValueError(f"{error} Received: activation={activation!r}.") from error
+    for name in ("mlm_embedding_correction", "merged_add_ffn", *_ATTACHMENT_KEYS):
+        value = arguments[name]
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"Expected a dict or None for {name}. Received: {name}={value!r}.")
+    for name, keys in _ATTACHMENT_KEYS.items():
+        unknown = sorted(set(arguments[name] or {}) - set(keys))
+        if unknown:
+            raise ValueError(
+                f"Expected {name} to hold only the keys {list(keys)}. Received the keys "
+                f"{unknown} in {name}={arguments[name]!r}."
+            )
+    hidden_dim, num_heads = checked["hidden_dim"], checked["num_heads"]
+    if hidden_dim % num_heads:
+        raise ValueError(
+            "Expected hidden_dim divisible by num_heads. "
+            f"Received: hidden_dim={hidden_dim}, num_heads={num_heads}."
+        )
+    head_dim = hidden_dim // num_heads
+    if position == "rotary2d" and head_dim % 4:
+        raise ValueError(
+            "2D rotary positions need a head size (hidden_dim // num_heads) divisible by 4. "
+            f"Received: hidden_dim={hidden_dim}, num_heads={num_heads}."
+        )
+    if position == "rotary" and head_dim % 2:
+        raise ValueError(
+            "Rotary positions need an even head size (hidden_dim // num_heads). "
+            f"Received: hidden_dim={hidden_dim}, num_heads={num_heads}."
+        )
+    return checked
 
 
 def _per_layer(value, num_layers, name, shared=True):
