@@ -227,7 +227,7 @@ def test_finder_on_plain_keras_models():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"mask_token_id": 64}, r"mask_token_id must lie in \[0, 64\)"),
+        ({"mask_token_id": 64}, r"mask_token_id` must be an integer in \[0, 64\)"),
         ({"mask_token_id": MASK, "mask_rate": 1.5}, "mask_rate"),
         ({"mask_token_id": MASK, "mask_token_rate": -0.1}, "mask_token_rate"),
         (

@@ -10,8 +10,10 @@ from conftest import tiny_backbone_kwargs
 from conftest import write_reference_checkpoint
 from test_mlm_embedding_correction import numpy_formula
 
+import keras_masking
 from keras_masking.cli import main
 from keras_masking.methods import correction_record
+from keras_masking.methods.mlm_embedding_correction_files import correct_checkpoint_embeddings
 from keras_masking.models import TransformerBackbone
 from keras_masking.models import from_tf_checkpoint
 from keras_masking.models import read_tf_checkpoint
@@ -26,7 +28,7 @@ def _digest(folder):
     }
 
 
-def test_checkpoint_correction_writes_a_loadable_copy(tmp_path):
+def test_checkpoint_correction_writes_a_loadable_copy(tmp_path, capsys):
     config_path, prefix, expected = write_reference_checkpoint("bert", tmp_path / "in")
     (tmp_path / "in" / "vocab.txt").write_text("[PAD]\n")
     before = _digest(tmp_path / "in")
@@ -57,22 +59,23 @@ def test_checkpoint_correction_writes_a_loadable_copy(tmp_path):
         tmp_path / "out" / "bert_config.json", tmp_path / "out", with_mlm=True
     )
     assert model.count_params() > 0
+    # The output loads as corrected: not corrected a second time.
+    assert correction_record(model).mask_token_id == 5
+    table = np.asarray(model.backbone.token_embedding.embeddings)
+    assert keras_masking.correct_mlm_embeddings(model, mask_token_id=5) is None
+    np.testing.assert_array_equal(np.asarray(model.backbone.token_embedding.embeddings), table)
     with pytest.raises(ValueError, match="already corrected"):
-        main(
-            [
-                "correct-embeddings",
-                str(tmp_path / "out"),
-                str(tmp_path / "again"),
-                "--mask-token-id",
-                "5",
-            ]
-        )
+        correct_checkpoint_embeddings(tmp_path / "out", tmp_path / "again", mask_token_id=5)
+    command = ["correct-embeddings", str(tmp_path / "out"), str(tmp_path / "again")]
+    assert main(command + ["--mask-token-id", "5"]) == 1
+    assert "already corrected" in capsys.readouterr().err
+    assert not (tmp_path / "again").exists()
 
 
 def test_checkpoint_keep_refuses_tied_head_unless_dropped(tmp_path):
     _, prefix, _ = write_reference_checkpoint("nezha", tmp_path / "in")
     with pytest.raises(ValueError, match="cannot keep its original output rows"):
-        main(["correct-embeddings", prefix, str(tmp_path / "out"), "--mask-token-id", "5"])
+        correct_checkpoint_embeddings(prefix, tmp_path / "out", mask_token_id=5)
     assert not (tmp_path / "out").exists()
     main(
         [
@@ -90,9 +93,10 @@ def test_checkpoint_keep_refuses_tied_head_unless_dropped(tmp_path):
 def test_checkpoint_without_word_embeddings(tmp_path):
     _, prefix, _ = write_reference_checkpoint("bert", tmp_path / "in", drop=[WORDS])
     with pytest.raises(ValueError, match="no bert/embeddings/word_embeddings"):
-        main(["correct-embeddings", prefix, str(tmp_path / "out"), "--mask-token-id", "5"])
+        correct_checkpoint_embeddings(prefix, tmp_path / "out", mask_token_id=5)
     with pytest.raises(ValueError, match="must differ"):
-        main(["correct-embeddings", prefix, str(tmp_path / "in"), "--mask-token-id", "5"])
+        correct_checkpoint_embeddings(prefix, tmp_path / "in", mask_token_id=5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
 
 def test_preset_folder_correction(tmp_path):

@@ -4,8 +4,41 @@ import keras
 import numpy as np
 
 from keras_masking.methods.token_embedding_lookup import find_token_embedding
+from keras_masking.ops.embedding_correction import check_token_id
 from keras_masking.ops.embedding_correction import selectable_rows
 from keras_masking.ops.embedding_correction import validate_masking_rates
+
+
+def _positive_int(name, value, allow_none=False):
+    if allow_none and value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return int(value)
+
+
+def _check_seed(seed):
+    if seed is not None and (
+        isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0
+    ):
+        raise ValueError(f"`seed` must be a non-negative integer or None. Received: seed={seed!r}")
+    return seed
+
+
+def _check_token_array(token_ids, vocabulary_size):
+    array = np.asarray(token_ids)
+    if array.ndim < 1 or array.size == 0 or not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(
+            "`token_ids` must be a non-empty integer array (batch, sequence). "
+            f"Received dtype {array.dtype}, shape {array.shape}."
+        )
+    bad = array[(array < 0) | (array >= vocabulary_size)]
+    if bad.size:
+        raise ValueError(
+            f"`token_ids` must lie in [0, {vocabulary_size}) (the vocabulary). "
+            f"Received out-of-range ids {sorted(set(bad.tolist()))[:5]}."
+        )
+    return array
 
 
 def sample_mlm_maskings(
@@ -39,14 +72,40 @@ def sample_mlm_maskings(
 
     Returns:
         An int32 array ``(samples, batch, sequence)``.
+
+    Raises:
+        ValueError: bad rates, sizes or ids (named, with what was received).
+
+    Example:
+    ```python
+    masked = sample_mlm_maskings(
+        features["token_ids"], 8, mask_token_id=103, vocabulary_size=21128, seed=0)
+    masked.shape  # (8, batch, sequence)
+    ```
     """
-    validate_masking_rates(mask_rate, mask_token_rate, random_token_rate)
-    token_ids = np.asarray(token_ids)
-    rng = np.random.default_rng(seed)
-    shape = (samples,) + token_ids.shape
-    selectable = selectable_rows(vocabulary_size, unselectable_token_ids)[token_ids]
+    mask_rate, mask_token_rate, random_token_rate = validate_masking_rates(
+        mask_rate, mask_token_rate, random_token_rate
+    )
+    samples = _positive_int("samples", samples)
+    vocabulary_size = _positive_int("vocabulary_size", vocabulary_size)
+    mask_token_id = check_token_id("mask_token_id", mask_token_id, vocabulary_size)
+    token_ids = _check_token_array(token_ids, vocabulary_size)
+    rows = selectable_rows(vocabulary_size, unselectable_token_ids)
     if padding_mask is not None:
-        selectable &= np.asarray(padding_mask).astype(bool)
+        padding_mask = np.asarray(padding_mask)
+        if padding_mask.shape != token_ids.shape or not (
+            np.issubdtype(padding_mask.dtype, np.integer) or padding_mask.dtype == bool
+        ):
+            raise ValueError(
+                f"`padding_mask` must be a 0/1 or bool array of the shape of token_ids "
+                f"{token_ids.shape}. Received dtype {padding_mask.dtype}, "
+                f"shape {padding_mask.shape}."
+            )
+    rng = np.random.default_rng(_check_seed(seed))
+    shape = (samples,) + token_ids.shape
+    selectable = rows[token_ids]
+    if padding_mask is not None:
+        selectable &= padding_mask.astype(bool)
     selected = (rng.random(shape) < mask_rate) & selectable[None]
     choice = rng.random(shape)
     to_mask = selected & (choice < mask_token_rate)
@@ -96,23 +155,38 @@ def mlm_model_average(
     Returns:
         The averaged outputs, with the structure of the model's outputs.
 
+    Raises:
+        ValueError: bad settings, ids or inputs (named, with what was
+            received); nothing is predicted.
+
     Example:
     ```python
     probabilities = keras_masking.mlm_model_average(
         classifier, features, mask_token_id=103, samples=16)
     ```
     """
-    if not isinstance(samples, int) or samples < 1:
-        raise ValueError(f"`samples` must be a positive integer. Received: samples={samples!r}")
-    if "token_ids" not in inputs:
-        raise ValueError(f"`inputs` must hold 'token_ids'. Received keys {sorted(inputs)}.")
+    samples = _positive_int("samples", samples)
+    batch_size = _positive_int("batch_size", batch_size, allow_none=True)
+    if not isinstance(from_logits, (bool, np.bool_)):
+        raise ValueError(f"`from_logits` must be True or False. Received: {from_logits!r}")
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"`model` must be a Keras model. Received: {type(model).__name__}")
+    if not isinstance(inputs, dict) or "token_ids" not in inputs:
+        received = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
+        raise ValueError(f"`inputs` must be a dict holding 'token_ids'. Received: {received}")
     vocabulary_size = find_token_embedding(model).input_dim
-    if not 0 <= mask_token_id < vocabulary_size:
-        raise ValueError(
-            f"mask_token_id must lie in [0, {vocabulary_size}). Received: {mask_token_id}"
-        )
-    token_ids = np.asarray(inputs["token_ids"])
+    check_token_id("mask_token_id", mask_token_id, vocabulary_size)
+    token_ids = _check_token_array(inputs["token_ids"], vocabulary_size)
     batch = token_ids.shape[0]
+    wrong = {
+        key: np.shape(value)
+        for key, value in inputs.items()
+        if np.ndim(value) < 1 or np.shape(value)[0] != batch
+    }
+    if wrong:
+        raise ValueError(
+            f"Every input must have the batch size of token_ids ({batch}). Received shapes {wrong}."
+        )
     masked = sample_mlm_maskings(
         token_ids,
         samples,

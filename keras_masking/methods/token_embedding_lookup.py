@@ -1,6 +1,7 @@
 """Finding a model's token embedding and the MLM heads tied to it."""
 
 import keras
+import numpy as np
 
 from keras_masking.utils.layer_walk import walk_layers
 
@@ -9,14 +10,60 @@ def _describe(layer):
     return f"{layer.name!r} ({layer.input_dim} x {layer.output_dim})"
 
 
+def _input_name(layer):
+    """The name of the tensor a layer was first called on, if it has one."""
+    try:
+        tensor = layer.input
+    except (AttributeError, ValueError, RuntimeError):
+        return None
+    return getattr(tensor, "name", None)
+
+
+def _distinct(layers):
+    unique = {}
+    for layer in layers:
+        unique.setdefault(id(layer), layer)
+    return list(unique.values())
+
+
+def _token_embedding_of(owner):
+    layer = getattr(owner, "token_embedding", None)
+    return layer if isinstance(layer, keras.layers.Embedding) else None
+
+
+def _evidence(model, layers):
+    """Token-embedding candidates, from the strongest evidence to the weakest.
+
+    1. the ``token_embedding`` of a backbone (keras-masking's
+       `TransformerBackbone`, any keras-hub `Backbone`) in the model, nested
+       at any depth;
+    2. the ``token_embedding`` of any layer (embedding layers of backbones
+       whose layers were inlined into the functional model, MLM heads);
+    3. embeddings applied directly to an input named ``token_ids`` (keras-hub
+       backbones inlined through ``backbone.output``);
+    4. every `keras.layers.Embedding`.
+    """
+    import keras_hub
+
+    backbones = [layer for layer in layers if isinstance(layer, keras_hub.models.Backbone)]
+    embeddings = [layer for layer in layers if isinstance(layer, keras.layers.Embedding)]
+    yield "backbone", _distinct(filter(None, map(_token_embedding_of, backbones)))
+    yield "token_embedding", _distinct(filter(None, map(_token_embedding_of, layers)))
+    yield "token_ids", [layer for layer in embeddings if _input_name(layer) == "token_ids"]
+    yield "embedding", embeddings
+
+
 def find_token_embedding(model, embedding=None, vocabulary_size=None):
     """The token embedding layer of a model.
 
     Looks, in order, at: an explicit ``embedding`` (a layer or a layer name);
-    the ``token_embedding`` of the model or of its ``backbone``
-    (`TransformerBackbone`, keras-hub backbones and tasks); the only
-    `keras.layers.Embedding` in the model whose row count is
-    ``vocabulary_size`` (or the only one at all).
+    the ``token_embedding`` of the model or of its ``backbone``; the
+    ``token_embedding`` of a backbone anywhere in the model (a
+    `TransformerBackbone` or keras-hub backbone, nested in functional models
+    at any depth); the ``token_embedding`` of any layer (a backbone whose
+    layers were inlined with ``backbone.output``); an embedding applied to
+    the ``token_ids`` input; the only `keras.layers.Embedding` in the model.
+    At each step, ``vocabulary_size`` (when given) narrows the choice.
 
     Args:
         model: a Keras model or layer.
@@ -29,14 +76,49 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
     Raises:
         ValueError: when none or several candidates fit; the message names
             the candidates.
+        TypeError: ``model`` is not a Keras layer, or ``embedding`` is
+            neither a layer, a name nor None.
+
+    Example:
+    ```python
+    # A classifier on a backbone's layers (inlined through `backbone.output`).
+    logits = keras.layers.Dense(2)(backbone.output["pooled_output"])
+    classifier = keras.Model(backbone.input, logits)
+    assert find_token_embedding(classifier) is backbone.token_embedding
+    ```
     """
-    candidates = [
-        layer for layer in walk_layers(model) if isinstance(layer, keras.layers.Embedding)
-    ]
+    if not isinstance(model, keras.layers.Layer):
+        raise TypeError(
+            f"`model` must be a Keras model or layer. Received: model of type "
+            f"{type(model).__name__}"
+        )
+    if vocabulary_size is not None and (
+        isinstance(vocabulary_size, bool)
+        or not isinstance(vocabulary_size, (int, np.integer))
+        or vocabulary_size < 1
+    ):
+        raise ValueError(
+            "`vocabulary_size` must be a positive integer or None. "
+            f"Received: vocabulary_size={vocabulary_size!r}"
+        )
+    if embedding is not None and not isinstance(embedding, (str, keras.layers.Layer)):
+        raise TypeError(
+            f"`embedding` must be an Embedding layer, a layer name or None. "
+            f"Received: embedding={embedding!r}"
+        )
+    if isinstance(embedding, keras.layers.Layer) and not isinstance(
+        embedding, keras.layers.Embedding
+    ):
+        raise TypeError(
+            f"`embedding` must be a keras.layers.Embedding. Received: {embedding.name!r} "
+            f"of type {type(embedding).__name__}"
+        )
     if isinstance(model, keras.layers.Embedding):
         return model
     if isinstance(embedding, keras.layers.Embedding):
         return embedding
+    layers = list(walk_layers(model))
+    candidates = [layer for layer in layers if isinstance(layer, keras.layers.Embedding)]
     if isinstance(embedding, str):
         named = [layer for layer in candidates if layer.name == embedding]
         if len(named) != 1:
@@ -45,16 +127,20 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
                 f"Embedding layers in this model: {[_describe(c) for c in candidates]}"
             )
         return named[0]
-    if embedding is not None:
-        raise TypeError(f"`embedding` must be a layer, a name or None. Received: {embedding!r}")
     for owner in (model, getattr(model, "backbone", None)):
-        layer = getattr(owner, "token_embedding", None) if owner is not None else None
-        if isinstance(layer, keras.layers.Embedding):
+        layer = _token_embedding_of(owner)
+        if layer is not None and vocabulary_size in (None, layer.input_dim):
             return layer
-    if vocabulary_size is not None:
-        candidates = [c for c in candidates if c.input_dim == vocabulary_size]
-    if len(candidates) == 1:
-        return candidates[0]
+    for _, found in _evidence(model, layers):
+        if vocabulary_size is not None:
+            found = [c for c in found if c.input_dim == vocabulary_size]
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            candidates = found
+            break
+    else:
+        candidates = []
     what = "none" if not candidates else [_describe(c) for c in candidates]
     raise ValueError(
         "Could not tell which layer is the token embedding: "
@@ -67,11 +153,29 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
 def find_tied_heads(model, token_embedding):
     """MLM heads in ``model`` whose output projection is ``token_embedding``.
 
+    Args:
+        model: a Keras model or layer.
+        token_embedding: the `keras.layers.Embedding` (see
+            `find_token_embedding`).
+
     Returns:
         A list of keras-masking and keras-hub ``MaskedLMHead`` layers built on
         that embedding.
+
+    Example:
+    ```python
+    masked_lm = keras_masking.models.TransformerMaskedLM(backbone)
+    heads = find_tied_heads(masked_lm, find_token_embedding(masked_lm))
+    assert heads == [masked_lm.masked_lm_head]
+    ```
     """
     import keras_hub
+
+    if not isinstance(token_embedding, keras.layers.Embedding):
+        raise TypeError(
+            "`token_embedding` must be a keras.layers.Embedding. "
+            f"Received: token_embedding of type {type(token_embedding).__name__}"
+        )
 
     from keras_masking.layers.masked_lm_head import MaskedLMHead
 

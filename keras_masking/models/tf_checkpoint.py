@@ -10,6 +10,9 @@ import collections
 import json
 import logging
 import os
+import re
+import shutil
+import uuid
 
 import keras
 import numpy as np
@@ -34,10 +37,32 @@ Attributes:
 
 
 def resolve_checkpoint_prefix(checkpoint_path):
-    """A checkpoint prefix from a prefix, a folder, or an ``.index`` file."""
+    """A checkpoint prefix from a prefix, a folder, or an ``.index`` file.
+
+    Args:
+        checkpoint_path: str or path-like.
+
+    Returns:
+        The prefix (``.../bert_model.ckpt``) as a str.
+
+    Raises:
+        TypeError: not a path.
+        FileNotFoundError: no ``.index`` file there.
+
+    Example:
+    ```python
+    save_tf_checkpoint(backbone, "my_bert/bert_model.ckpt")
+    resolve_checkpoint_prefix("my_bert")  # "my_bert/bert_model.ckpt"
+    ```
+    """
     import tensorflow as tf
 
-    path = str(checkpoint_path)
+    if isinstance(checkpoint_path, bool) or not isinstance(checkpoint_path, (str, os.PathLike)):
+        raise TypeError(
+            "`checkpoint_path` must be a path (str or os.PathLike) to a TF checkpoint. "
+            f"Received: checkpoint_path={checkpoint_path!r}"
+        )
+    path = os.fspath(checkpoint_path)
     if os.path.isdir(path):
         latest = tf.train.latest_checkpoint(path)
         if latest is None:
@@ -58,6 +83,25 @@ def resolve_checkpoint_prefix(checkpoint_path):
     return path
 
 
+def _data_files(prefix):
+    """The ``.data-XXXXX-of-NNNNN`` shards beside an index, and any missing."""
+    pattern = re.compile(re.escape(os.path.basename(prefix)) + r"\.data-(\d{5})-of-(\d{5})$")
+    folder = os.path.dirname(os.path.abspath(prefix))
+    found = sorted(
+        name for name in os.listdir(folder) if pattern.match(name) and not name.endswith(".tmp")
+    )
+    counts = {int(pattern.match(name).group(2)) for name in found}
+    expected = {
+        f"{os.path.basename(prefix)}.data-{i:05d}-of-{count:05d}"
+        for count in counts or {1}
+        for i in range(count)
+    }
+    missing = sorted(expected - set(found))
+    return [os.path.join(folder, name) for name in found], [
+        os.path.join(folder, name) for name in missing
+    ]
+
+
 def read_tf_checkpoint(checkpoint_path):
     """Reads every variable of a TF checkpoint into numpy arrays.
 
@@ -67,15 +111,45 @@ def read_tf_checkpoint(checkpoint_path):
 
     Returns:
         A dict ``{name: np.ndarray}``.
+
+    Raises:
+        FileNotFoundError: no index, or a missing data shard (named).
+        ValueError: an unreadable index, or a truncated or corrupt data file
+            (the file and the variable are named).
+
+    Example:
+    ```python
+    save_tf_checkpoint(backbone, "my_bert/bert_model.ckpt")
+    values = read_tf_checkpoint("my_bert/bert_model.ckpt")
+    values["bert/embeddings/word_embeddings"].shape  # (vocabulary_size, hidden_dim)
+    ```
     """
     import tensorflow as tf
 
     prefix = resolve_checkpoint_prefix(checkpoint_path)
+    index = prefix + ".index"
     try:
         reader = tf.train.load_checkpoint(prefix)
+        names = sorted(reader.get_variable_to_shape_map())
     except Exception as error:  # TF raises several error types here.
-        raise ValueError(f"{prefix}: not a readable TF checkpoint ({error}).") from error
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+        raise ValueError(f"{index}: not a readable TF checkpoint index ({error}).") from None
+    found, missing = _data_files(prefix)
+    if names and missing:
+        raise FileNotFoundError(
+            f"{index}: its data file(s) {missing} are missing (found {found or 'none'}); "
+            "copy every file of the checkpoint."
+        )
+    data = found[0] if len(found) == 1 else f"{prefix}.data-*"
+    values = {}
+    for name in names:
+        try:
+            values[name] = reader.get_tensor(name)
+        except Exception as error:  # truncated or corrupt shards: several types
+            raise ValueError(
+                f"{data}: cannot read variable {name!r}; the file is truncated or corrupt "
+                f"({type(error).__name__}: {error})."
+            ) from None
+    return values
 
 
 def _family_hint(missing, unexpected, family):
@@ -94,40 +168,80 @@ def _family_hint(missing, unexpected, family):
     return ""
 
 
-def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None):
-    """Assigns a Google-layout checkpoint to a model, all or nothing.
+def _check_bool(name, value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+    return bool(value)
 
-    Args:
-        model: a `TransformerBackbone` or `TransformerMaskedLM`.
-        checkpoint_path: checkpoint prefix, folder or ``.index`` file, or a
-            dict ``{name: array}`` already read.
-        strict: bool. When True, a checkpoint variable that the model does
-            not use (other than optimizer state and known pretraining heads)
-            is an error; when False it is skipped and reported.
-        source: name used in messages (defaults to the path).
 
-    Returns:
-        A `CheckpointLoadReport`.
+def _check_model(model, function):
+    from keras_masking.models.transformer_backbone import TransformerBackbone
 
-    Raises:
-        ValueError: missing variables, mismatched shapes, or (strict) extra
-            variables; the message lists the names. Nothing is assigned.
-    """
-    if isinstance(checkpoint_path, dict):
-        values = checkpoint_path
-        source = source or "checkpoint"
-    else:
-        values = read_tf_checkpoint(checkpoint_path)
-        source = source or str(checkpoint_path)
+    backbone = getattr(model, "backbone", model)
+    if not isinstance(backbone, TransformerBackbone):
+        raise TypeError(
+            f"`{function}` expects a keras_masking TransformerBackbone or TransformerMaskedLM. "
+            f"Received: model of type {type(model).__name__} (convert a keras-hub model with "
+            "keras_masking.models.from_keras_hub)."
+        )
+    return backbone
+
+
+def _record_config(record, values, embedding_name, source):
+    """A checkpoint folder's correction record as the backbone's record config."""
+    from keras_masking.methods.mlm_embedding_correction import MLMEmbeddingCorrection
+    from keras_masking.methods.mlm_embedding_correction_files import RECORD_FILE
+
+    if record is None:
+        return None
+    where = f"{source}: {RECORD_FILE}"
+    config = {k: v for k, v in record.items() if k not in ("source", "embedding")}
+    config["embedding"] = embedding_name
+    try:
+        config = MLMEmbeddingCorrection.from_config(config).to_config()
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+    table = values.get(f"{layout.EMBEDDINGS}/word_embeddings")
+    if table is not None and (
+        config["vocabulary_size"] != np.shape(table)[0]
+        or len(config["shift"]) != np.shape(table)[1]
+    ):
+        raise ValueError(
+            f"{where}: the record is for a {config['vocabulary_size']} x {len(config['shift'])} "
+            f"table, but the checkpoint's word_embeddings are {tuple(np.shape(table))}."
+        )
+    return config
+
+
+def _convert_values(values, expected, source):
+    """Each checkpoint value as the dtype of its model variable (all first)."""
+    converted = {}
+    for name, variable in expected.items():
+        try:
+            converted[name] = np.asarray(values[name], dtype=variable.dtype)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"{source}: variable {name!r} cannot be read as {variable.dtype} "
+                f"(nothing was loaded): {error}"
+            ) from None
+    return converted
+
+
+def _load_values(model, values, strict, source, record):
     expected = layout.model_variables_by_name(model)
     backbone = getattr(model, "backbone", model)
     family = family_of(backbone)
+    if not isinstance(values, dict) or not all(isinstance(name, str) for name in values):
+        raise TypeError(
+            "`checkpoint_path` must be a path or a dict {variable name: array}. "
+            f"Received: {type(values).__name__}"
+        )
 
     missing = sorted(set(expected) - set(values))
     mismatched = sorted(
-        f"{name}: checkpoint {tuple(values[name].shape)} vs model {tuple(expected[name].shape)}"
+        f"{name}: checkpoint {tuple(np.shape(values[name]))} vs model {tuple(expected[name].shape)}"
         for name in set(expected) & set(values)
-        if tuple(values[name].shape) != tuple(expected[name].shape)
+        if tuple(np.shape(values[name])) != tuple(expected[name].shape)
     )
     extras = sorted(set(values) - set(expected))
     tolerated = [
@@ -156,14 +270,70 @@ def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None)
             + "."
             + _family_hint(missing, unexpected, family)
         )
+    converted = _convert_values(values, expected, source)
+    record = _record_config(record, values, backbone.token_embedding.name, source)
     if unexpected:
         logger.warning("%s: skipped variables not used by the model: %s", source, unexpected)
     skipped_heads = [n for n in tolerated if not layout.is_training_state(n)]
     if skipped_heads:
         logger.info("%s: skipped heads the model does not have: %s", source, skipped_heads)
     for name, variable in expected.items():
-        variable.assign(np.asarray(values[name], dtype=variable.dtype))
+        variable.assign(converted[name])
+    from keras_masking.methods.mlm_embedding_correction import mark_loaded_weights
+
+    mark_loaded_weights(model, record)
     return CheckpointLoadReport(loaded=sorted(expected), skipped=sorted(unexpected + tolerated))
+
+
+def _folder_record(prefix):
+    from keras_masking.methods.mlm_embedding_correction_files import read_correction_record
+
+    return read_correction_record(os.path.dirname(os.path.abspath(prefix)))
+
+
+def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None):
+    """Assigns a Google-layout checkpoint to a model, all or nothing.
+
+    The model's MLM embedding correction record follows the files: when the
+    checkpoint's folder holds a ``mlm_embedding_correction.json`` record
+    (written by `correct_checkpoint_embeddings`), the model counts as
+    corrected afterwards, so no second correction is applied; otherwise (and
+    for a dict) it counts as not corrected.
+
+    Args:
+        model: a `TransformerBackbone` or `TransformerMaskedLM`.
+        checkpoint_path: checkpoint prefix, folder or ``.index`` file, or a
+            dict ``{name: array}`` already read.
+        strict: bool. When True, a checkpoint variable that the model does
+            not use (other than optimizer state and known pretraining heads)
+            is an error; when False it is skipped and reported.
+        source: name used in messages (defaults to the path).
+
+    Returns:
+        A `CheckpointLoadReport`.
+
+    Raises:
+        ValueError: missing variables, mismatched shapes, or (strict) extra
+            variables; the message lists the names. Nothing is assigned.
+        TypeError: ``model`` is not a keras-masking model.
+
+    Example:
+    ```python
+    save_tf_checkpoint(backbone, "my_bert/bert_model.ckpt")
+    report = load_tf_checkpoint_weights(backbone, "my_bert/bert_model.ckpt", strict=False)
+    report.skipped  # checkpoint variables the model does not use
+    ```
+    """
+    _check_model(model, "load_tf_checkpoint_weights")
+    strict = _check_bool("strict", strict)
+    if source is not None and not isinstance(source, str):
+        raise ValueError(f"`source` must be a str or None. Received: source={source!r}")
+    if isinstance(checkpoint_path, dict):
+        return _load_values(model, checkpoint_path, strict, source or "checkpoint", None)
+    prefix = resolve_checkpoint_prefix(checkpoint_path)
+    record = _folder_record(prefix)
+    values = read_tf_checkpoint(prefix)
+    return _load_values(model, values, strict, source or str(checkpoint_path), record)
 
 
 def from_tf_checkpoint(
@@ -194,6 +364,16 @@ def from_tf_checkpoint(
 
     Returns:
         A `TransformerBackbone`, or a `TransformerMaskedLM` when ``with_mlm``.
+        A checkpoint written by `correct_checkpoint_embeddings` (its folder
+        holds ``mlm_embedding_correction.json``) gives a model whose
+        ``mlm_embedding_correction`` record is set, so
+        `correct_mlm_embeddings` and the `MLMEmbeddingCorrection` callback
+        leave it as it is.
+
+    Raises:
+        FileNotFoundError: a missing config, index or data file (named).
+        ValueError: bad arguments, an unreadable file, or weights that do
+            not fit the configuration (the variables are named).
 
     Example:
     ```python
@@ -207,22 +387,54 @@ def from_tf_checkpoint(
     from keras_masking.models.transformer_backbone import TransformerBackbone
     from keras_masking.models.transformer_masked_lm import TransformerMaskedLM
 
+    with_mlm = _check_bool("with_mlm", with_mlm)
+    strict = _check_bool("strict", strict)
+    if isinstance(config_path, bool) or not isinstance(config_path, (str, os.PathLike)):
+        raise TypeError(
+            "`config_path` must be a path to bert_config.json. "
+            f"Received: config_path={config_path!r}"
+        )
     config = read_google_config(config_path)
     kwargs = backbone_kwargs_from_google_config(config, model, source=str(config_path))
-    values = read_tf_checkpoint(checkpoint_path)
+    prefix = resolve_checkpoint_prefix(checkpoint_path)
+    record = _folder_record(prefix)
+    values = read_tf_checkpoint(prefix)
     has_pooler = f"{layout.POOLER}/kernel" in values
     if with_pool == "auto":
         use_pooler = has_pooler
-    elif with_pool in (True, False):
-        use_pooler = with_pool
+    elif isinstance(with_pool, (bool, np.bool_)):
+        use_pooler = bool(with_pool)
     else:
         raise ValueError(f"`with_pool` must be 'auto', True or False. Received: {with_pool!r}")
     kwargs["use_pooler"] = use_pooler
+    kwargs["mlm_embedding_correction"] = _record_config(
+        record, values, "token_embedding", str(checkpoint_path)
+    )
     kwargs.update(backbone_kwargs)
     backbone = TransformerBackbone(**kwargs)
     result = TransformerMaskedLM(backbone) if with_mlm else backbone
-    load_tf_checkpoint_weights(result, values, strict=strict, source=str(checkpoint_path))
+    _load_values(result, values, strict, str(checkpoint_path), backbone.mlm_embedding_correction)
     return result
+
+
+def _replace_file(path, write):
+    """Writes through ``write(temporary_path)`` and renames onto ``path``."""
+    temporary = f"{path}.partial-{uuid.uuid4().hex[:8]}"
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def _write_json(path, value):
+    def write(temporary):
+        with open(temporary, "w", encoding="utf-8") as file:
+            json.dump(value, file, indent=2)
+
+    _replace_file(path, write)
 
 
 def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
@@ -230,7 +442,9 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
 
     The result is what `from_tf_checkpoint` and bert4keras-style loaders
     read: the ``bert/...`` names (and ``cls/predictions/...`` for a
-    `TransformerMaskedLM`).
+    `TransformerMaskedLM`). A model with an MLM embedding correction record
+    also gets ``mlm_embedding_correction.json`` beside it, so that it loads
+    as corrected. Each file is written under a temporary name and renamed.
 
     Args:
         model: a `TransformerBackbone` or `TransformerMaskedLM`.
@@ -242,37 +456,121 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
 
     Returns:
         The checkpoint prefix written.
+
+    Raises:
+        TypeError: ``model`` is not a keras-masking model, or a path is not
+            a path.
+        ValueError: a `TransformerMaskedLM` corrected with
+            ``tied_output="keep"`` (the Google layout cannot hold the head's
+            compensation: save ``model.backbone``).
+
+    Example:
+    ```python
+    save_tf_checkpoint(backbone, "out/bert_model.ckpt")
+    ```
     """
+    from keras_masking.methods.mlm_embedding_correction_files import RECORD_FILE
+
+    backbone = _check_model(model, "save_tf_checkpoint")
+    for name, path in (("checkpoint_prefix", checkpoint_prefix), ("config_path", config_path)):
+        if path is not None and (
+            isinstance(path, bool) or not isinstance(path, (str, os.PathLike))
+        ):
+            raise TypeError(
+                f"`{name}` must be a path (str or os.PathLike). Received: {name}={path!r}"
+            )
+    if checkpoint_prefix is None:
+        raise TypeError("`checkpoint_prefix` must be a path. Received: checkpoint_prefix=None")
+    checkpoint_prefix = os.fspath(checkpoint_prefix)
+    record = backbone.mlm_embedding_correction
+    if record and record.get("tied_output") == "keep" and model is not backbone:
+        if getattr(model, "masked_lm_head", None) is not None:
+            raise ValueError(
+                "This model's MLM head keeps the original output rows of a corrected "
+                "embedding (tied_output='keep'), which a Google checkpoint cannot hold: "
+                "save `model.backbone`, or correct with tied_output='correct'."
+            )
     variables = layout.model_variables_by_name(model)
     values = {name: keras.ops.convert_to_numpy(variable) for name, variable in variables.items()}
     write_tf_checkpoint(values, checkpoint_prefix)
-    backbone = getattr(model, "backbone", model)
     folder = os.path.dirname(os.path.abspath(checkpoint_prefix))
-    config_path = config_path or os.path.join(folder, "bert_config.json")
-    with open(config_path, "w", encoding="utf-8") as file:
-        json.dump(google_config_from_backbone(backbone), file, indent=2)
+    config_path = (
+        os.fspath(config_path) if config_path else os.path.join(folder, "bert_config.json")
+    )
+    _write_json(config_path, google_config_from_backbone(backbone))
+    record_path = os.path.join(folder, RECORD_FILE)
+    if record:
+        _write_json(record_path, {**record, "source": "save_tf_checkpoint"})
+    elif os.path.exists(record_path):
+        os.remove(record_path)  # a stale record would mark these weights corrected
     return checkpoint_prefix
 
 
 def write_tf_checkpoint(values, checkpoint_prefix):
     """Writes ``{name: array}`` as a TF checkpoint with exactly those names.
 
+    The files are written in a temporary folder beside the output and then
+    renamed into place, so a failure leaves no partial checkpoint.
+
     Args:
         values: dict of numpy arrays.
         checkpoint_prefix: output prefix; its folder is created.
+
+    Raises:
+        ValueError: ``values`` is not a non-empty dict of str names to
+            numeric or string arrays.
+
+    Example:
+    ```python
+    table = np.zeros((128, 32), "float32")
+    write_tf_checkpoint({"bert/embeddings/word_embeddings": table}, "out/bert_model.ckpt")
+    ```
     """
     import tensorflow as tf
 
-    folder = os.path.dirname(os.path.abspath(checkpoint_prefix))
-    os.makedirs(folder, exist_ok=True)
+    if not isinstance(values, dict) or not values:
+        raise ValueError(
+            f"`values` must be a non-empty dict {{name: array}}. Received: {type(values).__name__}"
+            + (" (empty)" if isinstance(values, dict) else "")
+        )
+    bad_names = [name for name in values if not isinstance(name, str) or not name]
+    if bad_names:
+        raise ValueError(f"`values` names must be non-empty str. Received: {bad_names[:5]!r}")
+    if isinstance(checkpoint_prefix, bool) or not isinstance(checkpoint_prefix, (str, os.PathLike)):
+        raise TypeError(
+            f"`checkpoint_prefix` must be a path. Received: checkpoint_prefix={checkpoint_prefix!r}"
+        )
     names = sorted(values)
-    tf.raw_ops.SaveV2(
-        prefix=str(checkpoint_prefix),
-        tensor_names=names,
-        shape_and_slices=[""] * len(names),
-        tensors=[tf.convert_to_tensor(values[name]) for name in names],
-    )
-    with open(os.path.join(folder, "checkpoint"), "w", encoding="utf-8") as file:
-        base = os.path.basename(str(checkpoint_prefix))
-        file.write(f'model_checkpoint_path: "{base}"\n')
-        file.write(f'all_model_checkpoint_paths: "{base}"\n')
+    tensors = []
+    for name in names:
+        try:
+            tensors.append(tf.convert_to_tensor(np.asarray(values[name])))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"`values[{name!r}]` is not an array: {error}") from None
+    checkpoint_prefix = os.fspath(checkpoint_prefix)
+    folder = os.path.dirname(os.path.abspath(checkpoint_prefix))
+    base = os.path.basename(checkpoint_prefix)
+    os.makedirs(folder, exist_ok=True)
+    temporary = os.path.join(folder, f".{base}.partial-{uuid.uuid4().hex[:8]}")
+    os.makedirs(temporary)
+    try:
+        tf.raw_ops.SaveV2(
+            prefix=os.path.join(temporary, base),
+            tensor_names=names,
+            shape_and_slices=[""] * len(names),
+            tensors=tensors,
+        )
+        written = sorted(os.listdir(temporary))
+        # Data shards first, the index last: a reader never sees an index
+        # whose data is not there yet.
+        for name in sorted(written, key=lambda n: n.endswith(".index")):
+            os.replace(os.path.join(temporary, name), os.path.join(folder, name))
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+    def write(path):
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(f'model_checkpoint_path: "{base}"\n')
+            file.write(f'all_model_checkpoint_paths: "{base}"\n')
+
+    _replace_file(os.path.join(folder, "checkpoint"), write)

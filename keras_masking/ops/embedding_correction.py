@@ -15,24 +15,163 @@ pretraining never selects keep their values. Reference: Su Jianlin, "MLM
 embedding correction from the dropout view" (kexue.fm, 2022).
 """
 
+import numbers
+
 import numpy as np
 
 
-def validate_masking_rates(mask_rate, mask_token_rate, random_token_rate):
-    """Raises ValueError unless the three rates describe a valid masker."""
-    for name, value in (
-        ("mask_rate", mask_rate),
-        ("mask_token_rate", mask_token_rate),
-        ("random_token_rate", random_token_rate),
+def check_rate(name, value):
+    """A rate in [0, 1] as a Python float (numpy scalars accepted, bool refused).
+
+    Args:
+        name: the argument's name, for the message.
+        value: the value received.
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        ValueError: not a real number in [0, 1].
+    """
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, numbers.Real)
+        or not 0 <= float(value) <= 1
     ):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise ValueError(f"`{name}` must be a number in [0, 1]. Received: {name}={value!r}")
+        raise ValueError(f"`{name}` must be a number in [0, 1]. Received: {name}={value!r}")
+    return float(value)
+
+
+def validate_masking_rates(mask_rate, mask_token_rate, random_token_rate):
+    """Checks that three rates describe a valid BERT-style masker.
+
+    Args:
+        mask_rate: float ``r`` in [0, 1].
+        mask_token_rate: float ``p_m`` in [0, 1].
+        random_token_rate: float ``p_r`` in [0, 1], with ``p_m + p_r <= 1``.
+
+    Returns:
+        The three rates as Python floats.
+
+    Raises:
+        ValueError: naming the argument that is out of range.
+
+    Example:
+    >>> validate_masking_rates(0.15, 0.8, 0.1)
+    (0.15, 0.8, 0.1)
+    """
+    mask_rate = check_rate("mask_rate", mask_rate)
+    mask_token_rate = check_rate("mask_token_rate", mask_token_rate)
+    random_token_rate = check_rate("random_token_rate", random_token_rate)
     if mask_token_rate + random_token_rate > 1 + 1e-12:
         raise ValueError(
             "mask_token_rate + random_token_rate must not exceed 1 (the rest "
             "keeps the token). Received: "
             f"mask_token_rate={mask_token_rate}, random_token_rate={random_token_rate}"
         )
+    return mask_rate, mask_token_rate, random_token_rate
+
+
+def _is_integer(value):
+    return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+
+
+def check_token_id(name, value, vocabulary_size=None):
+    """A token id as a Python int (numpy integers accepted; bool, float refused).
+
+    Args:
+        name: the argument's name, for the message.
+        value: the value received.
+        vocabulary_size: optional int; the id must then be below it.
+
+    Returns:
+        ``int(value)``.
+
+    Raises:
+        ValueError: not an integer, negative, or not below ``vocabulary_size``.
+    """
+    where = ">= 0" if vocabulary_size is None else f"in [0, {vocabulary_size}) (the vocabulary)"
+    if not _is_integer(value) or value < 0 or (vocabulary_size and value >= vocabulary_size):
+        raise ValueError(f"`{name}` must be an integer {where}. Received: {name}={value!r}")
+    return int(value)
+
+
+def check_token_ids(name, values, vocabulary_size=None):
+    """A list of token ids, or None (numpy integer arrays accepted).
+
+    Args:
+        name: the argument's name, for the message.
+        values: None or an iterable of integers.
+        vocabulary_size: optional int; every id must then be below it.
+
+    Returns:
+        None, or a sorted list of distinct Python ints.
+
+    Raises:
+        ValueError: not an iterable of integers, or ids out of range (the
+            message lists them).
+    """
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise ValueError(
+            f"`{name}` must be a list of integer token ids or None. Received: {name}={values!r}"
+        )
+    values = list(np.asarray(values).ravel()) if isinstance(values, np.ndarray) else list(values)
+    not_ints = [v for v in values if not _is_integer(v)]
+    if not_ints:
+        raise ValueError(
+            f"`{name}` must hold integer token ids. Received non-integers {not_ints[:5]!r} "
+            f"in {name}."
+        )
+    ids = sorted({int(v) for v in values})
+    bad = [i for i in ids if i < 0 or (vocabulary_size is not None and i >= vocabulary_size)]
+    if bad:
+        where = "[0, ...)" if vocabulary_size is None else f"[0, {vocabulary_size})"
+        raise ValueError(
+            f"`{name}` must lie in {where} (the vocabulary). Received out-of-range ids {bad}."
+        )
+    return ids
+
+
+def check_embedding_table(embeddings, name="embeddings"):
+    """A finite ``(vocabulary_size, dim)`` float table, as float64.
+
+    One NaN or inf row would spread to every row through the mean of the
+    table, so a table with any non-finite value is refused.
+
+    Args:
+        embeddings: array-like.
+        name: what to call it in messages.
+
+    Returns:
+        The table as a float64 numpy array.
+
+    Raises:
+        ValueError: not a non-empty 2-D numeric table, or non-finite values
+            (the message counts the rows and names the first).
+    """
+    try:
+        table = np.asarray(embeddings, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"`{name}` must be a numeric (vocabulary_size, dim) table. Received {error}."
+        ) from None
+    if table.ndim != 2 or table.shape[0] == 0 or table.shape[1] == 0:
+        raise ValueError(
+            f"`{name}` must be a non-empty (vocabulary_size, dim) table. "
+            f"Received shape {table.shape}."
+        )
+    bad_rows = np.flatnonzero(~np.isfinite(table).all(axis=1))
+    if bad_rows.size:
+        raise ValueError(
+            f"`{name}` has NaN or inf values in {bad_rows.size} of {table.shape[0]} rows "
+            f"(first: row {int(bad_rows[0])}); the correction averages every row, so it "
+            "would spread to the whole table. Nothing was changed."
+        )
+    return table
 
 
 def selectable_rows(vocabulary_size, unselectable_token_ids=None):
@@ -45,19 +184,53 @@ def selectable_rows(vocabulary_size, unselectable_token_ids=None):
 
     Returns:
         A numpy bool array.
+
+    Example:
+    >>> selectable_rows(4, [0, 2]).tolist()
+    [False, True, False, True]
     """
-    selectable = np.ones(vocabulary_size, dtype=bool)
-    if unselectable_token_ids is None:
-        return selectable
-    ids = np.asarray(list(unselectable_token_ids), dtype=np.int64)
-    bad = ids[(ids < 0) | (ids >= vocabulary_size)]
-    if bad.size:
+    if not _is_integer(vocabulary_size) or vocabulary_size < 1:
         raise ValueError(
-            f"unselectable_token_ids must lie in [0, {vocabulary_size}). "
-            f"Received out-of-range ids {sorted(set(bad.tolist()))}."
+            "`vocabulary_size` must be a positive integer. "
+            f"Received: vocabulary_size={vocabulary_size!r}"
         )
-    selectable[ids] = False
+    selectable = np.ones(int(vocabulary_size), dtype=bool)
+    ids = check_token_ids("unselectable_token_ids", unselectable_token_ids, int(vocabulary_size))
+    if ids:
+        selectable[ids] = False
     return selectable
+
+
+def correction_scale(mask_rate, mask_token_rate, random_token_rate):
+    """The scale ``a = 1 - r (p_m + p_r)`` of a valid, invertible correction.
+
+    Args:
+        mask_rate, mask_token_rate, random_token_rate: the masker's rates.
+
+    Returns:
+        ``a`` as a float in (0, 1].
+
+    Raises:
+        ValueError: bad rates, or a masker that replaces every token
+            (``a = 0``: nothing of the original embedding is left, and the
+            correction could not be undone).
+
+    Example:
+    >>> round(correction_scale(0.15, 0.8, 0.1), 6)
+    0.865
+    """
+    mask_rate, mask_token_rate, random_token_rate = validate_masking_rates(
+        mask_rate, mask_token_rate, random_token_rate
+    )
+    scale = 1.0 - mask_rate * (mask_token_rate + random_token_rate)
+    if scale <= 1e-12:
+        raise ValueError(
+            "mask_rate * (mask_token_rate + random_token_rate) must be below 1: a masker "
+            "that replaces every token leaves nothing of the original embedding. Received: "
+            f"mask_rate={mask_rate}, mask_token_rate={mask_token_rate}, "
+            f"random_token_rate={random_token_rate}"
+        )
+    return scale
 
 
 def correction_coefficients(
@@ -72,21 +245,54 @@ def correction_coefficients(
 
     Returns:
         ``(a, c)``: a float and a float64 ``(dim,)`` vector.
+
+    Raises:
+        ValueError: bad rates, a [MASK] id outside the table, a table with
+            NaN or inf, or a masker that replaces every token (``a = 0``,
+            which no fine-tuning input can match and nothing can undo).
+
+    Example:
+    >>> scale, shift = correction_coefficients(np.eye(3), mask_token_id=2)
+    >>> round(scale, 3), shift.round(3).tolist()
+    (0.865, [0.005, 0.005, 0.125])
     """
-    validate_masking_rates(mask_rate, mask_token_rate, random_token_rate)
-    table = np.asarray(embeddings, dtype=np.float64)
-    if table.ndim != 2:
-        raise ValueError(f"Expected a (vocabulary, dim) table. Received shape {table.shape}.")
-    if not 0 <= int(mask_token_id) < table.shape[0]:
-        raise ValueError(
-            f"mask_token_id must lie in [0, {table.shape[0]}) (the vocabulary). "
-            f"Received: mask_token_id={mask_token_id}"
-        )
-    scale = 1.0 - mask_rate * (mask_token_rate + random_token_rate)
+    mask_rate, mask_token_rate, random_token_rate = validate_masking_rates(
+        mask_rate, mask_token_rate, random_token_rate
+    )
+    table = check_embedding_table(embeddings)
+    mask_token_id = check_token_id("mask_token_id", mask_token_id, table.shape[0])
+    scale = correction_scale(mask_rate, mask_token_rate, random_token_rate)
     shift = mask_rate * (
-        mask_token_rate * table[int(mask_token_id)] + random_token_rate * table.mean(axis=0)
+        mask_token_rate * table[mask_token_id] + random_token_rate * table.mean(axis=0)
     )
     return scale, shift
+
+
+def _check_affine(table, scale, shift, selectable, table_name):
+    """Validates the arguments of `apply_correction` / its inverse."""
+    array = np.asarray(table)
+    dtype = array.dtype if np.issubdtype(array.dtype, np.floating) else np.dtype("float64")
+    values = check_embedding_table(array, table_name)
+    if (
+        isinstance(scale, (bool, np.bool_))
+        or not isinstance(scale, numbers.Real)
+        or not np.isfinite(scale)
+        or scale <= 0
+    ):
+        raise ValueError(f"`scale` must be a positive finite number. Received: scale={scale!r}")
+    shift = np.asarray(shift, dtype=np.float64)
+    if shift.shape != (values.shape[1],) or not np.isfinite(shift).all():
+        raise ValueError(
+            f"`shift` must be a finite ({values.shape[1]},) vector (the table's width). "
+            f"Received shape {shift.shape}."
+        )
+    selectable = np.asarray(selectable)
+    if selectable.dtype != bool or selectable.shape != (values.shape[0],):
+        raise ValueError(
+            f"`selectable` must be a bool ({values.shape[0]},) array (one per row, see "
+            f"`selectable_rows`). Received dtype {selectable.dtype}, shape {selectable.shape}."
+        )
+    return values, float(scale), shift, selectable, dtype
 
 
 def apply_correction(table, scale, shift, selectable):
@@ -98,12 +304,19 @@ def apply_correction(table, scale, shift, selectable):
         selectable: bool rows to correct.
 
     Returns:
-        A new array with the dtype of ``table``.
+        A new array with the dtype of ``table`` (float64 for a non-float
+        input).
+
+    Example:
+    >>> apply_correction(np.ones((2, 1)), 0.5, [1.0], np.array([True, False])).tolist()
+    [[1.5], [1.0]]
     """
-    table = np.asarray(table)
-    corrected = table.astype(np.float64)
-    corrected[selectable] = scale * corrected[selectable] + np.asarray(shift)
-    return corrected.astype(table.dtype)
+    corrected, scale, shift, selectable, dtype = _check_affine(
+        table, scale, shift, selectable, "table"
+    )
+    corrected = corrected.copy()
+    corrected[selectable] = scale * corrected[selectable] + shift
+    return corrected.astype(dtype)
 
 
 def expected_input_embeddings(
@@ -128,17 +341,19 @@ def expected_input_embeddings(
     Returns:
         A new array with the dtype of ``embeddings``.
 
+    Raises:
+        ValueError: see `correction_coefficients` and `selectable_rows`.
+
     Example:
     >>> table = np.eye(3)
     >>> expected_input_embeddings(table, mask_token_id=2)[0].round(4)
     array([0.87 , 0.005, 0.125])
     """
-    table = np.asarray(embeddings)
     scale, shift = correction_coefficients(
-        table, mask_token_id, mask_rate, mask_token_rate, random_token_rate
+        embeddings, mask_token_id, mask_rate, mask_token_rate, random_token_rate
     )
-    rows = selectable_rows(table.shape[0], unselectable_token_ids)
-    return apply_correction(table, scale, shift, rows)
+    rows = selectable_rows(np.shape(embeddings)[0], unselectable_token_ids)
+    return apply_correction(embeddings, scale, shift, rows)
 
 
 def invert_expected_input_embeddings(corrected, scale, shift, selectable):
@@ -151,8 +366,19 @@ def invert_expected_input_embeddings(corrected, scale, shift, selectable):
 
     Returns:
         The reconstructed original table (dtype of ``corrected``).
+
+    Example:
+    >>> table = np.eye(3)
+    >>> scale, shift = correction_coefficients(table, mask_token_id=2)
+    >>> corrected = apply_correction(table, scale, shift, np.ones(3, bool))
+    >>> invert_expected_input_embeddings(corrected, scale, shift, np.ones(3, bool)).round(6)
+    array([[1., 0., 0.],
+           [0., 1., 0.],
+           [0., 0., 1.]])
     """
-    table = np.asarray(corrected)
-    restored = table.astype(np.float64)
-    restored[selectable] = (restored[selectable] - np.asarray(shift)) / scale
-    return restored.astype(table.dtype)
+    restored, scale, shift, selectable, dtype = _check_affine(
+        corrected, scale, shift, selectable, "corrected"
+    )
+    restored = restored.copy()
+    restored[selectable] = (restored[selectable] - shift) / scale
+    return restored.astype(dtype)
