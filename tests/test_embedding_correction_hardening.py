@@ -239,6 +239,21 @@ def test_corrected_checkpoint_loads_as_corrected_and_is_not_corrected_twice(tmp_
     del config_path
 
 
+def test_corrected_keras_hub_preset_loads_as_corrected(tmp_path):
+    hub = _hub(keras_hub.models.BertBackbone)
+    original = table_of(hub.token_embedding)
+    hub.save_to_preset(str(tmp_path / "hub"))
+    correct_preset_embeddings(tmp_path / "hub", tmp_path / "corrected", mask_token_id=5)
+    backbone = TransformerBackbone.from_preset(str(tmp_path / "corrected"))
+    assert correction_record(backbone).mask_token_id == 5
+    np.testing.assert_allclose(
+        table_of(backbone.token_embedding), formula(original, 5), rtol=1e-5, atol=1e-6
+    )
+    assert keras_masking.correct_mlm_embeddings(backbone, mask_token_id=5) is None
+    # The uncorrected preset carries no record.
+    assert correction_record(TransformerBackbone.from_preset(str(tmp_path / "hub"))) is None
+
+
 def test_corrected_checkpoint_with_its_head_loads_as_corrected(tmp_path):
     _, prefix, _ = write_reference_checkpoint("bert", tmp_path / "in")
     out = correct_checkpoint_embeddings(

@@ -1,6 +1,7 @@
 """TransformerBackbone: one encoder class for BERT, RoBERTa, RoFormer, NEZHA."""
 
 import json
+import os
 
 import keras
 import keras_hub
@@ -598,7 +599,10 @@ class TransformerBackbone(keras_hub.models.Backbone):
         RoBERTa folder (``config.json`` with ``model_type``, read by
         keras-hub's converter), is loaded by keras-hub and converted with
         `TransformerBackbone.from_keras_hub`, keeping the activation the
-        checkpoint declares.
+        checkpoint declares. A keras-hub preset written by
+        `correct_preset_embeddings` loads as corrected (its
+        ``mlm_embedding_correction.json`` record is read), so it is not
+        corrected a second time.
 
         Args:
             preset: path to a local preset folder (named presets need the
@@ -610,7 +614,9 @@ class TransformerBackbone(keras_hub.models.Backbone):
         loaded = keras_hub.models.Backbone.from_preset(preset, load_weights=load_weights, **kwargs)
         if isinstance(loaded, cls):
             return loaded
-        return cls.from_keras_hub(loaded, activation=_declared_activation(preset))
+        converted = cls.from_keras_hub(loaded, activation=_declared_activation(preset))
+        _mark_preset_record(converted, preset)
+        return converted
 
     def get_config(self):
         config = super().get_config()
@@ -779,10 +785,27 @@ def _per_layer(value, num_layers, name, shared=True):
     return [value] * num_layers
 
 
+def _mark_preset_record(backbone, preset):
+    """Marks a converted keras-hub preset as corrected when its folder says so."""
+    from keras_masking.methods.mlm_embedding_correction import mark_loaded_weights
+    from keras_masking.methods.mlm_embedding_correction_files import RECORD_FILE
+    from keras_masking.methods.mlm_embedding_correction_files import read_correction_record
+
+    if not os.path.isdir(preset):
+        return
+    record = read_correction_record(preset)
+    if record is None:
+        return
+    config = {k: v for k, v in record.items() if k != "source"}
+    config["embedding"] = backbone.token_embedding.name
+    try:
+        mark_loaded_weights(backbone, config)
+    except ValueError as error:
+        raise ValueError(f"{os.path.join(preset, RECORD_FILE)}: {error}") from None
+
+
 def _declared_activation(preset):
     """The activation a Hugging Face folder declares, or None."""
-    import os
-
     config_path = os.path.join(str(preset), "config.json")
     if not os.path.exists(config_path):
         return None
