@@ -47,7 +47,10 @@ def test_malformed_lines_name_file_and_line(tmp_path):
     [
         (b'{"sentence": "\xff\xfe", "label": "Positive"}\n', r"train.json:1: not UTF-8"),
         (b'["sentence", "Positive"]\n', r"train.json:1: expected a JSON object. Received: list"),
-        (b'{"sentence": 7, "label": "Positive"}\n', r"train.json:1: field 'sentence' must be a str"),
+        (
+            b'{"sentence": 7, "label": "Positive"}\n',
+            r"train.json:1: field 'sentence' must be a str",
+        ),
         (b'{"sentence": null, "label": "Positive"}\n', r"field 'sentence' must be a str"),
         (
             b'{"sentence": "ok", "label": "Positive"}\n\n{"sentence": ["a"], "label": "Negative"}\n',
@@ -65,7 +68,9 @@ def test_bad_lines_name_file_line_and_field(tmp_path, content, message):
 def test_csl_keywords_must_be_strings(tmp_path):
     path = tmp_path / "train.json"
     path.write_text('{"keyword": ["a", 3], "abst": "x", "label": "1"}\n')
-    with pytest.raises(ValueError, match=r"train.json:1: field 'keyword' must be a list of strings"):
+    with pytest.raises(
+        ValueError, match=r"train.json:1: field 'keyword' must be a list of strings"
+    ):
         read_classification_file(path, "csl")
     path.write_text('{"keyword": "a", "abst": "x", "label": "1"}\n')
     with pytest.raises(ValueError, match=r"field 'keyword' must be a list"):
