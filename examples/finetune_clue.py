@@ -164,7 +164,7 @@ def build_classifier(backbone, tokenizer, args, num_classes):
     logits = keras.layers.Dense(num_classes, name="classifier")(pooled)
     model = keras.Model(inputs, logits)
     if args.fl_tune:
-        keras_masking.fl_tune(model, units=args.fl_tune)
+        keras_masking.fl_tune(model, units=args.fl_tune, verbose=True)
     return model
 
 

@@ -1,5 +1,6 @@
 """FL-tuning (addFFN), its merge, adapter files and the P-tuning v2 baseline."""
 
+import math
 import os
 
 import keras
@@ -44,37 +45,110 @@ def _randomize_branches(backbone, seed=1):
             variable.assign(rng.normal(0, 0.3, variable.shape).astype("float32"))
 
 
+def _gelu(x):
+    """The exact (erf) GELU, the backbones' default activation."""
+    return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / np.sqrt(2.0)))
+
+
+def _ffn(weights, x):
+    w1, b1, w2, b2 = weights
+    return _gelu(x @ w1 + b1) @ w2 + b2
+
+
+def _layer_norm(x, gamma, beta, epsilon):
+    mean = x.mean(-1, keepdims=True)
+    variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(variance + epsilon) * gamma + beta
+
+
+def _concatenated_ffn(base, branch, at):
+    """The merged FFN's weights, built here from the two FFNs' weights."""
+    w1, b1, w2, b2 = base
+    a1, c1, a2, c2 = branch
+    return [
+        np.concatenate([w1[:, :at], a1, w1[:, at:]], axis=1),
+        np.concatenate([b1[:at], c1, b1[at:]]),
+        np.concatenate([w2[:at], a2, w2[at:]], axis=0),
+        b2 + c2,
+    ]
+
+
+def test_add_ffn_output_matches_the_formula():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 5, 32)).astype("float32")
+    branch = AddFFN(units=np.int64(6), activation="gelu")
+    branch.build(x.shape)
+    randomize_weights(branch, seed=3, scale=0.3)
+    weights = branch.get_weights()
+    assert [w.shape for w in weights] == [(32, 6), (6,), (6, 32), (32,)]
+    np.testing.assert_allclose(np.asarray(branch(x)), _ffn(weights, x), atol=1e-5)
+
+
+def test_the_branch_is_added_before_dropout_residual_and_layer_norm():
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    randomize_weights(backbone, seed=1)
+    keras_masking.fl_tune(backbone, units=UNITS)
+    _randomize_branches(backbone, seed=2)
+    block = backbone.transformer_layers[1]
+    hidden = np.random.default_rng(4).normal(size=(2, 5, 32)).astype("float32")
+    got = np.asarray(block.feed_forward_sublayer(hidden))
+    gamma, beta = block.feed_forward_layer_norm.get_weights()
+    summed = (
+        hidden
+        + _ffn(block.feed_forward.get_weights(), hidden)
+        + _ffn(block.feed_forward_branch.get_weights(), hidden)
+    )
+    np.testing.assert_allclose(got, _layer_norm(summed, gamma, beta, 1e-12), atol=1e-4)
+
+
 @pytest.mark.parametrize("position", ["absolute", "rotary", "relative"])
-def test_merge_is_exact_for_every_family_and_placement(position, features):
+def test_tuned_and_merged_models_equal_an_independently_widened_model(position, features):
     classifier, backbone = _classifier(position)
-    keras_masking.fl_tune(classifier, units=UNITS, verbose=False)
+    base = np.asarray(classifier(features))
+    keras_masking.fl_tune(classifier, units=UNITS)
     _randomize_branches(backbone)
     tuned = np.asarray(classifier(features))
-    assert (
-        np.abs(
-            tuned - np.asarray(classifier.get_layer("head")(backbone(features)["pooled_output"]))
-        ).max()
-        == 0
-    )
-    merged_outputs = []
-    for placement in ("suffix", "prefix", 5):
+    assert np.abs(tuned - base).max() > 1e-3
+
+    # The reference: a plain backbone with 48 + UNITS FFN units, filled here.
+    wide, wide_backbone = _classifier(position, seed=9, intermediate_dim=48 + UNITS)
+    for old, new in zip(backbone.base_layers(), wide_backbone.base_layers()):
+        if not isinstance(old, keras_masking.layers.FeedForward):
+            new.set_weights(old.get_weights())
+    for old, new in zip(backbone.transformer_layers, wide_backbone.transformer_layers):
+        new.feed_forward.set_weights(
+            _concatenated_ffn(
+                old.feed_forward.get_weights(), old.feed_forward_branch.get_weights(), 48
+            )
+        )
+    wide.get_layer("head").set_weights(classifier.get_layer("head").get_weights())
+    expected = np.asarray(wide(features))
+    np.testing.assert_allclose(tuned, expected, atol=1e-5)
+
+    for placement, at in (("suffix", 48), ("prefix", 0), (np.int64(5), 5)):
         merged = keras_masking.merge_fl(classifier, placement=placement)
         merged_backbone = [
             layer for layer in walk_layers(merged) if isinstance(layer, TransformerBackbone)
         ][0]
         assert merged_backbone.intermediate_dim == 48 + UNITS
         assert merged_backbone.add_ffn is None
+        assert merged_backbone.merged_add_ffn["placement"] == (
+            placement if isinstance(placement, str) else int(placement)
+        )
         assert not [layer for layer in walk_layers(merged_backbone) if isinstance(layer, AddFFN)]
-        assert not any(b.feed_forward_branch for b in merged_backbone.transformer_layers)
         assert len(merged.trainable_weights) == len(merged.weights)
-        merged_outputs.append(np.asarray(merged(features)))
-        np.testing.assert_allclose(merged_outputs[-1], tuned, atol=1e-5)
-    # Placement does not change the function: the merged models agree.
-    np.testing.assert_allclose(merged_outputs[0], merged_outputs[1], atol=1e-5)
-    np.testing.assert_allclose(merged_outputs[0], merged_outputs[2], atol=1e-5)
+        for old, new in zip(backbone.transformer_layers, merged_backbone.transformer_layers):
+            reference = _concatenated_ffn(
+                old.feed_forward.get_weights(), old.feed_forward_branch.get_weights(), at
+            )
+            for got, want in zip(new.feed_forward.get_weights(), reference):
+                np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(np.asarray(merged(features)), expected, atol=1e-5)
+        # The tuned model itself is untouched by merging.
+        assert backbone.add_ffn == {"units": UNITS, "layers": [0, 1]}
 
     unmerged = keras_masking.unmerge_fl(merged)
-    np.testing.assert_allclose(np.asarray(unmerged(features)), tuned, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(unmerged(features)), expected, atol=1e-5)
     unmerged_backbone = [
         layer for layer in walk_layers(unmerged) if isinstance(layer, TransformerBackbone)
     ][0]
@@ -87,7 +161,7 @@ def test_untuned_layers_get_zero_units_and_a_masked_lm_task_merges(features):
     backbone = TransformerBackbone(**tiny_backbone_kwargs())
     randomize_weights(backbone)
     masked_lm = TransformerMaskedLM(backbone)
-    keras_masking.fl_tune(masked_lm, units=UNITS, layers=[1], verbose=False)
+    keras_masking.fl_tune(masked_lm, units=UNITS, layers=[1])
     assert [bool(b.feed_forward_branch) for b in backbone.transformer_layers] == [False, True]
     _randomize_branches(backbone)
     inputs = {**features, "mask_positions": np.array([[1, 2], [3, 4]], "int32")}
@@ -104,7 +178,7 @@ def test_trainable_counts_match_the_formula():
     assert add_ffn_parameter_count(768, 160, 12) == 2_960_256
     classifier, backbone = _classifier()
     frozen = parameter_report(backbone).total
-    keras_masking.fl_tune(classifier, units=UNITS, verbose=False)
+    keras_masking.fl_tune(classifier, units=UNITS)
     report = parameter_report(backbone)
     assert report.trainable == add_ffn_parameter_count(32, UNITS, 2) == 2 * (2 * 32 * 8 + 8 + 32)
     assert report.total == frozen + report.trainable
@@ -112,7 +186,7 @@ def test_trainable_counts_match_the_formula():
     assert parameter_report(classifier).trainable == report.trainable + head
 
     classifier, backbone = _classifier()
-    keras_masking.prefix_tune(classifier, length=5, verbose=False)
+    keras_masking.prefix_tune(classifier, length=5)
     # Keys and values of (P, heads, head_dim) per layer: 2 * layers * P * d.
     assert parameter_report(backbone).trainable == 2 * 2 * 5 * 32
 
@@ -121,13 +195,13 @@ def test_trainable_counts_match_the_formula():
 def test_a_training_step_changes_only_the_intended_weights(method):
     classifier, backbone = _classifier(dropout=0.1)
     if method == "fl":
-        keras_masking.fl_tune(classifier, units=UNITS, verbose=False)
+        keras_masking.fl_tune(classifier, units=UNITS)
         tuned = [v for b in _branches(backbone) for v in b.weights]
     elif method == "ma":
-        keras_masking.fl_tune(classifier, units=0, attention_units=2, verbose=False)
+        keras_masking.fl_tune(classifier, units=0, attention_units=2)
         tuned = [v for b in backbone.transformer_layers for v in b.attention_units.weights]
     else:
-        keras_masking.prefix_tune(classifier, length=4, verbose=False)
+        keras_masking.prefix_tune(classifier, length=4)
         tuned = [v for b in backbone.transformer_layers for v in b.key_value_prefix.weights]
     head = classifier.get_layer("head").weights
     before = {id(v): keras.ops.convert_to_numpy(v) for v in classifier.weights}
@@ -156,7 +230,7 @@ def test_keras_hub_backbones_are_converted_and_merge_back(features):
     ):
         hub = cls(**HUB_SIZES)
         randomize_weights(hub)
-        tuned = keras_masking.fl_tune(hub, units=UNITS, verbose=False)
+        tuned = keras_masking.fl_tune(hub, units=UNITS)
         assert isinstance(tuned, TransformerBackbone)
         _randomize_branches(tuned)
         expected = np.asarray(tuned(inputs)["sequence_output"])
@@ -170,7 +244,7 @@ def test_keras_hub_backbones_are_converted_and_merge_back(features):
     inputs = hub.input
     task = keras.Model(inputs, keras.layers.Dense(2)(hub(inputs)["pooled_output"]))
     with pytest.raises(TypeError, match="from_keras_hub"):
-        keras_masking.fl_tune(task, verbose=False)
+        keras_masking.fl_tune(task)
     with pytest.raises(ValueError, match="merge_fl"):
         tuned.to_keras_hub()
 
@@ -187,7 +261,7 @@ def test_adapter_files_round_trip_and_switch(tmp_path, features):
     paths, outputs = {}, {}
     for name, seed in (("a", 11), ("b", 12)):
         model, backbone = fresh()
-        keras_masking.fl_tune(model, units=UNITS, verbose=False)
+        keras_masking.fl_tune(model, units=UNITS)
         _randomize_branches(backbone, seed=seed)
         randomize_weights(model.get_layer("head"), seed=seed)
         outputs[name] = np.asarray(model(features))
@@ -223,11 +297,11 @@ def test_adapter_files_round_trip_and_switch(tmp_path, features):
 )
 def test_an_adapter_that_does_not_fit_is_refused_and_nothing_changes(tmp_path, change, message):
     model, backbone = _classifier()
-    keras_masking.fl_tune(model, units=UNITS, verbose=False)
+    keras_masking.fl_tune(model, units=UNITS)
     path = save_adapter(model, tmp_path / "adapter")
     units = change.pop("units", UNITS)
     other, other_backbone = _classifier(seed=5, **change)
-    keras_masking.fl_tune(other, units=units, verbose=False)
+    keras_masking.fl_tune(other, units=units)
     before = [keras.ops.convert_to_numpy(v) for v in other.weights]
     with pytest.raises(ValueError, match=message):
         load_adapter(other, path)
@@ -239,20 +313,85 @@ def test_an_adapter_that_does_not_fit_is_refused_and_nothing_changes(tmp_path, c
 def test_prefix_tuning_with_zero_length_equals_the_base_model(features):
     classifier, backbone = _classifier()
     base = np.asarray(classifier(features))
-    keras_masking.prefix_tune(classifier, length=0, verbose=False)
+    keras_masking.prefix_tune(classifier, length=0)
     np.testing.assert_allclose(np.asarray(classifier(features)), base, atol=1e-6)
+
+
+def _prefix_mlp(encoder, num_layers, heads=4):
+    """P-tuning v2's PrefixEncoder in numpy: Embedding -> Linear -> tanh -> Linear,
+    viewed as (P, layers * 2, heads, head_dim); layer l's key is entry 2 l, its
+    value 2 l + 1."""
+    table, hidden_kernel, hidden_bias, output_kernel, output_bias = encoder.get_weights()
+    out = np.tanh(table @ hidden_kernel + hidden_bias) @ output_kernel + output_bias
+    length, width = table.shape
+    out = out.reshape(length, num_layers * 2, heads, width // heads)
+    return [(out[:, 2 * i], out[:, 2 * i + 1]) for i in range(num_layers)]
+
+
+@pytest.mark.parametrize("layers", [None, [1]])
+def test_reparameterised_prefixes_come_from_one_shared_mlp(layers, features):
     classifier, backbone = _classifier()
+    base = np.asarray(classifier(features))
     keras_masking.prefix_tune(
-        classifier, length=4, reparameterize=True, hidden_units=16, verbose=False
+        classifier, length=4, reparameterize=True, hidden_units=16, layers=layers
     )
-    assert np.abs(np.asarray(classifier(features)) - base).max() > 1e-4
+    tuned = [b for b in backbone.transformer_layers if b.key_value_prefix is not None]
+    assert len(tuned) == (2 if layers is None else 1)
+    encoders = {id(b.key_value_prefix.encoder) for b in tuned}
+    assert len(encoders) == 1  # one MLP for every layer, as in P-tuning v2
+    encoder = tuned[0].key_value_prefix.encoder
+    randomize_weights(encoder, seed=6, scale=0.3)
+    num = len(tuned)
+    # Embedding (P, d) + Linear (d, 16) + Linear (16, layers * 2 * d), counted once.
+    expected_count = 4 * 32 + (32 * 16 + 16) + (16 * num * 64 + num * 64)
+    assert parameter_report(backbone).trainable == expected_count
+    reference = _prefix_mlp(encoder, num)
+    for block, (keys, values) in zip(tuned, reference):
+        got_keys, got_values = block.key_value_prefix(training=False)
+        np.testing.assert_allclose(np.asarray(got_keys)[0], keys, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(got_values)[0], values, atol=1e-5)
+
+    # The same keys and values as free tables, in a model built separately,
+    # give the same outputs.
+    free, free_backbone = _classifier()
+    keras_masking.prefix_tune(free, length=4, layers=layers)
+    free_tuned = [b for b in free_backbone.transformer_layers if b.key_value_prefix is not None]
+    for block, (keys, values) in zip(free_tuned, reference):
+        block.key_value_prefix.set_weights([keys, values])
+    free.get_layer("head").set_weights(classifier.get_layer("head").get_weights())
+    expected = np.asarray(free(features))
+    assert np.abs(expected - base).max() > 1e-3
+    np.testing.assert_allclose(np.asarray(classifier(features)), expected, atol=1e-5)
+
+
+def test_shared_prefix_mlp_survives_saving_and_adapter_files(tmp_path, features):
+    classifier, backbone = _classifier()
+    keras_masking.prefix_tune(classifier, length=3, reparameterize=True, hidden_units=8)
+    encoder = backbone.transformer_layers[0].key_value_prefix.encoder
+    randomize_weights(encoder, seed=7, scale=0.3)
+    randomize_weights(classifier.get_layer("head"), seed=8)
+    expected = np.asarray(classifier(features))
+    path = str(tmp_path / "prefix.keras")
+    classifier.save(path)
+    loaded = keras.saving.load_model(path)
+    loaded_backbone = [b for b in walk_layers(loaded) if isinstance(b, TransformerBackbone)][0]
+    blocks = loaded_backbone.transformer_layers
+    assert blocks[0].key_value_prefix.encoder is blocks[1].key_value_prefix.encoder
+    np.testing.assert_allclose(np.asarray(loaded(features)), expected, atol=1e-6)
+
+    adapter = save_adapter(classifier, tmp_path / "prefix")
+    fresh, fresh_backbone = _classifier()
+    load_adapter(fresh, adapter)
+    blocks = fresh_backbone.transformer_layers
+    assert blocks[0].key_value_prefix.encoder is blocks[1].key_value_prefix.encoder
+    np.testing.assert_allclose(np.asarray(fresh(features)), expected, atol=1e-6)
 
 
 def test_saving_keeps_attachments_and_frozen_flags(tmp_path, features):
     classifier, backbone = _classifier()
-    keras_masking.fl_tune(classifier, units=UNITS, verbose=False)
+    keras_masking.fl_tune(classifier, units=UNITS)
     _randomize_branches(backbone)
-    keras_masking.prefix_tune(classifier, length=3, verbose=False)
+    keras_masking.prefix_tune(classifier, length=3)
     expected = np.asarray(classifier(features))
     path = str(tmp_path / "tuned.keras")
     classifier.save(path)
@@ -268,20 +407,20 @@ def test_saving_keeps_attachments_and_frozen_flags(tmp_path, features):
 def test_bad_arguments_are_refused():
     classifier, backbone = _classifier()
     with pytest.raises(ValueError, match="units"):
-        keras_masking.fl_tune(classifier, units=0, verbose=False)
+        keras_masking.fl_tune(classifier, units=0)
     with pytest.raises(ValueError, match="layers"):
-        keras_masking.fl_tune(classifier, layers=[2], verbose=False)
+        keras_masking.fl_tune(classifier, layers=[2])
     with pytest.raises(ValueError, match="fl_tune first"):
         keras_masking.merge_fl(classifier)
-    keras_masking.fl_tune(classifier, units=UNITS, verbose=False)
+    keras_masking.fl_tune(classifier, units=UNITS)
     with pytest.raises(ValueError, match="already has addFFN"):
-        keras_masking.fl_tune(classifier, units=UNITS, verbose=False)
+        keras_masking.fl_tune(classifier, units=UNITS)
     with pytest.raises(ValueError, match="placement"):
         keras_masking.merge_fl(classifier, placement="middle")
     with pytest.raises(ValueError, match="length"):
-        keras_masking.prefix_tune(classifier, length=-1, verbose=False)
+        keras_masking.prefix_tune(classifier, length=-1)
     with pytest.raises(TypeError, match="TransformerBackbone"):
-        keras_masking.fl_tune(keras.layers.Dense(3), verbose=False)
+        keras_masking.fl_tune(keras.layers.Dense(3))
 
 
 def test_ma_tuning_attention_units_match_the_formula():
@@ -320,7 +459,7 @@ def test_ma_tuning_attention_units_match_the_formula():
 
 def test_ma_tuning_saves_loads_and_refuses_to_merge(tmp_path, features):
     classifier, backbone = _classifier()
-    keras_masking.fl_tune(classifier, units=UNITS, attention_units=2, verbose=False)
+    keras_masking.fl_tune(classifier, units=UNITS, attention_units=2)
     for block in backbone.transformer_layers:
         randomize_weights(block.attention_units, seed=4)
     expected = np.asarray(classifier(features))

@@ -5,6 +5,7 @@ import keras
 from keras_masking.layers.activations import activation_name
 from keras_masking.layers.feed_forward import FeedForward
 from keras_masking.layers.initializers import bert_initializer
+from keras_masking.utils.arguments import check_int
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -21,20 +22,20 @@ class AddFFN(FeedForward):
     from zeros, as in the FL-tuning paper.
 
     Args:
-        units: int, the number of added hidden units ``k`` (160 in the paper).
+        units: int >= 1, the number of added hidden units ``k`` (160 in the
+            paper).
         activation: the base FFN's activation (name or callable).
         kernel_initializer: initializer of both kernels.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Example:
     >>> branch = AddFFN(units=8, activation="gelu")
-    >>> branch(keras.ops.ones((2, 5, 32))).shape
+    >>> tuple(branch(keras.ops.ones((2, 5, 32))).shape)
     (2, 5, 32)
     """
 
     def __init__(self, units, activation="gelu", kernel_initializer=None, **kwargs):
-        if not isinstance(units, int) or isinstance(units, bool) or units < 1:
-            raise ValueError(f"`units` must be a positive integer. Received: units={units!r}")
+        units = check_int("units", units, minimum=1)
         super().__init__(
             intermediate_dim=units,
             activation=activation_name(activation),

@@ -1,9 +1,120 @@
-"""P-tuning v2's trainable per-layer key/value prefixes."""
+"""P-tuning v2's trainable per-layer key/value prefixes, and its shared prefix MLP."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_masking.layers.initializers import bert_initializer
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
+
+
+def _check_bool(name, value):
+    """Returns ``value`` as a Python bool, or raises a ValueError naming it.
+
+    Python and numpy booleans are accepted; numbers (even 0 and 1) and
+    strings are not.
+
+    Args:
+        name: the argument's name in the message.
+        value: the value received.
+
+    Returns:
+        ``bool(value)``.
+
+    Example:
+
+    >>> _check_bool("reparameterize", True)
+    True
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"Expected True or False for {name}. Received: {name}={value!r}.")
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+class PrefixEncoder(keras.layers.Layer):
+    """P-tuning v2's prefix MLP: one network gives every layer's keys and values.
+
+    ``Embedding(length, d) -> Dense(hidden_units) -> tanh ->
+    Dense(num_layers * 2 * d)``, as P-tuning v2's ``PrefixEncoder`` with
+    ``prefix_projection=True``. Row ``p`` of the output holds, for each layer
+    ``l`` in turn, that layer's key (``d`` columns) then its value (``d``
+    columns): columns ``[2 l d, (2 l + 1) d)`` are layer ``l``'s key, the next
+    ``d`` its value, each read as ``(heads, head_dim)``. The layers'
+    `KeyValuePrefix` share one encoder and each reads its own columns.
+
+    The embedding and kernels start from ``TruncatedNormal(0.02)``, biases
+    from zeros.
+
+    Args:
+        length: int >= 0, the prefix length ``P``.
+        hidden_dim: int >= 1, ``d`` = heads * head_dim of the attention.
+        num_layers: int >= 1, the number of layers it gives prefixes to.
+        hidden_units: int >= 1, the MLP's hidden width (512 in P-tuning v2).
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Example:
+    >>> encoder = PrefixEncoder(length=4, hidden_dim=16, num_layers=3, hidden_units=8)
+    >>> tuple(encoder().shape)
+    (4, 96)
+    >>> tuple(encoder(layer_index=1).shape)
+    (4, 32)
+    """
+
+    def __init__(self, length, hidden_dim, num_layers, hidden_units=512, **kwargs):
+        length = check_int("length", length, minimum=0)
+        hidden_dim = check_int("hidden_dim", hidden_dim, minimum=1)
+        num_layers = check_int("num_layers", num_layers, minimum=1)
+        hidden_units = check_int("hidden_units", hidden_units, minimum=1)
+        super().__init__(**kwargs)
+        self.length = length
+        self.hidden_dim = hidden_dim
+        self.num_layers = num_layers
+        self.hidden_units = hidden_units
+        self.build()
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        d, h = self.hidden_dim, self.hidden_units
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=(self.length, d), initializer=bert_initializer()
+        )
+        self.hidden_kernel = self.add_weight(
+            name="hidden_kernel", shape=(d, h), initializer=bert_initializer()
+        )
+        self.hidden_bias = self.add_weight(name="hidden_bias", shape=(h,), initializer="zeros")
+        self.output_kernel = self.add_weight(
+            name="output_kernel", shape=(h, self.num_layers * 2 * d), initializer=bert_initializer()
+        )
+        self.output_bias = self.add_weight(
+            name="output_bias", shape=(self.num_layers * 2 * d,), initializer="zeros"
+        )
+        self.built = True
+
+    def call(self, layer_index=None):
+        """All layers' keys and values ``(length, num_layers * 2 * d)``, or
+        one layer's ``(length, 2 * d)`` when ``layer_index`` is given."""
+        hidden = ops.tanh(ops.matmul(self.embeddings, self.hidden_kernel) + self.hidden_bias)
+        if layer_index is None:
+            return ops.matmul(hidden, self.output_kernel) + self.output_bias
+        start, width = 2 * self.hidden_dim * layer_index, 2 * self.hidden_dim
+        kernel = self.output_kernel[:, start : start + width]
+        bias = self.output_bias[start : start + width]
+        return ops.matmul(hidden, kernel) + bias
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "length": self.length,
+                "hidden_dim": self.hidden_dim,
+                "num_layers": self.num_layers,
+                "hidden_units": self.hidden_units,
+            }
+        )
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -16,24 +127,29 @@ class KeyValuePrefix(keras.layers.Layer):
     with ones). Dropout (0.1 in P-tuning v2) applies to the prefixes in
     training.
 
-    With ``reparameterize=True`` the prefixes come from P-tuning v2's optional
-    MLP, ``Embedding(length, d) -> Dense(hidden_units, tanh) -> Dense(2 d)``,
-    instead of free tables.
+    With ``reparameterize=True`` the prefixes come from P-tuning v2's MLP
+    (`PrefixEncoder`) instead of free tables. As in P-tuning v2, one MLP
+    serves all layers: pass the same ``encoder`` to each layer's prefix with
+    its ``layer_index`` (`key_value_prefixes` does this). Without an
+    ``encoder`` the layer makes its own one-layer encoder.
 
     Args:
         length: int >= 0, the prefix length ``P`` (160 in the FL-tuning paper's
             comparison). 0 gives no prefix.
-        num_heads: int, attention heads of the layer it attaches to.
-        head_dim: int, per-head size.
+        num_heads: int >= 1, attention heads of the layer it attaches to.
+        head_dim: int >= 1, per-head size.
         dropout: float in [0, 1), dropout on the prefixes.
         reparameterize: bool, use the MLP reparameterisation.
-        hidden_units: int, the MLP's hidden width (512 in P-tuning v2).
+        hidden_units: int >= 1, the MLP's hidden width (512 in P-tuning v2).
+        encoder: a shared `PrefixEncoder` (``reparameterize=True`` only), or
+            None.
+        layer_index: int, which of the encoder's layers this prefix reads.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Example:
     >>> prefix = KeyValuePrefix(length=4, num_heads=2, head_dim=8)
     >>> keys, values = prefix()
-    >>> keys.shape
+    >>> tuple(keys.shape)
     (1, 4, 2, 8)
     """
 
@@ -45,40 +161,60 @@ class KeyValuePrefix(keras.layers.Layer):
         dropout=0.1,
         reparameterize=False,
         hidden_units=512,
+        encoder=None,
+        layer_index=0,
         **kwargs,
     ):
+        length = check_int("length", length, minimum=0)
+        num_heads = check_int("num_heads", num_heads, minimum=1)
+        head_dim = check_int("head_dim", head_dim, minimum=1)
+        dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
+        reparameterize = _check_bool("reparameterize", reparameterize)
+        hidden_units = check_int("hidden_units", hidden_units, minimum=1)
+        if isinstance(encoder, dict):
+            encoder = keras.saving.deserialize_keras_object(encoder)
+        width = num_heads * head_dim
+        if encoder is not None:
+            if not reparameterize:
+                raise ValueError(
+                    "An `encoder` is only used with reparameterize=True. "
+                    f"Received: reparameterize={reparameterize}."
+                )
+            if not isinstance(encoder, PrefixEncoder):
+                raise ValueError(
+                    f"Expected a PrefixEncoder for encoder. Received: encoder={encoder!r}."
+                )
+            fits = (encoder.length, encoder.hidden_dim, encoder.hidden_units)
+            if fits != (length, width, hidden_units):
+                raise ValueError(
+                    "The encoder does not fit this prefix: expected (length, heads * head_dim, "
+                    f"hidden_units) = {(length, width, hidden_units)}. Received: {fits}."
+                )
+            layer_index = check_int(
+                "layer_index", layer_index, minimum=0, maximum=encoder.num_layers - 1
+            )
+        else:
+            layer_index = check_int("layer_index", layer_index, minimum=0, maximum=0)
         super().__init__(**kwargs)
-        if not isinstance(length, int) or isinstance(length, bool) or length < 0:
-            raise ValueError(f"`length` must be an integer >= 0. Received: length={length!r}")
-        if not 0 <= dropout < 1:
-            raise ValueError(f"`dropout` must be a float in [0, 1). Received: dropout={dropout}")
         self.length = length
-        self.num_heads = int(num_heads)
-        self.head_dim = int(head_dim)
-        self.dropout = float(dropout)
-        self.reparameterize = bool(reparameterize)
-        self.hidden_units = int(hidden_units)
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.dropout = dropout
+        self.reparameterize = reparameterize
+        self.hidden_units = hidden_units
+        self.layer_index = layer_index
         self.prefix_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
-        width = self.num_heads * self.head_dim
-        if self.reparameterize:
-            self.prefix_embedding = keras.layers.Embedding(
-                max(length, 1), width, embeddings_initializer=bert_initializer(), name="embedding"
+        if self.reparameterize and encoder is None:
+            encoder = PrefixEncoder(
+                length, width, 1, hidden_units, dtype=self.dtype_policy, name="prefix_encoder"
             )
-            self.prefix_hidden = keras.layers.Dense(
-                self.hidden_units, activation="tanh", name="hidden_dense"
-            )
-            self.prefix_output = keras.layers.Dense(2 * width, name="output_dense")
+        self.encoder = encoder
         self.build()
 
     def build(self, input_shape=None):
         if self.built:
             return
-        width = self.num_heads * self.head_dim
-        if self.reparameterize:
-            self.prefix_embedding.build((None,))
-            self.prefix_hidden.build((None, width))
-            self.prefix_output.build((None, self.hidden_units))
-        else:
+        if not self.reparameterize:
             shape = (self.length, self.num_heads, self.head_dim)
             self.keys = self.add_weight(
                 name="keys", shape=shape, initializer=bert_initializer(), dtype=self.variable_dtype
@@ -94,8 +230,7 @@ class KeyValuePrefix(keras.layers.Layer):
     def call(self, training=None):
         shape = (1, self.length, self.num_heads, self.head_dim)
         if self.reparameterize:
-            table = self.prefix_embedding(ops.arange(self.length, dtype="int32"))
-            pair = self.prefix_output(self.prefix_hidden(table))
+            pair = self.encoder(layer_index=self.layer_index)
             keys, values = ops.split(pair, 2, axis=-1)
         else:
             keys, values = self.keys, self.values
@@ -113,6 +248,78 @@ class KeyValuePrefix(keras.layers.Layer):
                 "dropout": self.dropout,
                 "reparameterize": self.reparameterize,
                 "hidden_units": self.hidden_units,
+                "encoder": None
+                if self.encoder is None
+                else keras.saving.serialize_keras_object(self.encoder),
+                "layer_index": self.layer_index,
             }
         )
         return config
+
+
+def key_value_prefixes(
+    length,
+    num_layers,
+    num_heads,
+    head_dim,
+    dropout=0.1,
+    reparameterize=False,
+    hidden_units=512,
+    dtype=None,
+):
+    """One `KeyValuePrefix` per tuned layer, as P-tuning v2 builds them.
+
+    Free tables are separate per layer; reparameterised prefixes share one
+    `PrefixEncoder` whose output holds every layer's keys and values.
+
+    Args:
+        length: int >= 0, the prefix length.
+        num_layers: int >= 1, how many layers get a prefix.
+        num_heads: int >= 1, attention heads per layer.
+        head_dim: int >= 1, per-head size.
+        dropout: float in [0, 1), dropout on the prefixes.
+        reparameterize: bool, use the shared MLP.
+        hidden_units: int >= 1, the MLP's hidden width.
+        dtype: dtype or `keras.DTypePolicy` of the layers.
+
+    Returns:
+        A list of ``num_layers`` `KeyValuePrefix` layers, in layer order.
+
+    Example:
+    >>> prefixes = key_value_prefixes(4, num_layers=2, num_heads=2, head_dim=8,
+    ...                               reparameterize=True, hidden_units=16)
+    >>> prefixes[0].encoder is prefixes[1].encoder
+    True
+    """
+    length = check_int("length", length, minimum=0)
+    num_layers = check_int("num_layers", num_layers, minimum=1)
+    num_heads = check_int("num_heads", num_heads, minimum=1)
+    head_dim = check_int("head_dim", head_dim, minimum=1)
+    dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
+    reparameterize = _check_bool("reparameterize", reparameterize)
+    hidden_units = check_int("hidden_units", hidden_units, minimum=1)
+    encoder = None
+    if reparameterize:
+        encoder = PrefixEncoder(
+            length,
+            num_heads * head_dim,
+            num_layers,
+            hidden_units,
+            dtype=dtype,
+            name="prefix_encoder",
+        )
+    return [
+        KeyValuePrefix(
+            length,
+            num_heads=num_heads,
+            head_dim=head_dim,
+            dropout=dropout,
+            reparameterize=reparameterize,
+            hidden_units=hidden_units,
+            encoder=encoder,
+            layer_index=index if reparameterize else 0,
+            dtype=dtype,
+            name="key_value_prefix",
+        )
+        for index in range(num_layers)
+    ]

@@ -3,19 +3,26 @@
 An adapter file is a ``.npz`` archive: one array per tuned or head variable
 and a JSON ``__adapter__`` entry describing the method (units, prefix length,
 layers), the backbone it fits (layers, hidden size, heads, FFN size) and the
-head variables' paths and shapes. Loading checks all of that before it
-assigns anything, so a file either loads completely or not at all.
+variables' names and shapes. Loading reads and checks the whole file before
+it changes the model, and puts the model back if assigning fails, so a file
+either loads completely or not at all.
 """
 
+import contextlib
 import json
 import os
+import uuid
+import zipfile
+import zlib
 
+import keras
 import numpy as np
 
 from keras_masking.methods.backbone_surgery import transformer_backbones
+from keras_masking.methods.fl_tuning import _unchanged_on_error
 
 ADAPTER_FORMAT = "keras_masking.adapter"
-ADAPTER_VERSION = 1
+ADAPTER_VERSION = 2
 _ATTACHMENTS = ("add_ffn", "key_value_prefix", "add_attention_units")
 _BACKBONE_KEYS = ("num_layers", "hidden_dim", "num_heads", "intermediate_dim", "activation")
 
@@ -23,11 +30,17 @@ _BACKBONE_KEYS = ("num_layers", "hidden_dim", "num_heads", "intermediate_dim", "
 def save_adapter(model, path, name=None):
     """Writes the tuned weights and the task head of ``model`` to ``path``.
 
+    The file is written under a temporary name in the same folder and then
+    renamed, so an interrupted save never leaves a partial adapter at
+    ``path`` (an existing file there is replaced only once the new one is
+    complete).
+
     Args:
         model: an FL-tuned or prefix-tuned model (see `keras_masking.fl_tune`,
             `keras_masking.prefix_tune`) with one `TransformerBackbone`.
-        path: file path; ``.npz`` is appended when missing.
-        name: optional adapter name stored in the file.
+        path: file path (str or `os.PathLike`) in an existing folder;
+            ``.npz`` is appended when missing.
+        name: optional adapter name (a string) stored in the file.
 
     Returns:
         The path written.
@@ -37,18 +50,10 @@ def save_adapter(model, path, name=None):
     keras_masking.methods.save_adapter(classifier, "tnews_fl160.npz", name="tnews")
     ```
     """
+    path = _output_path(path)
+    _check_name(name, allow_none=True)
     description, arrays = _adapter_state(model)
     return _write_adapter(path, {**description, "name": name}, arrays)
-
-
-def _write_adapter(path, description, arrays):
-    """Writes one adapter archive; returns the path (``.npz`` appended)."""
-    path = str(path)
-    if not path.endswith(".npz"):
-        path += ".npz"
-    numbered = {f"v{i}": value for i, value in enumerate(arrays)}
-    np.savez(path, __adapter__=np.array(json.dumps(description)), **numbered)
-    return path
 
 
 def load_adapter(model, path):
@@ -58,52 +63,102 @@ def load_adapter(model, path):
     and its base frozen (compile afterwards); a backbone that already has the
     same attachments just has their weights replaced (no recompile).
 
+    All or nothing: the file is read and checked completely (format, the
+    backbone and head it fits, every array's shape) before the model is
+    changed, and if anything fails the model is put back as it was.
+
     Args:
         model: the model the adapter was trained on, rebuilt from the same
             base weights (a fresh backbone plus the same head architecture).
-        path: an adapter file written by `save_adapter`.
+        path: an adapter file written by `save_adapter` (``.npz`` may be
+            left out).
 
     Returns:
         The adapter's stored name (or None).
 
     Raises:
-        ValueError: when the file does not fit the model (layer count, hidden
-            size, heads, FFN size, units, prefix length, head shapes); nothing
-            is changed then.
+        FileNotFoundError: when there is no file at ``path``.
+        ValueError: when the file is damaged or not an adapter, or does not
+            fit the model (layer count, hidden size, heads, FFN size, units,
+            prefix length, head shapes); nothing is changed then.
+
+    Example:
+    ```python
+    fresh = keras.models.clone_model(classifier)
+    fresh.set_weights(classifier.get_weights())  # the same base weights and head
+    tuned = keras_masking.fl_tune(classifier, units=8)
+    # ... compile and fit ...
+    keras_masking.methods.save_adapter(tuned, "tnews.npz", name="tnews")
+    keras_masking.methods.load_adapter(fresh, "tnews.npz")  # 'tnews'
+    ```
     """
-    description, arrays = read_adapter(path)
     backbone = _single_backbone(model)
-    _check_fits(backbone, model, description, path)
-    for key, attach in (
-        ("add_ffn", backbone.attach_add_ffn),
-        ("key_value_prefix", backbone.attach_key_value_prefixes),
-        ("add_attention_units", backbone.attach_attention_units),
-    ):
-        wanted = description["method"].get(key)
-        if wanted is not None and getattr(backbone, key) is None:
-            attach(**wanted)
-            backbone.freeze_base()
-    _assign(_adapter_variables(model, backbone), arrays)
+    description, arrays = read_adapter(path)
+    _load_into(model, backbone, description, arrays, _input_path(path))
     return description.get("name")
 
 
 def read_adapter(path):
     """The description and arrays of an adapter file.
 
+    Args:
+        path: an adapter file written by `save_adapter` (``.npz`` may be
+            left out).
+
+    Returns:
+        ``(description, arrays)``: the JSON description (a dict) and the
+        list of numpy arrays, in the model's variable order.
+
     Raises:
-        ValueError: for a file that is not a keras_masking adapter.
+        FileNotFoundError: when there is no file at ``path``.
+        ValueError: for a damaged file, or one that is not a keras_masking
+            adapter; the message names the file.
+
+    Example:
+    ```python
+    keras_masking.methods.save_adapter(keras_masking.fl_tune(classifier, units=8), "tnews.npz")
+    description, arrays = keras_masking.methods.read_adapter("tnews.npz")
+    description["method"]["add_ffn"]  # {'units': 8, 'layers': [0, 1]}
+    ```
     """
-    path = str(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"No adapter file at {path}.")
-    with np.load(path, allow_pickle=False) as archive:
-        if "__adapter__" not in archive.files:
-            raise ValueError(f"{path} is not a keras_masking adapter file (no __adapter__ entry).")
-        description = json.loads(str(archive["__adapter__"]))
-        count = len(archive.files) - 1
-        arrays = [archive[f"v{i}"] for i in range(count)]
-    if description.get("format") != ADAPTER_FORMAT:
-        raise ValueError(f"{path} is not a keras_masking adapter file.")
+    path = _input_path(path)
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(
+            f"Could not read the adapter file {path}: it is not a readable .npz archive "
+            f"({type(error).__name__}: {error})."
+        ) from error
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise ValueError(
+            f"{path} is not a keras_masking adapter file: it holds a single numpy array, "
+            "not an adapter archive."
+        )
+    try:
+        with loaded as archive:
+            files = list(archive.files)
+            text = str(archive["__adapter__"]) if "__adapter__" in files else None
+            names = [name for name in files if name != "__adapter__"]
+            expected = [f"v{i}" for i in range(len(names))]
+            arrays = [archive[name] for name in expected if name in files]
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile, zlib.error) as error:
+        raise ValueError(
+            f"The adapter file {path} is damaged ({type(error).__name__}: {error})."
+        ) from error
+    if text is None:
+        raise ValueError(f"{path} is not a keras_masking adapter file (no __adapter__ entry).")
+    if sorted(names) != sorted(expected):
+        raise ValueError(
+            f"The adapter file {path} is damaged: expected arrays named v0..v{len(names) - 1}. "
+            f"Received: {sorted(names)}."
+        )
+    try:
+        description = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"The adapter file {path} is damaged: its __adapter__ entry is not JSON ({error})."
+        ) from error
+    _check_description(description, arrays, path)
     return description, arrays
 
 
@@ -113,10 +168,12 @@ class AdapterSet:
     Each adapter is a snapshot of the tuned and head weights; switching
     assigns them, so a compiled model keeps running without recompiling. All
     adapters in a set share the attachment layout (units, prefix length,
-    layers) and head architecture.
+    layers) and head architecture. Each switch is all or nothing, as
+    `load_adapter` is.
 
     Args:
-        model: a tuned model (see `keras_masking.fl_tune`).
+        model: a tuned model (see `keras_masking.fl_tune`), or a fresh one
+            that the first activated adapter file attaches to.
 
     Example:
     ```python
@@ -128,8 +185,8 @@ class AdapterSet:
     """
 
     def __init__(self, model):
-        self.model = model
         self.backbone = _single_backbone(model)
+        self.model = model
         self._adapters = {}
         self.active = None
 
@@ -139,27 +196,200 @@ class AdapterSet:
         return list(self._adapters)
 
     def add(self, name, path=None):
-        """Stores an adapter from ``path``, or from the model's current weights."""
+        """Stores an adapter from ``path``, or from the model's current weights.
+
+        Args:
+            name: a new, non-empty string.
+            path: an adapter file, or None to snapshot the model's tuned and
+                head weights.
+        """
+        _check_name(name)
+        if name in self._adapters:
+            raise ValueError(
+                f"An adapter named {name!r} is already in this set; remove it first "
+                f"(AdapterSet.remove). Known: {self.names}"
+            )
         if path is None:
             self._adapters[name] = _adapter_state(self.model)
             return
         description, arrays = read_adapter(path)
-        _check_fits(self.backbone, self.model, description, path)
+        _check_fits(self.backbone, self.model, description, _input_path(path))
         self._adapters[name] = (description, arrays)
 
+    def remove(self, name):
+        """Forgets adapter ``name`` (the model's weights stay as they are)."""
+        self._known(name)
+        del self._adapters[name]
+        if self.active == name:
+            self.active = None
+
     def activate(self, name):
-        """Assigns adapter ``name``'s weights to the model."""
-        if name not in self._adapters:
-            raise KeyError(f"No adapter named {name!r}. Known: {self.names}")
+        """Assigns adapter ``name``'s weights to the model (attaching if needed)."""
+        self._known(name)
         description, arrays = self._adapters[name]
-        _check_fits(self.backbone, self.model, description, name)
-        _assign(_adapter_variables(self.model, self.backbone), arrays)
+        _load_into(self.model, self.backbone, description, arrays, f"adapter {name!r}")
         self.active = name
 
     def save(self, name, path):
-        """Writes stored adapter ``name`` to an adapter file."""
+        """Writes stored adapter ``name`` to an adapter file; returns the path."""
+        self._known(name)
+        path = _output_path(path)
         description, arrays = self._adapters[name]
         return _write_adapter(path, {**description, "name": name}, arrays)
+
+    def _known(self, name):
+        if not isinstance(name, str) or name not in self._adapters:
+            raise KeyError(f"No adapter named {name!r}. Known: {self.names}")
+
+
+def _check_name(name, allow_none=False):
+    if name is None and allow_none:
+        return
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"Expected a non-empty string for name. Received: name={name!r}.")
+
+
+def _as_path(path):
+    if isinstance(path, (bytes, bool)) or not isinstance(path, (str, os.PathLike)):
+        raise ValueError(
+            f"Expected a file path (str or os.PathLike) for path. Received: path={path!r}."
+        )
+    path = os.fspath(path)
+    if not path:
+        raise ValueError("Expected a file path for path. Received: path=''.")
+    return path
+
+
+def _input_path(path):
+    path = _as_path(path)
+    if not os.path.exists(path) and not path.endswith(".npz") and os.path.exists(path + ".npz"):
+        path += ".npz"
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No adapter file at {path}.")
+    if os.path.isdir(path):
+        raise ValueError(f"Expected an adapter file for path. Received a folder: {path}.")
+    return path
+
+
+def _output_path(path):
+    path = _as_path(path)
+    if not path.endswith(".npz"):
+        path += ".npz"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"Cannot write the adapter {path}: no folder {folder}.")
+    if os.path.isdir(path):
+        raise ValueError(f"Cannot write the adapter {path}: it is a folder.")
+    return path
+
+
+def _write_adapter(path, description, arrays):
+    """Writes one adapter archive under a temporary name, then renames it."""
+    numbered = {f"v{i}": value for i, value in enumerate(arrays)}
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+    try:
+        with open(temporary, "xb") as file:
+            np.savez(file, __adapter__=np.array(json.dumps(description)), **numbered)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+    return path
+
+
+def _check_description(description, arrays, path):
+    """Checks an adapter's description and arrays against each other."""
+
+    def damaged(what):
+        return ValueError(f"The adapter file {path} is not a valid keras_masking adapter: {what}.")
+
+    if not isinstance(description, dict) or description.get("format") != ADAPTER_FORMAT:
+        raise ValueError(f"{path} is not a keras_masking adapter file.")
+    version = description.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise damaged(f"expected a positive integer version, received {version!r}")
+    if version > ADAPTER_VERSION:
+        raise ValueError(
+            f"The adapter file {path} has format version {version}; this keras_masking reads "
+            f"versions up to {ADAPTER_VERSION}. Upgrade keras_masking to load it."
+        )
+    method, backbone = description.get("method"), description.get("backbone")
+    if not isinstance(method, dict) or not all(
+        isinstance(method.get(key), (dict, type(None))) for key in _ATTACHMENTS
+    ):
+        raise damaged("its 'method' entry is missing or malformed")
+    if all(method.get(key) is None for key in _ATTACHMENTS):
+        raise damaged("it names no addFFN, prefix or attention units")
+    for key, fields in _METHOD_FIELDS.items():
+        entry = method.get(key)
+        if entry is not None and (
+            set(entry) != set(fields) or not all(ok(entry[f]) for f, ok in fields.items())
+        ):
+            raise damaged(f"its {key} entry {entry} must have the fields {list(fields)}")
+    prefix = method.get("key_value_prefix")
+    if version < 2 and prefix is not None and prefix.get("reparameterize"):
+        raise ValueError(
+            f"The adapter file {path} holds reparameterised prefixes with one MLP per layer, "
+            "written by an earlier keras_masking; prefixes now share one MLP across layers "
+            "as in P-tuning v2, so these weights cannot be loaded."
+        )
+    if not isinstance(backbone, dict) or any(key not in backbone for key in _BACKBONE_KEYS):
+        raise damaged(f"its 'backbone' entry must name {list(_BACKBONE_KEYS)}")
+    head = description.get("head")
+    if not isinstance(head, list) or not all(_is_name_and_shape(entry) for entry in head):
+        raise damaged("its 'head' entry must list [path, shape] pairs")
+    if len(head) > len(arrays):
+        raise damaged(f"it describes {len(head)} head arrays but holds {len(arrays)} arrays")
+    stored = [list(a.shape) for a in arrays[len(arrays) - len(head) :]]
+    if stored != [list(shape) for _, shape in head]:
+        raise damaged(f"its head arrays have shapes {stored}, its description {head}")
+    variables = description.get("variables")
+    if variables is not None:
+        if not isinstance(variables, list) or not all(map(_is_name_and_shape, variables)):
+            raise damaged("its 'variables' entry must list [name, shape] pairs")
+        shapes = [list(a.shape) for a in arrays]
+        if [list(shape) for _, shape in variables] != shapes:
+            raise damaged(f"its arrays have shapes {shapes}, its description {variables}")
+    if not all(np.issubdtype(a.dtype, np.floating) for a in arrays):
+        dtypes = sorted({str(a.dtype) for a in arrays})
+        raise damaged(f"expected floating-point arrays, received dtypes {dtypes}")
+    name = description.get("name")
+    if name is not None and not isinstance(name, str):
+        raise damaged(f"its name must be a string, received {name!r}")
+
+
+def _is_int(value, minimum=0):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _is_layer_list(value):
+    return isinstance(value, list) and bool(value) and all(_is_int(v) for v in value)
+
+
+_METHOD_FIELDS = {
+    "add_ffn": {"units": lambda v: _is_int(v, 1), "layers": _is_layer_list},
+    "key_value_prefix": {
+        "length": _is_int,
+        "layers": _is_layer_list,
+        "dropout": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1,
+        "reparameterize": lambda v: isinstance(v, bool),
+        "hidden_units": lambda v: _is_int(v, 1),
+    },
+    "add_attention_units": {"units_per_head": lambda v: _is_int(v, 1), "layers": _is_layer_list},
+}
+
+
+def _is_name_and_shape(entry):
+    return (
+        isinstance(entry, list)
+        and len(entry) == 2
+        and isinstance(entry[0], str)
+        and isinstance(entry[1], list)
+        and all(_is_int(n) for n in entry[1])
+    )
 
 
 def _single_backbone(model):
@@ -170,12 +400,16 @@ def _single_backbone(model):
 
 
 def _adapter_variables(model, backbone):
-    """Attachment variables (by layer) then the head's, in a fixed order."""
-    tuned = []
+    """Attachment variables (by layer, each shared one once) then the head's."""
+    tuned, seen = [], set()
     for block in backbone.transformer_layers:
         for layer in (block.feed_forward_branch, block.key_value_prefix, block.attention_units):
-            if layer is not None:
-                tuned += list(layer.weights)
+            if layer is None:
+                continue
+            for variable in layer.weights:
+                if id(variable) not in seen:
+                    seen.add(id(variable))
+                    tuned.append(variable)
     return tuned + _head_variables(model, backbone)
 
 
@@ -184,27 +418,33 @@ def _head_variables(model, backbone):
     return [v for v in model.weights if id(v) not in backbone_ids]
 
 
+def _leaf(variable):
+    return variable.path.rsplit("/", 1)[-1]
+
+
 def _adapter_state(model):
     backbone = _single_backbone(model)
     attachments = (backbone.add_ffn, backbone.key_value_prefix, backbone.add_attention_units)
     if all(attachment is None for attachment in attachments):
         raise ValueError("This model has no adapter: call keras_masking.fl_tune or prefix_tune.")
+    variables = _adapter_variables(model, backbone)
     description = {
         "format": ADAPTER_FORMAT,
         "version": ADAPTER_VERSION,
         "method": {key: getattr(backbone, key) for key in _ATTACHMENTS},
         "backbone": {key: getattr(backbone, key) for key in _BACKBONE_KEYS},
         "head": [[v.path, list(v.shape)] for v in _head_variables(model, backbone)],
+        "variables": [[_leaf(v), list(v.shape)] for v in variables],
     }
     description = json.loads(json.dumps(description))
-    arrays = [np.asarray(v) for v in _adapter_variables(model, backbone)]
+    arrays = [keras.ops.convert_to_numpy(v) for v in variables]
     return description, arrays
 
 
 def _check_fits(backbone, model, description, source):
     problems = []
     for key, value in description["backbone"].items():
-        if getattr(backbone, key) != value:
+        if key in _BACKBONE_KEYS and getattr(backbone, key) != value:
             problems.append(f"{key}: adapter {value!r}, model {getattr(backbone, key)!r}")
     for key in _ATTACHMENTS:
         wanted, present = description["method"].get(key), getattr(backbone, key)
@@ -222,10 +462,49 @@ def _check_fits(backbone, model, description, source):
         )
 
 
-def _assign(variables, arrays):
-    if len(variables) != len(arrays) or any(
-        tuple(v.shape) != a.shape for v, a in zip(variables, arrays)
-    ):
-        raise ValueError("The adapter's arrays do not match the model's tuned variables.")
+def _load_into(model, backbone, description, arrays, source):
+    """Attaches what the adapter needs and assigns its arrays, all or nothing."""
+    _check_fits(backbone, model, description, source)
+    before = _adapter_variables(model, backbone)
+    with _unchanged_on_error([backbone], variables=before):
+        attached = False
+        for key, attach in (
+            ("add_ffn", backbone.attach_add_ffn),
+            ("key_value_prefix", backbone.attach_key_value_prefixes),
+            ("add_attention_units", backbone.attach_attention_units),
+        ):
+            wanted = description["method"].get(key)
+            if wanted is not None and getattr(backbone, key) is None:
+                attach(**wanted)
+                attached = True
+        if attached:
+            backbone.freeze_base()
+        _assign(_adapter_variables(model, backbone), arrays, description, source)
+
+
+def _assign(variables, arrays, description, source):
+    """Checks every shape (and stored name), then assigns."""
+    problem = None
+    if len(variables) != len(arrays):
+        problem = f"it holds {len(arrays)} arrays, the model has {len(variables)} variables"
+    else:
+        names = [name for name, _ in description.get("variables") or []]
+        for index, (variable, array) in enumerate(zip(variables, arrays)):
+            if tuple(variable.shape) != array.shape:
+                problem = (
+                    f"array v{index} has shape {array.shape}, the model's variable "
+                    f"{variable.path} has shape {tuple(variable.shape)}"
+                )
+                break
+            if names and names[index] != _leaf(variable):
+                problem = (
+                    f"array v{index} is a {names[index]!r}, the model's variable "
+                    f"{variable.path} a {_leaf(variable)!r}"
+                )
+                break
+    if problem:
+        raise ValueError(
+            f"The adapter {source} does not match the model's tuned variables: {problem}."
+        )
     for variable, value in zip(variables, arrays):
         variable.assign(value)

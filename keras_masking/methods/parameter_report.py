@@ -2,6 +2,9 @@
 
 import dataclasses
 import math
+import numbers
+
+import keras
 
 
 @dataclasses.dataclass(frozen=True)
@@ -11,10 +14,31 @@ class ParameterReport:
     Attributes:
         trainable: int, parameters in trainable variables.
         total: int, parameters in all variables (each shared variable once).
+
+    Example:
+    >>> report = ParameterReport(trainable=30, total=120)
+    >>> report.ratio
+    0.25
+    >>> print(report)
+    trainable parameters: 30 of 120 (25.00%)
     """
 
     trainable: int
     total: int
+
+    def __post_init__(self):
+        for name in ("trainable", "total"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ValueError(
+                    f"Expected an integer >= 0 for {name}. Received: {name}={value!r}."
+                )
+            object.__setattr__(self, name, int(value))
+        if self.trainable > self.total:
+            raise ValueError(
+                "Expected trainable <= total. "
+                f"Received: trainable={self.trainable}, total={self.total}."
+            )
 
     @property
     def ratio(self):
@@ -28,6 +52,8 @@ class ParameterReport:
 def parameter_report(model):
     """Counts ``model``'s trainable and total parameters.
 
+    Each variable counts once, however many layers share it.
+
     Args:
         model: a Keras model or layer.
 
@@ -40,6 +66,11 @@ def parameter_report(model):
     # trainable parameters: 2,960,256 of 105,... (2.8%)
     ```
     """
+    if not isinstance(model, keras.layers.Layer):
+        raise TypeError(
+            f"Expected a Keras model or layer for model. Received: model of type "
+            f"{type(model).__name__}."
+        )
 
     def count(variables):
         unique = {id(v): v for v in variables}

@@ -404,27 +404,28 @@ class TransformerBackbone(keras_hub.models.Backbone):
             length: int >= 0, prefix length.
             layers: list of layer indices, or None for every layer.
             dropout, reparameterize, hidden_units: see `KeyValuePrefix`.
+                Reparameterised prefixes share one `PrefixEncoder` across
+                the chosen layers, as in P-tuning v2.
         """
-        from keras_masking.layers.key_value_prefix import KeyValuePrefix
+        from keras_masking.layers.key_value_prefix import key_value_prefixes
 
         length = check_int("length", length, minimum=0)
         dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
         reparameterize = _check_bool("reparameterize", reparameterize)
         hidden_units = check_int("hidden_units", hidden_units, minimum=1)
         layers = self.layer_indices(layers)
-        for index in layers:
-            self.transformer_layers[index].attach_key_value_prefix(
-                KeyValuePrefix(
-                    length,
-                    num_heads=self.num_heads,
-                    head_dim=self.hidden_dim // self.num_heads,
-                    dropout=dropout,
-                    reparameterize=reparameterize,
-                    hidden_units=hidden_units,
-                    dtype=self.dtype_policy,
-                    name="key_value_prefix",
-                )
-            )
+        prefixes = key_value_prefixes(
+            length,
+            num_layers=len(layers),
+            num_heads=self.num_heads,
+            head_dim=self.hidden_dim // self.num_heads,
+            dropout=dropout,
+            reparameterize=reparameterize,
+            hidden_units=hidden_units,
+            dtype=self.dtype_policy,
+        )
+        for index, prefix in zip(layers, prefixes):
+            self.transformer_layers[index].attach_key_value_prefix(prefix)
         self.key_value_prefix = {
             "length": int(length),
             "layers": layers,
