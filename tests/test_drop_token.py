@@ -155,49 +155,82 @@ def test_bad_arguments(kwargs, message):
 
 
 def test_protected_tokens_that_do_not_fit_and_shape_mismatch():
-    layer = DropToken(0.5, protected_positions=tuple(range(8)), slot_multiple=1)
-    with pytest.raises(ValueError, match="8 protected tokens but only 4"):
-        layer(np.ones((1, 8, 2), "float32"), np.ones((1, 8)), training=True)
-    with pytest.raises(ValueError, match="does not match"):
+    layer = DropToken(0.5, protected_token_ids=(1,), slot_multiple=1)
+    ids = np.ones((1, 8), "int32")
+    with pytest.raises(
+        ValueError, match="Row 0 has 8 protected tokens but gather mode keeps only 4"
+    ):
+        layer(np.ones((1, 8, 2), "float32"), np.ones((1, 8)), token_ids=ids, training=True)
+    with pytest.raises(ValueError, match=r"Expected padding_mask of shape .*\(1, 7\)"):
         DropToken(0.5)(np.ones((1, 8, 2), "float32"), np.ones((1, 7)), training=True)
-    with pytest.raises(ValueError, match="token_ids"):
+    with pytest.raises(ValueError, match="needs token_ids"):
         DropToken(0.5, protected_token_ids=(1,))(
             np.ones((1, 8, 2), "float32"), np.ones((1, 8)), training=True
         )
 
 
+def _cross_entropy(logits, labels):
+    logits = logits - logits.max(-1, keepdims=True)
+    log_probabilities = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    return float(-log_probabilities[np.arange(len(labels)), labels].mean())
+
+
 def test_fit_under_xla_and_save_load(tmp_path):
-    backbone = TransformerBackbone(**tiny_backbone_kwargs(position="rotary", dropout=0.1))
-    encoder = keras_masking.with_drop_token(backbone, 0.25, protected_token_ids=(1, 2), seed=0)
+    """Each row's [CLS]/[SEP] fill its 6 slots, so every compiled step runs the
+    encoder on exactly them: its loss equals the backbone's on those tokens."""
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position="rotary")))
+    encoder = keras_masking.with_drop_token(
+        backbone, 0.5, protected_token_ids=(1, 2), slot_multiple=1, seed=0
+    )
+    assert encoder.drop_token.keep_length(12) == 6
+    features = random_features(batch=8, length=12, seed=3)
+    features["token_ids"] = np.maximum(features["token_ids"], 3) * features["padding_mask"]
+    rng = np.random.default_rng(4)
+    keep = np.zeros((8, 12), bool)
+    for b in range(8):
+        real = int(features["padding_mask"][b].sum())
+        seps = np.sort(rng.choice(np.arange(1, real), 5, replace=False))
+        features["token_ids"][b, 0], features["token_ids"][b, seps] = 1, 2
+        keep[b, 0] = keep[b, seps] = True
+    labels = np.arange(8) % 2
     inputs = encoder.input
-    logits = keras.layers.Dense(2)(encoder(inputs)["pooled_output"])
-    model = keras.Model(inputs, logits)
+    dense = keras.layers.Dense(2)
+    model = keras.Model(inputs, dense(encoder(inputs)["pooled_output"]))
     model.compile(
-        optimizer=keras.optimizers.Adam(1e-3),
+        optimizer=keras.optimizers.SGD(0.05),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=True,
     )
-    features, labels = random_features(batch=8, length=12), np.arange(8) % 2
-    history = model.fit(features, labels, epochs=20, verbose=0)
-    assert history.history["loss"][-1] < history.history["loss"][0]
+    twin = _with_positions(backbone)
+    losses, references = [], []
+    for _ in range(2):
+        twin.set_weights(backbone.get_weights())
+        _, pooled, _ = _kept_reference(twin, features, keep)
+        kernel, bias = (np.asarray(w) for w in dense.weights)
+        references.append(_cross_entropy(pooled @ kernel + bias, labels))
+        history = model.fit(features, labels, batch_size=8, epochs=1, verbose=0, shuffle=False)
+        losses.append(history.history["loss"][0])
+    np.testing.assert_allclose(losses, references, rtol=1e-4)
+    assert references[1] < references[0]  # the step trained the model
     encoder.save(tmp_path / "encoder.keras")
     restored = keras.saving.load_model(tmp_path / "encoder.keras")
-    assert restored.rate == 0.25 and restored.protected_token_ids == (1, 2)
-    np.testing.assert_allclose(
-        restored(features)["sequence_output"], encoder(features)["sequence_output"], atol=1e-6
+    assert restored.rate == 0.5 and restored.protected_token_ids == (1, 2)
+    np.testing.assert_array_equal(
+        restored(features)["sequence_output"], encoder(features)["sequence_output"]
     )
 
 
 def test_rate_schedule_changes_rates_in_fit():
-    backbone = TransformerBackbone(**tiny_backbone_kwargs())
-    encoder = keras_masking.with_drop_token(backbone, 0.5, seed=0)
-    inputs = encoder.input
-    model = keras.Model(inputs, keras.layers.Dense(2)(encoder(inputs)["pooled_output"]))
-    model.compile(
-        optimizer="adam",
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=True,
-    )
+    """A one-layer model whose loss is the square of the kept-token count: each
+    compiled step's loss shows the rate that step used."""
+    length = 12
+    hidden = keras.Input((length, 1))
+    mask = keras.Input((length,), dtype="int32")
+    drop = DropToken(0.5, slot_multiple=1, seed=0)
+    kept = keras.ops.sum(keras.ops.cast(drop(hidden, mask)["padding_mask"], "float32"), axis=1)
+    dense = keras.layers.Dense(1, kernel_initializer="ones", bias_initializer="zeros")
+    model = keras.Model([hidden, mask], dense(kept[:, None]))
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse", jit_compile=True)
     schedule = keras_masking.callbacks.DropTokenRateSchedule(
         final_rate=0.0, initial_rate=0.5, ramp_steps=6, levels=3
     )
@@ -205,13 +238,23 @@ def test_rate_schedule_changes_rates_in_fit():
 
     class Spy(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            seen.append((encoder.drop_token.rate, model.train_function))
+            seen.append((drop.rate, model.train_function))
 
-    features, labels = random_features(batch=8, length=12), np.arange(8) % 2
-    model.fit(features, labels, batch_size=1, epochs=1, verbose=0, callbacks=[schedule, Spy()])
-    assert [rate for _, rate in schedule.history] == [0.5, 0.25, 0.0]
-    assert [step for step, _ in schedule.history] == [0, 2, 5]
-    assert [rate for rate, _ in seen] == [0.5, 0.5, 0.25, 0.25, 0.25, 0.0, 0.0, 0.0]
+    x = [np.ones((4, length, 1), "float32"), np.ones((4, length), "int32")]
+    history = model.fit(
+        x, np.zeros((4, 1)), batch_size=4, epochs=8, verbose=0, callbacks=[schedule, Spy()]
+    )
+
+    def formula(step):  # initial + (final - initial) * quantised progress
+        return 0.5 - 0.5 * round(min(step / 6, 1.0) * 2) / 2
+
+    rates = [formula(step) for step in range(8)]
+    assert rates == [0.5, 0.5, 0.25, 0.25, 0.25, 0.0, 0.0, 0.0]
+    assert [rate for rate, _ in seen] == rates
+    assert schedule.history == [(0, 0.5), (2, 0.25), (5, 0.0)]
+    # Full rows of 12 keep 12 - 12 * rate tokens: 6, 9, then all 12.
+    expected = [float(length - length * rate) ** 2 for rate in rates]
+    np.testing.assert_array_equal(history.history["loss"], expected)
     assert len({id(function) for _, function in seen}) == 3  # one trace per rate
     with pytest.raises(ValueError, match="final_rate"):
         keras_masking.callbacks.DropTokenRateSchedule(final_rate=1.0, ramp_steps=5)

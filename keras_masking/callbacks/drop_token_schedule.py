@@ -3,6 +3,8 @@
 import keras
 
 from keras_masking.layers.drop_token import DropToken
+from keras_masking.ops.token_dropping import check_drop_rate
+from keras_masking.utils.arguments import check_int
 from keras_masking.utils.layer_walk import walk_layers
 
 
@@ -20,7 +22,7 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
     evenly spaced rates (``levels`` compilations in all).
 
     Args:
-        final_rate: float in [0, 1).
+        final_rate: float in [0, 1) (numpy scalars accepted).
         ramp_steps: int >= 1, steps from the initial to the final rate.
         initial_rate: float in [0, 1).
         levels: int >= 2, number of distinct rates used on the ramp.
@@ -29,6 +31,7 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
         history: list of ``(step, rate)`` at each change.
 
     Example:
+
     ```python
     model.fit(data, callbacks=[keras_masking.callbacks.DropTokenRateSchedule(
         final_rate=0.0, initial_rate=0.5, ramp_steps=10_000)])
@@ -36,23 +39,36 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
     """
 
     def __init__(self, final_rate, ramp_steps, initial_rate=0.0, levels=4):
+        final_rate = check_drop_rate(final_rate, "final_rate")
+        initial_rate = check_drop_rate(initial_rate, "initial_rate")
+        ramp_steps = check_int("ramp_steps", ramp_steps, minimum=1)
+        levels = check_int("levels", levels, minimum=2)
         super().__init__()
-        for name, rate in (("final_rate", final_rate), ("initial_rate", initial_rate)):
-            if not 0 <= rate < 1:
-                raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={rate}")
-        if int(ramp_steps) < 1 or int(levels) < 2:
-            raise ValueError(
-                f"Need ramp_steps >= 1 and levels >= 2. Received: {ramp_steps}, {levels}"
-            )
-        self.final_rate = float(final_rate)
-        self.initial_rate = float(initial_rate)
-        self.ramp_steps = int(ramp_steps)
-        self.levels = int(levels)
+        self.final_rate = final_rate
+        self.initial_rate = initial_rate
+        self.ramp_steps = ramp_steps
+        self.levels = levels
         self.step = 0
         self.history = []
 
     def rate_at(self, step):
-        """The quantised rate at a training step."""
+        """The quantised rate at a training step.
+
+        ``initial + (final - initial) * round(min(step / ramp_steps, 1) *
+        (levels - 1)) / (levels - 1)``.
+
+        Args:
+            step: int >= 0, the number of training steps done.
+
+        Returns:
+            A Python float.
+
+        Example:
+
+        >>> DropTokenRateSchedule(0.0, ramp_steps=4, initial_rate=0.5, levels=3).rate_at(2)
+        0.25
+        """
+        step = check_int("step", step, minimum=0)
         progress = min(step / self.ramp_steps, 1.0)
         level = round(progress * (self.levels - 1)) / (self.levels - 1)
         return self.initial_rate + (self.final_rate - self.initial_rate) * level
@@ -61,13 +77,35 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
         rate = self.rate_at(self.step)
         layers = [layer for layer in walk_layers(self.model) if isinstance(layer, DropToken)]
         if not layers:
-            raise ValueError("DropTokenRateSchedule found no DropToken layer in the model.")
+            raise ValueError(
+                "Expected a model with a DropToken layer (e.g. from with_drop_token) for "
+                f"DropTokenRateSchedule. Received: a model {self.model.name!r} with none."
+            )
         if all(layer.rate == rate for layer in layers) and self.history:
             return
         for layer in layers:
             layer.set_rate(rate)
-        self.model.make_train_function(force=True)
+        self._retrace()
         self.history.append((self.step, rate))
+
+    def _retrace(self):
+        """Rebuilds the training step so that its next trace reads the new rate."""
+        model = self.model
+        if keras.config.backend() != "jax":
+            model.make_train_function(force=True)
+            return
+        # `jax.jit` caches its traces by function, and a bound `train_step` is
+        # the same function at every call: the old rate would be reused. A new
+        # function object gets a new trace.
+        previous = vars(model).get("train_step")
+        step = previous or type(model).train_step.__get__(model)
+        model.train_step = lambda state, data: step(state, data)
+        try:
+            model.make_train_function(force=True)
+        finally:
+            del model.train_step
+            if previous is not None:
+                model.train_step = previous
 
     def on_train_begin(self, logs=None):
         self._apply()

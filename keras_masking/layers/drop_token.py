@@ -1,17 +1,63 @@
 """DropToken: drop random tokens in training, keeping the others' positions."""
 
+import numbers
+
 import keras
+import numpy as np
 from keras import ops
 
 from keras_masking.ops.attention_masks import large_negative
 from keras_masking.ops.token_dropping import batched_gather
+from keras_masking.ops.token_dropping import check_drop_rate
 from keras_masking.ops.token_dropping import kept_indices
 from keras_masking.ops.token_dropping import restore_full_length
 from keras_masking.ops.token_dropping import sample_keep_mask
 from keras_masking.ops.token_dropping import static_keep_length
+from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import concrete_value
 
 MODES = ("gather", "attention")
+
+
+def check_int_list(name, values):
+    """A sequence of integers >= 0 as a tuple of Python ints.
+
+    Args:
+        name: the argument's name in the message.
+        values: a list, tuple or 1D numpy array of integers (numpy integers
+            accepted; bool, floats, strings and a bare number refused).
+
+    Returns:
+        A tuple of Python ints, in the order given.
+
+    Example:
+
+    >>> check_int_list("protected_token_ids", [101, 102])
+    (101, 102)
+    """
+    if isinstance(values, np.ndarray) and values.ndim == 1:
+        values = values.tolist()
+    if isinstance(values, (str, bytes, dict, set)) or not isinstance(values, (list, tuple)):
+        raise ValueError(
+            f"Expected a list or tuple of integers >= 0 for {name}. Received: {name}={values!r}."
+        )
+    bad = [
+        value
+        for value in values
+        if isinstance(value, (bool, np.bool_))
+        or not isinstance(value, numbers.Integral)
+        or value < 0
+    ]
+    if bad:
+        raise ValueError(
+            f"Expected integers >= 0 in {name}. Received: {name}={values!r} "
+            f"(not integers >= 0: {bad[:5]!r})."
+        )
+    return tuple(int(value) for value in values)
+
+
+def _dtype_kind(tensor):
+    return keras.backend.standardize_dtype(tensor.dtype)
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -24,36 +70,51 @@ class DropToken(keras.layers.Layer):
     dropping; rotary and relative schemes read the returned position ids).
 
     Per example, real unprotected tokens are dropped at ``rate`` (stochastic
-    rounding, at least one kept); padding is dropped before real tokens;
-    protected tokens ([CLS], [SEP], or positions you name) are never dropped.
+    rounding; one is kept when the slots have room for it); padding is
+    dropped before real tokens; protected tokens ([CLS], [SEP], or positions
+    you name) are never dropped. The random scores that choose the tokens are
+    float32 under every dtype policy, so mixed precision keeps the same
+    tokens as float32.
 
     * ``mode="gather"`` (fast): returns the kept tokens in their original
       order, in ``keep_length = L - floor(rate * L)`` slots rounded up to a
-      multiple of ``slot_multiple`` (static, so a step compiles once; spare
-      slots are masked), with their padding mask, original position ids, their
+      multiple of ``slot_multiple`` and to at least the number of
+      ``protected_positions`` (static, so a step compiles once; spare slots
+      are masked), with their padding mask, original position ids, their
       original indices and the full-length keep mask (to restore outputs).
+      When the protected tokens fill the slots, the row keeps just them.
+      A row whose protected tokens alone outnumber the slots (more than a
+      share ``1 - rate`` of the sequence, counting ``protected_token_ids``)
+      cannot be gathered: an eager call raises a ValueError; a compiled step,
+      which cannot raise, returns NaN hidden states for that row so that the
+      loss shows it (its ``keep_mask`` then marks only the tokens gathered).
     * ``mode="attention"`` (full length, for token-level tasks): returns the
       sequence unchanged and an additive ``attention_bias`` ``(batch, 1, 1,
       sequence)`` that hides the dropped tokens' keys from every query, the
-      same set in every layer.
+      same set in every layer (the same tokens as gather mode drops).
 
     Args:
-        rate: float in [0, 1), the share of droppable tokens to drop.
-        protected_token_ids: ids never dropped (e.g. ``(101, 102)``).
-        protected_positions: positions never dropped (e.g. ``(0,)``).
+        rate: float in [0, 1), the share of droppable tokens to drop (numpy
+            scalars accepted).
+        protected_token_ids: list or tuple of ids never dropped (e.g.
+            ``(101, 102)``).
+        protected_positions: list or tuple of positions never dropped (e.g.
+            ``(0,)``).
         mode: ``"gather"`` or ``"attention"``.
-        seed: int or None.
+        seed: int >= 0 or None.
         slot_multiple: int >= 1. Gather mode rounds the kept slots up to a
             multiple of it (8 by default: on CPU, 464 slots run about 8%
             faster than 461 under XLA). 1 keeps exactly ``L - floor(rate L)``.
-        **kwargs: base `keras.layers.Layer` arguments.
+        **kwargs: base `keras.layers.Layer` arguments (``name``, ``dtype``,
+            ``trainable``).
 
     Call arguments:
         hidden: float ``(batch, sequence, dim)``, embeddings after positions.
-        padding_mask: 0/1 ``(batch, sequence)``.
+        padding_mask: 0/1 or bool ``(batch, sequence)``.
         token_ids: int ``(batch, sequence)``; needed for
             ``protected_token_ids``.
-        position_ids: int ``(batch or 1, sequence)`` or None (``0..L-1``).
+        position_ids: int ``(batch or 1, sequence)`` (or ``(batch or 1,
+            sequence, 2)`` for 2D rotary positions), or None (``0..L-1``).
         training: bool. Identity when False.
 
     Returns:
@@ -63,9 +124,10 @@ class DropToken(keras.layers.Layer):
         mode) or ``attention_bias`` (attention mode).
 
     Example:
+
     >>> drop = DropToken(0.5, protected_positions=(0,))
     >>> out = drop(keras.ops.ones((2, 32, 4)), keras.ops.ones((2, 32)), training=True)
-    >>> out["hidden"].shape
+    >>> tuple(out["hidden"].shape)
     (2, 16, 4)
     """
 
@@ -79,21 +141,19 @@ class DropToken(keras.layers.Layer):
         slot_multiple=8,
         **kwargs,
     ):
+        rate = check_drop_rate(rate)
+        protected_token_ids = check_int_list("protected_token_ids", protected_token_ids)
+        protected_positions = check_int_list("protected_positions", protected_positions)
+        if not isinstance(mode, str) or mode not in MODES:
+            raise ValueError(f"Expected mode in {MODES}. Received: mode={mode!r}.")
+        if seed is not None:
+            seed = check_int("seed", seed, minimum=0)
+        slot_multiple = check_int("slot_multiple", slot_multiple, minimum=1)
         super().__init__(**kwargs)
-        self.set_rate(rate)
-        if (
-            isinstance(slot_multiple, bool)
-            or not isinstance(slot_multiple, int)
-            or slot_multiple < 1
-        ):
-            raise ValueError(
-                f"`slot_multiple` must be a positive integer. Received: {slot_multiple!r}"
-            )
+        self.rate = rate
         self.slot_multiple = slot_multiple
-        if mode not in MODES:
-            raise ValueError(f"`mode` must be one of {MODES}. Received: mode={mode!r}")
-        self.protected_token_ids = tuple(int(i) for i in protected_token_ids)
-        self.protected_positions = tuple(int(i) for i in protected_positions)
+        self.protected_token_ids = protected_token_ids
+        self.protected_positions = protected_positions
         self.mode = mode
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
@@ -102,15 +162,35 @@ class DropToken(keras.layers.Layer):
         """Changes the drop rate (takes effect at the next trace of a step).
 
         Args:
-            rate: float in [0, 1).
+            rate: float in [0, 1) (numpy scalars accepted).
+
+        Example:
+
+        >>> drop = DropToken(0.5)
+        >>> drop.set_rate(0.25)
+        >>> drop.rate
+        0.25
         """
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
-            raise ValueError(f"`rate` must be a float in [0, 1). Received: rate={rate!r}")
-        self.rate = float(rate)
+        self.rate = check_drop_rate(rate)
 
     def keep_length(self, sequence_length):
-        """Static number of slots kept in gather mode."""
-        return static_keep_length(sequence_length, self.rate, self.slot_multiple)
+        """Static number of slots kept in gather mode.
+
+        Args:
+            sequence_length: int >= 0, the static sequence length.
+
+        Returns:
+            A Python int, see `static_keep_length`; at least the number of
+            protected positions inside the sequence.
+
+        Example:
+
+        >>> DropToken(0.5, slot_multiple=1).keep_length(9)
+        5
+        """
+        length = check_int("sequence_length", sequence_length, minimum=0)
+        positions = sum(1 for position in set(self.protected_positions) if position < length)
+        return static_keep_length(length, self.rate, self.slot_multiple, minimum=positions)
 
     def _protected(self, token_ids, real):
         length = ops.shape(real)[1]
@@ -120,23 +200,78 @@ class DropToken(keras.layers.Layer):
             for position in self.protected_positions:
                 protected = protected | (positions == position)
         if self.protected_token_ids:
-            if token_ids is None:
-                raise ValueError("DropToken needs `token_ids` to protect protected_token_ids.")
             for token in self.protected_token_ids:
                 protected = protected | (token_ids == token)
         return protected & real
 
-    def call(self, hidden, padding_mask, token_ids=None, position_ids=None, training=None):
-        length = hidden.shape[1]
-        if padding_mask.shape[:2] != hidden.shape[:2] and None not in padding_mask.shape[:2]:
+    def _check_inputs(self, hidden, padding_mask, token_ids, position_ids, training):
+        if len(hidden.shape) != 3:
             raise ValueError(
-                f"padding_mask shape {tuple(padding_mask.shape)} does not match hidden "
-                f"{tuple(hidden.shape)} on (batch, sequence)."
+                "Expected hidden of shape (batch, sequence, dim). "
+                f"Received: hidden with shape {tuple(hidden.shape)}."
             )
+        batch_length = tuple(hidden.shape[:2])
+
+        def matches(shape, allow_one=False):
+            pairs = zip(shape, batch_length)
+            return all(
+                a is None or b is None or a == b or (allow_one and axis == 0 and a == 1)
+                for axis, (a, b) in enumerate(pairs)
+            )
+
+        shape = tuple(padding_mask.shape)
+        if len(shape) != 2 or not matches(shape):
+            raise ValueError(
+                f"Expected padding_mask of shape (batch, sequence) = {batch_length}, as hidden. "
+                f"Received: padding_mask with shape {shape}."
+            )
+        if token_ids is not None:
+            shape = tuple(token_ids.shape)
+            if len(shape) != 2 or not matches(shape):
+                raise ValueError(
+                    f"Expected token_ids of shape (batch, sequence) = {batch_length}, as hidden. "
+                    f"Received: token_ids with shape {shape}."
+                )
+            if "int" not in _dtype_kind(token_ids):
+                raise ValueError(
+                    f"Expected integer token_ids. Received: token_ids of dtype "
+                    f"{_dtype_kind(token_ids)}."
+                )
+        elif self.protected_token_ids and training and self.rate:
+            raise ValueError(
+                "DropToken needs token_ids to protect protected_token_ids="
+                f"{self.protected_token_ids}. Received: token_ids=None."
+            )
+        if position_ids is not None:
+            shape = tuple(position_ids.shape)
+            if len(shape) not in (2, 3) or not matches(shape[:2], allow_one=True):
+                raise ValueError(
+                    "Expected position_ids of shape (batch or 1, sequence) or (batch or 1, "
+                    f"sequence, 2) with sequence = {batch_length[1]}. Received: position_ids "
+                    f"with shape {shape}."
+                )
+            if "int" not in _dtype_kind(position_ids):
+                raise ValueError(
+                    "Expected integer position_ids. Received: position_ids of dtype "
+                    f"{_dtype_kind(position_ids)}."
+                )
+        values = concrete_value(padding_mask)
+        if values is not None and values.size and not np.isin(values, (0, 1)).all():
+            bad = sorted(set(np.unique(values[~np.isin(values, (0, 1))]).tolist()))[:5]
+            raise ValueError(
+                f"Expected a padding_mask of 0s and 1s. Received: padding_mask with values {bad}."
+            )
+
+    def call(self, hidden, padding_mask, token_ids=None, position_ids=None, training=None):
+        self._check_inputs(hidden, padding_mask, token_ids, position_ids, training)
+        length = hidden.shape[1]
         batch = ops.shape(hidden)[0]
         if position_ids is None:
-            position_ids = ops.arange(length, dtype="int32")[None, :]
-        position_ids = ops.broadcast_to(ops.cast(position_ids, "int32"), (batch, length))
+            position_ids = ops.arange(ops.shape(hidden)[1], dtype="int32")[None, :]
+        position_ids = ops.cast(position_ids, "int32")
+        position_ids = ops.broadcast_to(
+            position_ids, (batch, ops.shape(hidden)[1]) + tuple(position_ids.shape[2:])
+        )
         real = ops.cast(padding_mask, "bool")
         if not training or self.rate == 0.0:
             outputs = {
@@ -147,21 +282,29 @@ class DropToken(keras.layers.Layer):
             }
             if self.mode == "gather":
                 outputs["kept_indices"] = ops.broadcast_to(
-                    ops.arange(length, dtype="int32")[None, :], (batch, length)
+                    ops.arange(ops.shape(hidden)[1], dtype="int32")[None, :],
+                    ops.shape(real),
                 )
             else:
-                outputs["attention_bias"] = ops.zeros((batch, 1, 1, length), hidden.dtype)
+                outputs["attention_bias"] = ops.zeros_like(
+                    ops.cast(real, hidden.dtype)[:, None, None, :]
+                )
             return outputs
         if length is None:
-            raise ValueError("DropToken needs a static sequence length in training.")
+            raise ValueError(
+                "DropToken needs a static sequence length in training. Received: hidden with "
+                f"shape {tuple(hidden.shape)}."
+            )
         protected = self._protected(token_ids, real)
-        self._check_protected_fit(protected, length)
-        noise = keras.random.uniform((batch, length), seed=self.seed_generator)
-        rounding = keras.random.uniform((batch,), seed=self.seed_generator)
         keep_length = self.keep_length(length)
+        if self.mode == "gather":
+            self._check_protected_fit(protected, length, keep_length)
+        noise = keras.random.uniform((batch, length), dtype="float32", seed=self.seed_generator)
+        rounding = keras.random.uniform((batch,), dtype="float32", seed=self.seed_generator)
         keep = sample_keep_mask(real, real & ~protected, self.rate, keep_length, noise, rounding)
         if self.mode == "attention":
-            bias = (1.0 - ops.cast(keep, hidden.dtype)) * large_negative(hidden.dtype)
+            dtype = keras.backend.standardize_dtype(hidden.dtype)
+            bias = (1.0 - ops.cast(keep, dtype)) * large_negative(dtype)
             return {
                 "hidden": hidden,
                 "padding_mask": padding_mask,
@@ -170,37 +313,55 @@ class DropToken(keras.layers.Layer):
                 "attention_bias": bias[:, None, None, :],
             }
         indices = kept_indices(keep, keep_length)
-        kept_mask = batched_gather(keep, indices)
+        # A row whose protected tokens outnumber the slots (only possible in a
+        # compiled call: eager calls refused it above) keeps its first
+        # keep_length tokens, and its hidden states are NaN so the loss shows it.
+        gathered = ops.cumsum(ops.cast(keep, "int32"), axis=1) <= keep_length
+        overflow = ops.any(keep & ~gathered, axis=1)
+        keep = keep & gathered
+        kept = batched_gather(hidden, indices)
+        kept = ops.where(overflow[:, None, None], ops.cast(float("nan"), kept.dtype), kept)
         return {
-            "hidden": batched_gather(hidden, indices),
-            "padding_mask": ops.cast(kept_mask, padding_mask.dtype),
+            "hidden": kept,
+            "padding_mask": ops.cast(batched_gather(keep, indices), padding_mask.dtype),
             "position_ids": batched_gather(position_ids, indices),
             "keep_mask": keep,
             "kept_indices": indices,
         }
 
-    def _check_protected_fit(self, protected, length):
+    def _check_protected_fit(self, protected, length, keep_length):
         values = concrete_value(protected)
-        if values is None:
+        if values is None or not values.size:
             return
-        most = int(values.sum(axis=1).max()) if values.size else 0
-        if self.mode == "gather" and most > self.keep_length(length):
+        counts = values.sum(axis=1)
+        if counts.max() > keep_length:
+            row = int(np.argmax(counts))
             raise ValueError(
-                f"An example has {most} protected tokens but only "
-                f"{self.keep_length(length)} of {length} slots are kept at rate={self.rate}."
+                f"Row {row} has {int(counts[row])} protected tokens but gather mode keeps only "
+                f"{keep_length} of its {length} tokens at rate={self.rate} (protected_token_ids="
+                f"{self.protected_token_ids}, protected_positions={self.protected_positions}). "
+                "Expected at most as many protected tokens as kept slots: lower the rate, raise "
+                "slot_multiple, protect fewer ids, or use mode='attention'."
             )
 
     def compute_output_spec(
         self, hidden, padding_mask, token_ids=None, position_ids=None, training=None
     ):
+        self._check_inputs(hidden, padding_mask, token_ids, position_ids, training)
         batch, length = hidden.shape[0], hidden.shape[1]
+        if training and self.rate and length is None:
+            raise ValueError(
+                "DropToken needs a static sequence length in training. Received: hidden with "
+                f"shape {tuple(hidden.shape)}."
+            )
         kept = length
         if training and self.mode == "gather" and self.rate and length is not None:
             kept = self.keep_length(length)
+        position_tail = () if position_ids is None else tuple(position_ids.shape[2:])
         spec = {
             "hidden": keras.KerasTensor((batch, kept) + tuple(hidden.shape[2:]), hidden.dtype),
             "padding_mask": keras.KerasTensor((batch, kept), padding_mask.dtype),
-            "position_ids": keras.KerasTensor((batch, kept), "int32"),
+            "position_ids": keras.KerasTensor((batch, kept) + position_tail, "int32"),
             "keep_mask": keras.KerasTensor((batch, length), "bool"),
         }
         if self.mode == "gather":
@@ -228,18 +389,50 @@ class DropToken(keras.layers.Layer):
 class RestoreDroppedTokens(keras.layers.Layer):
     """Puts gather-mode outputs back at their original positions.
 
+    Args:
+        **kwargs: base `keras.layers.Layer` arguments.
+
     Call arguments:
-        kept_values: ``(batch, keep_length, dim)`` outputs of the kept tokens.
+        kept_values: ``(batch, keep_length, ...)`` outputs of the kept tokens.
         keep_mask: bool ``(batch, sequence)`` from `DropToken`.
 
     Returns:
-        ``(batch, sequence, dim)`` with zeros where tokens were dropped (the
+        ``(batch, sequence, ...)`` with zeros where tokens were dropped (the
         identity at inference, where ``keep_mask`` is all True).
+
+    Example:
+
+    >>> import numpy as np
+    >>> restore = RestoreDroppedTokens()
+    >>> out = restore(np.array([[[1.0], [2.0]]]), np.array([[True, False, True]]))
+    >>> np.asarray(out)[0, :, 0].tolist()
+    [1.0, 0.0, 2.0]
     """
 
+    def _check_inputs(self, kept_values, keep_mask):
+        values_shape, mask_shape = tuple(kept_values.shape), tuple(keep_mask.shape)
+        batches = {values_shape[0] if values_shape else None, *mask_shape[:1]} - {None}
+        if len(values_shape) < 2 or len(mask_shape) != 2 or len(batches) > 1:
+            raise ValueError(
+                "Expected kept_values (batch, keep_length, ...) and keep_mask (batch, sequence). "
+                f"Received: kept_values with shape {values_shape}, keep_mask with "
+                f"shape {mask_shape}."
+            )
+        values = concrete_value(keep_mask)
+        if values is not None and values.size and values_shape[1] is not None:
+            most = int(values.astype(bool).sum(axis=1).max())
+            if most > values_shape[1]:
+                raise ValueError(
+                    f"Expected the keep_mask of the gather that produced kept_values. Received: "
+                    f"a keep_mask row that keeps {most} tokens, kept_values with "
+                    f"{values_shape[1]} slots."
+                )
+
     def call(self, kept_values, keep_mask):
+        self._check_inputs(kept_values, keep_mask)
         return restore_full_length(kept_values, keep_mask)
 
     def compute_output_spec(self, kept_values, keep_mask):
+        self._check_inputs(kept_values, keep_mask)
         shape = (kept_values.shape[0], keep_mask.shape[1]) + tuple(kept_values.shape[2:])
         return keras.KerasTensor(shape, kept_values.dtype)

@@ -27,13 +27,23 @@ class DropTokenEncoder(keras.Model):
     Args:
         backbone: `TransformerBackbone`, keras-hub `BertBackbone` or
             `RobertaBackbone`.
-        rate: float in [0, 1).
-        protected_token_ids: ids never dropped, e.g. ``(101, 102)``.
+        rate: float in [0, 1) (numpy scalars accepted).
+        protected_token_ids: list or tuple of ids never dropped, e.g.
+            ``(101, 102)``.
         mode: ``"gather"`` (shorter sequence, faster) or ``"attention"``
             (full length; dropped keys hidden in every layer).
-        seed: int or None.
-        slot_multiple: int, see `DropToken`.
-        **kwargs: `keras.Model` arguments.
+        seed: int >= 0 or None.
+        slot_multiple: int >= 1, see `DropToken`.
+        dtype: dtype policy of the dropping layers; None takes the
+            backbone's (the backbone keeps its own policy).
+        **kwargs: `keras.Model` arguments (``name``, ``trainable``).
+
+    Example:
+
+    ```python
+    encoder = DropTokenEncoder(backbone, 0.15, protected_token_ids=(101, 102))
+    outputs = encoder(features, training=True)  # drops 15% of the tokens
+    ```
     """
 
     def __init__(
@@ -44,9 +54,11 @@ class DropTokenEncoder(keras.Model):
         mode="gather",
         seed=None,
         slot_multiple=8,
+        dtype=None,
         **kwargs,
     ):
         stages = encoder_stages(backbone)
+        policy = backbone.dtype_policy if dtype is None else keras.dtype_policies.get(dtype)
         drop = DropToken(
             rate,
             protected_token_ids=protected_token_ids,
@@ -54,22 +66,30 @@ class DropTokenEncoder(keras.Model):
             mode=mode,
             seed=seed,
             slot_multiple=slot_multiple,
+            dtype=policy,
             name="drop_token",
         )
         inputs = dict(backbone.input)
-        restore = RestoreDroppedTokens(name="restore_dropped_tokens") if mode == "gather" else None
+        restore = None
+        if drop.mode == "gather":
+            restore = RestoreDroppedTokens(dtype=policy, name="restore_dropped_tokens")
         super().__init__(
             inputs=inputs,
             outputs=drop_token_stages(stages, drop, inputs, restore),
             **kwargs,
         )
+        self.dtype_policy = policy
         self.backbone = backbone
         self.drop_token = drop
-        self.rate = rate
-        self.protected_token_ids = tuple(protected_token_ids)
-        self.mode = mode
-        self.seed = seed
-        self.slot_multiple = slot_multiple
+        self.protected_token_ids = drop.protected_token_ids
+        self.mode = drop.mode
+        self.seed = drop.seed
+        self.slot_multiple = drop.slot_multiple
+
+    @property
+    def rate(self):
+        """The drop rate now (a `DropTokenRateSchedule` changes it in `fit`)."""
+        return self.drop_token.rate
 
     def get_config(self):
         return {
@@ -79,7 +99,9 @@ class DropTokenEncoder(keras.Model):
             "mode": self.mode,
             "seed": self.seed,
             "slot_multiple": self.slot_multiple,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
             "name": self.name,
+            "trainable": self.trainable,
         }
 
     @classmethod
@@ -135,14 +157,15 @@ def with_drop_token(
     Args:
         backbone: `TransformerBackbone` (absolute, rotary or relative
             positions), keras-hub `BertBackbone` or `RobertaBackbone`.
-        rate: float in [0, 1); 0.10-0.15 did best on CLUE.
-        protected_token_ids: ids never dropped; by default the tokenizer-free
-            guess ``()`` keeps only position 0 ([CLS]). Pass ``(101, 102)``
+        rate: float in [0, 1) (numpy scalars accepted); 0.10-0.15 did best
+            on CLUE.
+        protected_token_ids: list or tuple of ids never dropped, or None
+            (``()``: only position 0, [CLS], is kept). Pass ``(101, 102)``
             for BERT's [CLS] and [SEP].
         mode: ``"gather"`` or ``"attention"`` (see `DropToken`).
-        seed: int or None.
-        slot_multiple: int, gather mode rounds the kept slots up to a multiple
-            of it (see `DropToken`).
+        seed: int >= 0 or None.
+        slot_multiple: int >= 1, gather mode rounds the kept slots up to a
+            multiple of it (see `DropToken`).
 
     Returns:
         A `DropTokenEncoder` with the backbone's inputs and outputs
@@ -158,13 +181,14 @@ def with_drop_token(
     emitters off to be fast (see `keras_masking.utils.xla_cpu`); a warning
     says so once.
     """
-    if mode == "gather" and rate:
-        warn_if_slow_token_dropping_under_xla()
-    return DropTokenEncoder(
+    encoder = DropTokenEncoder(
         backbone,
         rate,
-        protected_token_ids=protected_token_ids or (),
+        protected_token_ids=() if protected_token_ids is None else protected_token_ids,
         mode=mode,
         seed=seed,
         slot_multiple=slot_multiple,
     )
+    if encoder.mode == "gather" and encoder.rate:
+        warn_if_slow_token_dropping_under_xla()
+    return encoder

@@ -24,6 +24,14 @@ def encoder_stages(backbone):
         An object with ``embed(inputs, position_ids)``,
         ``encode(hidden, padding_mask, position_ids, attention_bias)``,
         ``pool(hidden)`` and ``reads_positions_in_attention``.
+
+    Example:
+
+    ```python
+    stages = encoder_stages(backbone)
+    hidden = stages.embed(inputs, None)
+    pooled = stages.pool(stages.encode(hidden, inputs["padding_mask"], None))
+    ```
     """
     if isinstance(backbone, TransformerBackbone):
         return _TransformerBackboneStages(backbone)
@@ -62,7 +70,10 @@ class _KerasHubStages:
 
     def embed(self, inputs, position_ids):
         if position_ids is not None:
-            raise ValueError("keras-hub backbones take no position_ids.")
+            raise ValueError(
+                "Expected position_ids=None for a keras-hub backbone (it adds its own "
+                f"positions). Received: position_ids with shape {tuple(position_ids.shape)}."
+            )
         backbone = self.backbone
         if self.is_roberta:
             hidden = backbone.embeddings(inputs["token_ids"])
