@@ -53,7 +53,8 @@ def test_malformed_lines_name_file_and_line(tmp_path):
         ),
         (b'{"sentence": null, "label": "Positive"}\n', r"field 'sentence' must be a str"),
         (
-            b'{"sentence": "ok", "label": "Positive"}\n\n{"sentence": ["a"], "label": "Negative"}\n',
+            b'{"sentence": "ok", "label": "Positive"}\n\n'
+            b'{"sentence": ["a"], "label": "Negative"}\n',
             r"train.json:3: field 'sentence' must be a str",
         ),
     ],
