@@ -3,10 +3,12 @@
 import json
 import re
 
+import keras
 import numpy as np
 import pytest
 from conftest import load_reference
 from conftest import random_features
+from conftest import randomize_weights
 from conftest import tiny_backbone_kwargs
 from conftest import write_reference_checkpoint
 
@@ -149,6 +151,28 @@ def test_segment_and_position_ids_out_of_range():
     bad_positions = {**features, "position_ids": np.tile(np.arange(20, 30), (2, 1))}
     with pytest.raises(ValueError, match="position_ids.*max_sequence_length=24"):
         backbone(bad_positions)
+
+
+@pytest.mark.parametrize(
+    "field, value", [("token_ids", 64), ("token_ids", -1), ("segment_ids", 2), ("position_ids", 24)]
+)
+def test_out_of_range_ids_in_compiled_calls_give_nan_rows(field, value):
+    # A compiled step cannot raise on values: the row with the bad id is NaN
+    # on every backend (not clamped to a real row, as TensorFlow's gather is).
+    backbone = randomize_weights(
+        TransformerBackbone(**tiny_backbone_kwargs(custom_position_ids=True))
+    )
+    features = random_features()
+    features["position_ids"] = np.tile(np.arange(10, dtype="int32"), (2, 1))
+    expected = keras.ops.convert_to_numpy(backbone(features)["sequence_output"])
+    features[field] = features[field].copy()
+    features[field][0, 3] = value
+    model = keras.Model(backbone.input, backbone.output)
+    model.compile(jit_compile=True)
+    outputs = model.predict_on_batch(features)
+    assert np.isnan(outputs["sequence_output"][0]).all()
+    assert np.isnan(outputs["pooled_output"][0]).all()
+    np.testing.assert_allclose(outputs["sequence_output"][1], expected[1], atol=1e-5)
 
 
 def test_sequence_longer_than_position_table():

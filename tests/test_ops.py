@@ -3,12 +3,15 @@
 import keras
 import keras_hub
 import numpy as np
+import pytest
 
 from keras_masking.ops import apply_interleaved_rotary
 from keras_masking.ops import apply_split_rotary
 from keras_masking.ops import padding_mask_to_bias
+from keras_masking.ops import relative_position_buckets
 from keras_masking.ops import relative_position_embeddings
 from keras_masking.ops import relative_position_table
+from keras_masking.ops import rotary_inverse_frequencies
 
 
 def test_interleaved_rotary_rotates_each_pair():
@@ -59,3 +62,34 @@ def test_padding_mask_to_bias():
     np.testing.assert_array_equal(bias[0, 0, 0], [0.0, 0.0, -1e9])
     half = padding_mask_to_bias(np.array([[1, 0]]), "float16")
     assert keras.ops.convert_to_numpy(half)[0, 0, 0, 1] == np.float16(-3e4)
+
+
+def test_relative_position_buckets_clip_each_distance():
+    positions = np.array([[0, 1, 2, 9], [5, 5, 0, 3]], "int32")
+    buckets = np.asarray(relative_position_buckets(positions, 3))
+    expected = np.clip(positions[:, None, :] - positions[:, :, None], -3, 3) + 3
+    np.testing.assert_array_equal(buckets, expected)
+    assert buckets[0, 0, 3] == 6 and buckets[0, 3, 0] == 0 and buckets[1, 0, 1] == 3
+
+
+def test_rotary_inverse_frequencies_and_odd_depth():
+    np.testing.assert_allclose(
+        np.asarray(rotary_inverse_frequencies(6, base=100.0)),
+        [1.0, 100.0 ** (-2 / 6), 100.0 ** (-4 / 6)],
+        rtol=1e-6,
+    )
+    with pytest.raises(ValueError, match="even depth"):
+        rotary_inverse_frequencies(5)
+
+
+def test_rotary_keeps_the_input_dtype_with_float32_angles():
+    """A bfloat16 input is rotated by float32 angles: at position 1000 the
+    angle in bfloat16 would be off by whole radians."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(1, 2, 1, 8)).astype("float32")
+    positions = np.array([[1000, 1001]], "int32")
+    expected = np.asarray(apply_interleaved_rotary(x, positions))
+    half = apply_interleaved_rotary(keras.ops.cast(x, "bfloat16"), positions)
+    assert keras.backend.standardize_dtype(half.dtype) == "bfloat16"
+    actual = keras.ops.convert_to_numpy(keras.ops.cast(half, "float32"))
+    np.testing.assert_allclose(actual, expected, atol=0.03)

@@ -4,6 +4,10 @@ import dataclasses
 
 import numpy as np
 
+from keras_masking.layers.state_expansion import check_token_id_list
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
+
 
 @dataclasses.dataclass(frozen=True)
 class RepeatedMLMBatch:
@@ -41,9 +45,12 @@ def repeated_mlm(
         padding_mask: 0/1 array ``(batch, L)``.
         k: int >= 1, copies per token.
         mask_rate: float in (0, 1), the per-copy masking probability ``p``.
-        mask_token_id: int.
+        mask_token_id: int >= 0.
         special_token_ids: ids never masked.
         seed: int or None.
+
+    Raises:
+        ValueError: for an argument of the wrong type or range, naming it.
 
     Returns:
         A `RepeatedMLMBatch`.
@@ -54,16 +61,35 @@ def repeated_mlm(
     >>> batch.token_ids.shape
     (1, 8)
     """
-    if not isinstance(k, int) or k < 1:
-        raise ValueError(f"`k` must be a positive integer. Received: k={k!r}")
-    if not 0 < mask_rate < 1:
-        raise ValueError(f"`mask_rate` must be in (0, 1). Received: {mask_rate}")
+    k = check_int("k", k, minimum=1)
+    mask_rate = check_float("mask_rate", mask_rate, 0.0, 1.0, open_minimum=True, open_maximum=True)
+    mask_token_id = check_int("mask_token_id", mask_token_id, minimum=0)
+    special_token_ids = check_token_id_list("special_token_ids", special_token_ids)
+    if seed is not None:
+        seed = check_int("seed", seed, minimum=0)
     token_ids = np.asarray(token_ids)
-    padding_mask = np.asarray(padding_mask).astype(bool)
+    padding_mask = np.asarray(padding_mask)
+    if token_ids.dtype == bool or not np.issubdtype(token_ids.dtype, np.integer):
+        raise ValueError(
+            f"Expected an integer array for token_ids. Received: token_ids of dtype "
+            f"{token_ids.dtype}."
+        )
+    if token_ids.ndim != 2:
+        raise ValueError(
+            f"Expected token_ids of shape (batch, sequence). Received: "
+            f"token_ids.shape={token_ids.shape}."
+        )
     if token_ids.shape != padding_mask.shape:
         raise ValueError(
-            f"token_ids {token_ids.shape} and padding_mask {padding_mask.shape} differ in shape."
+            f"Expected padding_mask of the shape of token_ids {token_ids.shape}. "
+            f"Received: padding_mask.shape={padding_mask.shape}."
         )
+    if not np.isin(padding_mask.astype("float64"), (0.0, 1.0)).all():
+        bad = sorted(set(padding_mask[~np.isin(padding_mask.astype("float64"), (0, 1))].tolist()))
+        raise ValueError(
+            f"Expected padding_mask of 0s and 1s. Received values {bad[:10]} in padding_mask."
+        )
+    padding_mask = padding_mask.astype(bool)
     rng = np.random.default_rng(seed)
     repeated = np.repeat(token_ids, k, axis=1)
     real = np.repeat(padding_mask, k, axis=1)

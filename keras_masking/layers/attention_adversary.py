@@ -55,9 +55,11 @@ class AttentionAdversary(keras.layers.Layer):
 
     Example:
     >>> adversary = AttentionAdversary()
-    >>> mask = adversary(keras.ops.ones((2, 5, 32)), keras.ops.ones((2, 5)))
-    >>> mask.shape
+    >>> mask = adversary(keras.ops.ones((2, 5, 32)), np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]))
+    >>> tuple(mask.shape)
     (2, 5, 5)
+    >>> float(keras.ops.max(mask[1, :, 3:]))  # padded keys are always masked
+    0.0
     """
 
     def __init__(self, alpha=1.0, noise=False, initializer_range=0.02, seed=None, **kwargs):

@@ -27,7 +27,7 @@ class AttentionUnits(keras.layers.Layer):
     >>> units = AttentionUnits(units_per_head=2, num_heads=4)
     >>> units.build((None, None, 32))
     >>> query, key, value = units.projections(keras.ops.ones((1, 5, 32)))
-    >>> query.shape
+    >>> tuple(query.shape)
     (1, 5, 4, 2)
     """
 

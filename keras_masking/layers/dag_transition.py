@@ -3,10 +3,14 @@
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_masking.layers.initializers import bert_initializer
+from keras_masking.layers.state_expansion import check_integer_tensor
+from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import check_ids_in_range
+from keras_masking.utils.eager_checks import concrete_value
 
 _NEGATIVE = -1e9
 
@@ -22,61 +26,143 @@ class DAGTransition(keras.layers.Layer):
         log E_ij = logsumexp_c(log g_ic + log_softmax_j(q^c_i . k^c_j / sqrt(d/H)))
 
     with edges only forward (``j > i``) and only between valid vertices; every
-    other entry is ``-inf``. Computed in float32 whatever the dtype policy.
+    other entry is ``-inf``. Computed in float32 whatever the dtype policy:
+    under ``"mixed_bfloat16"`` or ``"mixed_float16"`` the slot embedding, the
+    query, key and gate projections, the scores and both log-softmaxes still
+    run in float32 (their sublayers have a float32 policy), since the
+    log-probabilities feed the DAG loss's products over whole paths.
     ``s_i`` is vertex ``i``'s slot: its position in the expanded sequence
     when ``slot_index`` is given (the official code embeds that position),
     else the vertex index ``i``.
 
     Args:
-        num_heads: int, transition heads ``H``.
-        max_vertices: int, the slot embedding's size: the largest vertex
+        num_heads: int >= 1, transition heads ``H``; must divide the hidden
+            width.
+        max_vertices: int >= 1, the slot embedding's size: the largest vertex
             count, or the largest expanded length when ``slot_index`` holds
             expanded positions.
-        slot_dim: int, width of the slot embedding; the hidden width when
-            None.
+        slot_dim: int >= 1, width of the slot embedding; the hidden width
+            when None.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
         hidden: float ``(batch, N, d)``, the vertices' final hidden states.
         vertex_mask: 0/1 ``(batch, N)``, valid vertices (a prefix).
-        slot_index: optional int ``(batch, N)`` in ``[0, max_vertices)``,
-            each vertex's slot.
+        slot_index: optional int ``(batch, N)`` (or ``(1, N)``) in
+            ``[0, max_vertices)``, each vertex's slot; checked in eager calls.
 
     Returns:
         float32 ``(batch, N, N)`` log transition matrix.
 
     Example:
     >>> head = DAGTransition(num_heads=2, max_vertices=8)
-    >>> head(keras.ops.ones((1, 8, 16)), keras.ops.ones((1, 8))).shape
-    (1, 8, 8)
+    >>> log_e = head(keras.ops.ones((1, 8, 16)), keras.ops.ones((1, 8)))
+    >>> tuple(log_e.shape), keras.backend.standardize_dtype(log_e.dtype)
+    ((1, 8, 8), 'float32')
     """
 
     def __init__(self, num_heads, max_vertices, slot_dim=None, **kwargs):
+        num_heads = check_int("num_heads", num_heads, minimum=1)
+        max_vertices = check_int("max_vertices", max_vertices, minimum=1)
+        if slot_dim is not None:
+            slot_dim = check_int("slot_dim", slot_dim, minimum=1)
         super().__init__(**kwargs)
-        self.num_heads = int(num_heads)
-        self.max_vertices = int(max_vertices)
+        self.num_heads = num_heads
+        self.max_vertices = max_vertices
         self.slot_dim = slot_dim
+        self.width = None
 
-    def build(self, hidden_shape, vertex_mask_shape=None):
-        width = hidden_shape[-1]
+    @property
+    def input_dtype(self):
+        """float32: inputs are never rounded to a 16-bit compute dtype."""
+        return "float32"
+
+    def build(self, hidden_shape, vertex_mask_shape=None, slot_index_shape=None):
+        hidden_shape = tuple(hidden_shape)
+        width = hidden_shape[-1] if hidden_shape else None
+        if len(hidden_shape) != 3 or width is None:
+            raise ValueError(
+                "Expected hidden of shape (batch, vertices, width) with a known width. "
+                f"Received: hidden.shape={hidden_shape}."
+            )
         if width % self.num_heads:
-            raise ValueError(f"hidden width {width} is not divisible by num_heads={self.num_heads}")
+            raise ValueError(
+                "Expected a hidden width divisible by num_heads. Received: hidden width "
+                f"{width}, num_heads={self.num_heads}."
+            )
         slot_dim = self.slot_dim or width
+        # float32 sublayers: the transition log-probabilities are computed in
+        # float32 under any dtype policy.
         self.slot_embedding = keras.layers.Embedding(
-            self.max_vertices, slot_dim, embeddings_initializer=bert_initializer(), name="slot"
+            self.max_vertices,
+            slot_dim,
+            embeddings_initializer=bert_initializer(),
+            dtype="float32",
+            name="slot",
         )
         self.slot_embedding.build((None, None))
         feature_shape = (None, None, width + slot_dim)
-        self.query = keras.layers.Dense(width, kernel_initializer=bert_initializer(), name="query")
-        self.key = keras.layers.Dense(width, kernel_initializer=bert_initializer(), name="key")
+        self.query = keras.layers.Dense(
+            width, kernel_initializer=bert_initializer(), dtype="float32", name="query"
+        )
+        self.key = keras.layers.Dense(
+            width, kernel_initializer=bert_initializer(), dtype="float32", name="key"
+        )
         self.gate = keras.layers.Dense(
-            self.num_heads, kernel_initializer=bert_initializer(), name="gate"
+            self.num_heads, kernel_initializer=bert_initializer(), dtype="float32", name="gate"
         )
         for layer in (self.query, self.key, self.gate):
             layer.build(feature_shape)
+        self.width = width
         self.built = True
 
+    def _check_inputs(self, hidden, vertex_mask, slot_index):
+        shape = tuple(hidden.shape)
+        if len(shape) != 3 or shape[1] is None:
+            raise ValueError(
+                "Expected hidden of shape (batch, vertices, width) with a static vertex "
+                f"count. Received: hidden.shape={shape}."
+            )
+        dtype = keras.backend.standardize_dtype(hidden.dtype)
+        if "float" not in dtype:
+            raise ValueError(
+                f"Expected a float tensor for hidden. Received: hidden of dtype {dtype}."
+            )
+        if self.width is not None and shape[2] != self.width:
+            raise ValueError(
+                f"Expected hidden of width {self.width} (the width this layer was built "
+                f"for). Received: hidden.shape={shape}."
+            )
+        for name, value, batch_one in (
+            ("vertex_mask", vertex_mask, False),
+            ("slot_index", slot_index, True),
+        ):
+            if value is None:
+                continue
+            other = tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
+            batches = (shape[0], None, 1) if batch_one else (shape[0], None)
+            if (
+                len(other) != 2
+                or (other[1] is not None and other[1] != shape[1])
+                or (shape[0] is not None and other[0] not in batches)
+            ):
+                raise ValueError(
+                    f"Expected {name} of shape ({shape[0]}, {shape[1]}) (hidden has "
+                    f"{shape[1]} vertices). Received: {name}.shape={tuple(other)}."
+                )
+        if slot_index is not None:
+            check_integer_tensor("slot_index", slot_index)
+        values = concrete_value(vertex_mask)
+        if values is not None and values.size:
+            bad = ~np.isin(np.asarray(values, "float64"), (0.0, 1.0))
+            if bad.any():
+                found = sorted(set(np.asarray(values)[bad].tolist()))[:10]
+                raise ValueError(
+                    f"Expected vertex_mask of 0s and 1s. Received values {found} in vertex_mask."
+                )
+
     def call(self, hidden, vertex_mask=None, slot_index=None):
+        self._check_inputs(hidden, vertex_mask, slot_index)
         hidden = ops.cast(hidden, "float32")
         batch, vertices, width = ops.shape(hidden)[0], hidden.shape[1], hidden.shape[2]
         if slot_index is None:

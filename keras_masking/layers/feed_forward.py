@@ -23,7 +23,7 @@ class FeedForward(keras.layers.Layer):
 
     Example:
     >>> ffn = FeedForward(intermediate_dim=64, activation="gelu")
-    >>> ffn(keras.ops.ones((2, 5, 32))).shape
+    >>> tuple(ffn(keras.ops.ones((2, 5, 32))).shape)
     (2, 5, 32)
     """
 

@@ -28,7 +28,7 @@ class GradientReversal(keras.layers.Layer):
 
     Example:
     >>> layer = GradientReversal(alpha=0.5)
-    >>> layer(keras.ops.ones((1, 3)))
+    >>> keras.ops.convert_to_numpy(layer(keras.ops.ones((1, 3))))
     array([[1., 1., 1.]], dtype=float32)
     """
 

@@ -17,6 +17,12 @@ class MaskedLMHead(keras.layers.Layer):
     ``cls/predictions``). Only the positions in ``mask_positions`` are
     projected, as in keras-hub, so the cost scales with the masked count.
 
+    The logits are float32 under every dtype policy: under
+    ``"mixed_bfloat16"`` or ``"mixed_float16"`` the dense transform runs in
+    the 16-bit compute dtype, but the LayerNorm output, the product with the
+    (float32) embedding matrix and the bias are computed in float32, so a
+    softmax over a large vocabulary keeps its precision.
+
     When the input embedding is corrected in place by an affine map of some
     rows (``E_i -> a E_i + c``, the MLM embedding correction), the head can
     keep predicting with the original rows through
@@ -25,8 +31,14 @@ class MaskedLMHead(keras.layers.Layer):
     non-trainable variables this uses (per-row scale and shift weight, shift
     vector) hold the identity until then.
 
+    In a model, the head shares its embedding with the backbone
+    (`TransformerMaskedLM` rebuilds it that way when loaded). Its config
+    holds the embedding's config, so ``MaskedLMHead.from_config`` alone gives
+    a head with a new embedding of the same shape.
+
     Args:
-        token_embedding: the backbone's `keras.layers.ReversibleEmbedding`.
+        token_embedding: the backbone's `keras.layers.ReversibleEmbedding` (or
+            its serialized config).
         activation: activation of the transform (``"gelu"`` = exact GELU).
         layer_norm_epsilon: float. LayerNorm epsilon.
         kernel_initializer: initializer of the transform kernel.
@@ -37,12 +49,17 @@ class MaskedLMHead(keras.layers.Layer):
         mask_positions: optional int tensor ``(batch, masks)``; every position
             when None.
 
+    Returns:
+        float32 logits ``(batch, masks, vocabulary)`` (``masks = sequence``
+        when ``mask_positions`` is None).
+
     Example:
     >>> embedding = keras.layers.ReversibleEmbedding(100, 32)
     >>> embedding.build((None, None))
     >>> head = MaskedLMHead(embedding)
-    >>> head(keras.ops.ones((2, 5, 32)), keras.ops.zeros((2, 3), "int32")).shape
-    (2, 3, 100)
+    >>> logits = head(keras.ops.ones((2, 5, 32)), keras.ops.zeros((2, 3), "int32"))
+    >>> tuple(logits.shape), keras.backend.standardize_dtype(logits.dtype)
+    ((2, 3, 100), 'float32')
     """
 
     def __init__(
@@ -54,6 +71,11 @@ class MaskedLMHead(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if not isinstance(token_embedding, keras.layers.Embedding):
+            raise ValueError(
+                "`token_embedding` must be a `keras.layers.ReversibleEmbedding` (the "
+                f"backbone's token embedding). Received: {token_embedding!r}"
+            )
         self.token_embedding = token_embedding
         self.activation = activation
         self.layer_norm_epsilon = float(layer_norm_epsilon)
@@ -61,13 +83,29 @@ class MaskedLMHead(keras.layers.Layer):
         self.transform_dense = None
         self.transform_layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon,
-            dtype=self.dtype_policy,
+            dtype=self.dtype_policy.variable_dtype,
             name="transform_layer_norm",
+        )
+        # The dense transform computes in the policy's compute dtype; the
+        # LayerNorm and the tied product in float32 (a float32 layer reads the
+        # embedding's float32 variable unrounded under any autocast scope;
+        # the head's own variables are never autocast).
+        self.tied_logits = _TiedLogits(
+            token_embedding, dtype=self._logits_dtype, name="tied_logits"
         )
         self.output_bias = None
 
+    @property
+    def _logits_dtype(self):
+        """float32, or float64 under a float64 policy."""
+        if self.dtype_policy.variable_dtype == "float64":
+            return "float64"
+        return "float32"
+
     def build(self, hidden_shape, mask_positions_shape=None):
         hidden_dim = hidden_shape[-1]
+        if not self.token_embedding.built:
+            self.token_embedding.build((None, None))
         self.transform_dense = keras.layers.Dense(
             hidden_dim,
             activation=resolve_activation(self.activation),
@@ -79,19 +117,28 @@ class MaskedLMHead(keras.layers.Layer):
         self.transform_layer_norm.build(hidden_shape)
         vocabulary_size = self.token_embedding.input_dim
         self.output_bias = self.add_weight(
-            shape=(vocabulary_size,), initializer="zeros", name="output_bias"
+            shape=(vocabulary_size,), initializer="zeros", autocast=False, name="output_bias"
         )
         self.output_row_scale = self.add_weight(
-            shape=(vocabulary_size,), initializer="ones", trainable=False, name="output_row_scale"
+            shape=(vocabulary_size,),
+            initializer="ones",
+            trainable=False,
+            autocast=False,
+            name="output_row_scale",
         )
         self.output_row_shift_weight = self.add_weight(
             shape=(vocabulary_size,),
             initializer="zeros",
             trainable=False,
+            autocast=False,
             name="output_row_shift_weight",
         )
         self.output_shift = self.add_weight(
-            shape=(hidden_dim,), initializer="zeros", trainable=False, name="output_shift"
+            shape=(hidden_dim,),
+            initializer="zeros",
+            trainable=False,
+            autocast=False,
+            name="output_shift",
         )
         self.built = True
 
@@ -119,13 +166,15 @@ class MaskedLMHead(keras.layers.Layer):
         if mask_positions is not None:
             index = ops.cast(mask_positions, "int32")[..., None]
             hidden = ops.take_along_axis(hidden, index, axis=1)
+        dtype = self._logits_dtype
         hidden = self.transform_layer_norm(self.transform_dense(hidden))
-        logits = self.token_embedding(hidden, reverse=True)
-        dtype = logits.dtype
-        shift = ops.einsum("...d,d->...", hidden, ops.cast(self.output_shift, hidden.dtype))
-        logits = ops.cast(self.output_row_scale, dtype) * logits - ops.cast(
-            self.output_row_shift_weight, dtype
-        ) * ops.cast(shift[..., None], dtype)
+        hidden = ops.cast(hidden, dtype)
+        logits = self.tied_logits(hidden)
+        shift = ops.einsum("...d,d->...", hidden, ops.cast(self.output_shift, dtype))
+        logits = (
+            ops.cast(self.output_row_scale, dtype) * logits
+            - ops.cast(self.output_row_shift_weight, dtype) * shift[..., None]
+        )
         return logits + ops.cast(self.output_bias, dtype)
 
     def compute_output_shape(self, hidden_shape, mask_positions_shape=None):
@@ -134,10 +183,17 @@ class MaskedLMHead(keras.layers.Layer):
             length = mask_positions_shape[1]
         return (hidden_shape[0], length, self.token_embedding.input_dim)
 
+    def compute_output_spec(self, hidden, mask_positions=None):
+        shape = self.compute_output_shape(
+            hidden.shape, None if mask_positions is None else mask_positions.shape
+        )
+        return keras.KerasTensor(shape, self._logits_dtype)
+
     def get_config(self):
         config = super().get_config()
         config.update(
             {
+                "token_embedding": keras.saving.serialize_keras_object(self.token_embedding),
                 "activation": self.activation,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
@@ -147,8 +203,40 @@ class MaskedLMHead(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config):
-        raise ValueError(
-            "MaskedLMHead shares its output projection with a token embedding "
-            "and is rebuilt by its owner (TransformerMaskedLM), not from its "
-            "config alone."
-        )
+        config = dict(config)
+        if isinstance(config.get("token_embedding"), dict):
+            config["token_embedding"] = keras.saving.deserialize_keras_object(
+                config["token_embedding"]
+            )
+        return super().from_config(config)
+
+
+class _TiedLogits(keras.layers.Layer):
+    """``hidden E^T`` with the token embedding's own (unrounded) weights.
+
+    Built with a float32 policy by `MaskedLMHead`, so the product is float32
+    under mixed precision.
+    """
+
+    def __init__(self, token_embedding, **kwargs):
+        super().__init__(**kwargs)
+        self.token_embedding = token_embedding
+        self.built = True
+
+    def call(self, hidden):
+        embedding = self.token_embedding
+        dtype = self.compute_dtype
+        if getattr(embedding, "quantization_mode", None) is not None:
+            return ops.cast(embedding(hidden, reverse=True), dtype)
+        if getattr(embedding, "tie_weights", True):
+            kernel = ops.transpose(ops.cast(embedding.embeddings, dtype))
+        else:
+            kernel = ops.cast(embedding.reverse_embeddings, dtype)
+        logits = ops.matmul(ops.cast(hidden, dtype), kernel)
+        soft_cap = getattr(embedding, "logit_soft_cap", None)
+        if soft_cap is not None:
+            logits = ops.tanh(logits / soft_cap) * soft_cap
+        return logits
+
+    def compute_output_shape(self, hidden_shape):
+        return tuple(hidden_shape[:-1]) + (self.token_embedding.input_dim,)

@@ -84,8 +84,18 @@ class SelfAttention(keras.layers.Layer):
 
     Example:
     >>> attention = SelfAttention(num_heads=4, head_dim=8, position="rotary")
-    >>> attention(keras.ops.ones((2, 5, 32))).shape
+    >>> hidden = np.random.default_rng(0).normal(size=(2, 5, 32)).astype("float32")
+    >>> padding_mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    >>> outputs = attention(hidden, padding_mask=padding_mask)
+    >>> tuple(outputs.shape)
     (2, 5, 32)
+
+    Keys masked out by ``padding_mask`` do not change any output:
+
+    >>> hidden[1, 3:] = 0.0
+    >>> changed = attention(hidden, padding_mask=padding_mask)
+    >>> bool(np.allclose(changed[1, :3], outputs[1, :3], atol=1e-5))
+    True
     """
 
     def __init__(

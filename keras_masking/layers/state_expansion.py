@@ -1,9 +1,117 @@
 """ExLM's state expansion: every [MASK] (and [CLS]/[SEP]) becomes k slots."""
 
-import math
+import numbers
 
 import keras
+import numpy as np
 from keras import ops
+
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
+from keras_masking.utils.eager_checks import concrete_value
+
+
+def check_token_id_list(name, token_ids, vocabulary_size=None):
+    """Returns ``token_ids`` as a tuple of Python ints, or raises a ValueError.
+
+    Args:
+        name: the argument's name in the message.
+        token_ids: a list, tuple or 1D array of integer ids.
+        vocabulary_size: exclusive upper bound of the ids, or None.
+
+    Returns:
+        A tuple of ints.
+
+    Example:
+    >>> check_token_id_list("special_token_ids", (101, np.int64(102)))
+    (101, 102)
+    """
+    if isinstance(token_ids, (str, bytes, numbers.Number)) or not hasattr(token_ids, "__iter__"):
+        raise ValueError(
+            f"Expected a list of integer token ids for {name}. Received: {name}={token_ids!r}."
+        )
+    values = tuple(token_ids)
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(
+                f"Expected a list of integer token ids for {name}. Received: {name}={token_ids!r}."
+            )
+    values = tuple(int(value) for value in values)
+    for value in values:
+        if value < 0 or (vocabulary_size is not None and value >= vocabulary_size):
+            bound = "0 or more" if vocabulary_size is None else f"in [0, {vocabulary_size})"
+            raise ValueError(f"Expected token ids {bound} for {name}. Received: {name}={values}.")
+    return values
+
+
+def check_integer_tensor(name, value):
+    """Raises a ValueError unless ``value`` holds integers (not bool, not float).
+
+    Args:
+        name: the argument's name in the message.
+        value: a tensor, numpy array or (nested) list.
+
+    Example:
+    >>> check_integer_tensor("token_ids", np.array([[101, 7, 102]]))
+    """
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(value).dtype
+    dtype = keras.backend.standardize_dtype(dtype)
+    if "int" not in dtype:
+        raise ValueError(
+            f"Expected an integer tensor for {name}. Received: {name} of dtype {dtype}."
+        )
+
+
+def check_sequence_inputs(token_ids, padding_mask, others=(), static_length=True):
+    """Checks ``(batch, L)`` token ids and a 0/1 padding mask of the same shape.
+
+    Shapes and dtypes are checked in every call; the mask's values when they
+    are concrete (eager calls).
+
+    Args:
+        token_ids: integer ``(batch, L)``.
+        padding_mask: 0/1 ``(batch, L)`` (int, bool or float).
+        others: ``(name, tensor or None)`` pairs that must have the same shape.
+        static_length: whether ``L`` must be known when tracing.
+
+    Example:
+    >>> check_sequence_inputs(np.array([[101, 7, 102]]), np.array([[1, 1, 2]]))
+    Traceback (most recent call last):
+    ...
+    ValueError: Expected padding_mask of 0s and 1s. Received values [2] in padding_mask.
+    """
+    check_integer_tensor("token_ids", token_ids)
+    shape = tuple(ops.shape(token_ids)) if not hasattr(token_ids, "shape") else token_ids.shape
+    if len(shape) != 2:
+        raise ValueError(
+            f"Expected token_ids of shape (batch, sequence). Received: token_ids.shape={shape}."
+        )
+    if static_length and shape[1] is None:
+        raise ValueError(
+            "Expected token_ids with a static sequence length (the expanded length is "
+            f"static). Received: token_ids.shape={shape}."
+        )
+    for name, value in (("padding_mask", padding_mask),) + tuple(others):
+        if value is None:
+            continue
+        other = tuple(np.shape(value)) if not hasattr(value, "shape") else tuple(value.shape)
+        if len(other) != 2 or any(
+            a is not None and b is not None and a != b for a, b in zip(other, shape)
+        ):
+            raise ValueError(
+                f"Expected {name} of the shape of token_ids {tuple(shape)}. "
+                f"Received: {name}.shape={other}."
+            )
+    values = concrete_value(padding_mask)
+    if values is not None and values.size:
+        bad = ~np.isin(np.asarray(values, "float64"), (0.0, 1.0))
+        if bad.any():
+            found = sorted(set(np.asarray(values)[bad].tolist()))[:10]
+            raise ValueError(
+                f"Expected padding_mask of 0s and 1s. Received values {found} in padding_mask."
+            )
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -12,40 +120,48 @@ class StateExpansion(keras.layers.Layer):
 
     Every [MASK] and every id in ``expand_token_ids`` (the official code
     expands [CLS]/<s> and [SEP]/</s>) becomes ``k`` slots; other tokens keep
-    one. ``pos1`` is the original index (shared by the copies) and ``pos2``
-    the copy index ``1..k`` (0 for single tokens). For
-    ``[CLS] a M M b [SEP]`` and ``k = 4``:
+    one; padding gets none. ``pos1`` is the token's position among the real
+    tokens (shared by the copies), ``pos2`` the copy index ``1..k`` (0 for
+    single tokens). For ``[CLS] a M M b [SEP]`` and ``k = 4``:
     ``pos1 = 0000 1 2222 3333 4 5555``, ``pos2 = 1234 0 1234 1234 0 1234``.
 
-    The output length is static, ``L + (k - 1) * max_expanded_tokens``, so a
-    step compiles once. ``max_expanded_tokens`` is given, or derived from a
-    masking rate as ``ceil(mask_rate * L) + 3`` ([CLS] and two [SEP]s). An
-    example that needs more slots is cut at the static length and flagged in
-    ``overflow``.
+    Padding may sit anywhere (left, right or inside the row): the expanded
+    sequence holds the real tokens' slots first, then padding, and is the
+    same for every layout of the same real tokens; ``source_index`` and
+    ``first_slot`` lead back to the input's positions.
+
+    The output length is static, ``L + (k - 1) * max_expanded``, so a step
+    compiles once. ``max_expanded`` is ``max_expanded_tokens`` if given, else
+    ``ceil(mask_rate * L) + 3`` ([CLS] and two [SEP]s) if ``mask_rate`` is
+    given, else ``L``: with neither, every input fits (the output is then
+    ``k * L`` long). An example that needs more slots is cut at the static
+    length and flagged in ``overflow``; read it (`ExLMPretrainer` and
+    `ExLMEncoder` do).
 
     Args:
         k: int >= 1, copies per expanded token (4 in ExLM).
         mask_token_id: int, the [MASK] id.
         expand_token_ids: other ids to expand, e.g. ``(cls_id, sep_id)``.
-        max_expanded_tokens: int or None, the most expanded tokens an example
-            may hold.
-        mask_rate: float or None, used when ``max_expanded_tokens`` is None.
+        max_expanded_tokens: int >= 0 or None, the most expanded tokens an
+            example may hold.
+        mask_rate: float in (0, 1] or None, sizes the output when
+            ``max_expanded_tokens`` is None. Give at most one of the two.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
-        token_ids: int ``(batch, L)``.
+        token_ids: int ``(batch, L)``, ``L`` static.
         padding_mask: 0/1 ``(batch, L)``.
         expand_mask: optional bool ``(batch, L)``, more positions to expand
             (prediction targets that are not [MASK], as with 80/10/10).
 
     Returns:
         A dict: ``token_ids``, ``padding_mask`` and ``source_index`` (slot ->
-        original index; 0 on padding), each ``(batch, L_out)``,
+        input index; 0 on padding), each ``(batch, L_out)``,
         ``position_ids`` ``(batch, L_out, 2)`` = (pos1, pos2),
         ``expanded_mask`` (slot belongs to an expanded token),
-        ``first_slot`` ``(batch, L)`` (each original token's first slot,
-        clipped to ``L_out - 1``; the way back to the input positions) and
-        ``overflow`` ``(batch,)``.
+        ``first_slot`` ``(batch, L)`` (each input token's first slot,
+        clipped to ``L_out - 1``; the way back to the input positions; no
+        meaning at padding) and ``overflow`` ``(batch,)``.
 
     Example:
     >>> expand = StateExpansion(k=4, mask_token_id=103, expand_token_ids=(101, 102),
@@ -64,25 +180,39 @@ class StateExpansion(keras.layers.Layer):
         mask_rate=None,
         **kwargs,
     ):
+        k = check_int("k", k, minimum=1)
+        mask_token_id = check_int("mask_token_id", mask_token_id, minimum=0)
+        expand_token_ids = check_token_id_list("expand_token_ids", expand_token_ids)
+        if max_expanded_tokens is not None:
+            max_expanded_tokens = check_int("max_expanded_tokens", max_expanded_tokens, minimum=0)
+        if mask_rate is not None:
+            mask_rate = check_float("mask_rate", mask_rate, 0.0, 1.0, open_minimum=True)
+        if max_expanded_tokens is not None and mask_rate is not None:
+            raise ValueError(
+                "Expected at most one of max_expanded_tokens and mask_rate. Received: "
+                f"max_expanded_tokens={max_expanded_tokens}, mask_rate={mask_rate}."
+            )
         super().__init__(**kwargs)
-        if not isinstance(k, int) or k < 1:
-            raise ValueError(f"`k` must be a positive integer. Received: k={k!r}")
-        if max_expanded_tokens is None and mask_rate is None:
-            raise ValueError("Give `max_expanded_tokens` or `mask_rate` to fix the output length.")
-        if mask_rate is not None and not 0 < mask_rate <= 1:
-            raise ValueError(f"`mask_rate` must be in (0, 1]. Received: {mask_rate}")
         self.k = k
-        self.mask_token_id = int(mask_token_id)
-        self.expand_token_ids = tuple(int(i) for i in expand_token_ids)
+        self.mask_token_id = mask_token_id
+        self.expand_token_ids = expand_token_ids
         self.max_expanded_tokens = max_expanded_tokens
         self.mask_rate = mask_rate
 
+    def max_expanded(self, length):
+        """The most expanded tokens a row of ``length`` tokens may hold."""
+        length = check_int("length", length, minimum=0)
+        if self.max_expanded_tokens is not None:
+            most = self.max_expanded_tokens
+        elif self.mask_rate is not None:
+            most = int(np.ceil(self.mask_rate * length)) + 3
+        else:
+            most = length
+        return min(most, length)
+
     def output_length(self, length):
         """The static expanded length for input length ``length``."""
-        most = self.max_expanded_tokens
-        if most is None:
-            most = math.ceil(self.mask_rate * length) + 3
-        return int(length) + (self.k - 1) * min(int(most), int(length))
+        return int(length) + (self.k - 1) * self.max_expanded(length)
 
     def expands(self, token_ids):
         """bool ``(batch, L)``: which tokens are expanded."""
@@ -92,6 +222,7 @@ class StateExpansion(keras.layers.Layer):
         return expanded
 
     def call(self, token_ids, padding_mask, expand_mask=None):
+        check_sequence_inputs(token_ids, padding_mask, (("expand_mask", expand_mask),))
         token_ids = ops.cast(token_ids, "int32")
         real = ops.cast(padding_mask, "bool")
         length = token_ids.shape[1]
@@ -105,22 +236,25 @@ class StateExpansion(keras.layers.Layer):
         starts = ends - copies
         total = ends[:, -1]
         slots = ops.arange(out_length, dtype="int32")
-        # Slot t belongs to the last real token whose first slot is <= t.
-        counted = ops.where(real, starts, out_length + length)
-        source = ops.sum(ops.cast(counted[:, None, :] <= slots[None, :, None], "int32"), -1) - 1
-        source = ops.maximum(source, 0)
+        # Slot t belongs to the input token j with starts[j] <= t < ends[j]:
+        # j = the number of tokens (padding included, which has no slots)
+        # that end at or before t. Any padding layout works.
+        source = ops.sum(ops.cast(ends[:, None, :] <= slots[None, :, None], "int32"), -1)
         valid = slots[None, :] < ops.minimum(total, out_length)[:, None]
         source = ops.where(valid, source, 0)
+        # pos1: the token's position among the real tokens.
+        rank = ops.maximum(ops.cumsum(ops.cast(real, "int32"), axis=1) - 1, 0)
         slot_start = ops.take_along_axis(starts, source, axis=1)
         slot_expanded = ops.take_along_axis(expanded, source, axis=1) & valid
         copy = ops.where(slot_expanded, slots[None, :] - slot_start + 1, 0)
         ids = ops.where(valid, ops.take_along_axis(token_ids, source, axis=1), 0)
-        position_ids = ops.stack([ops.where(valid, source, 0), copy], axis=-1)
+        pos1 = ops.where(valid, ops.take_along_axis(rank, source, axis=1), 0)
+        position_ids = ops.stack([pos1, copy], axis=-1)
         return {
             "token_ids": ids,
             "padding_mask": ops.cast(valid, "int32"),
             "position_ids": ops.cast(position_ids, "int32"),
-            "source_index": source,
+            "source_index": ops.cast(source, "int32"),
             "expanded_mask": slot_expanded,
             "first_slot": ops.cast(ops.minimum(starts, out_length - 1), "int32"),
             "overflow": total > out_length,

@@ -6,6 +6,16 @@ from keras_masking.layers.feed_forward import FeedForward
 from keras_masking.layers.self_attention import SelfAttention
 
 
+def _training(training):
+    """``training=`` for a sublayer call, left out when None.
+
+    Keras 3 lets an explicit ``training=None`` hide the flag of an outer
+    call; leaving it out lets the sublayer inherit it (the two stage methods
+    are called from other layers' ``call``).
+    """
+    return {} if training is None else {"training": training}
+
+
 @keras.saving.register_keras_serializable(package="keras_masking")
 class TransformerBlock(keras.layers.Layer):
     """A BERT-family encoder layer with public stages and hooks.
@@ -58,7 +68,7 @@ class TransformerBlock(keras.layers.Layer):
 
     Example:
     >>> block = TransformerBlock(num_heads=4, intermediate_dim=64)
-    >>> block(keras.ops.ones((2, 5, 32))).shape
+    >>> tuple(block(keras.ops.ones((2, 5, 32))).shape)
     (2, 5, 32)
     """
 
@@ -208,7 +218,7 @@ class TransformerBlock(keras.layers.Layer):
     ):
         """``LN(x + Dropout(Attention(x)))``, the first half of the layer."""
         if kv_prefix is None and self.key_value_prefix is not None:
-            kv_prefix = self.key_value_prefix(training=training)
+            kv_prefix = self.key_value_prefix(**_training(training))
         attended = self.self_attention(
             hidden,
             padding_mask=padding_mask,
@@ -218,9 +228,9 @@ class TransformerBlock(keras.layers.Layer):
             extra_units=self.attention_units,
             attention_mask_bias=attention_mask_bias,
             mask_semantics=mask_semantics,
-            training=training,
+            **_training(training),
         )
-        attended = self.attention_output_dropout(attended, training=training)
+        attended = self.attention_output_dropout(attended, **_training(training))
         return self.attention_layer_norm(hidden + attended)
 
     def feed_forward_sublayer(self, hidden, extra_output=None, training=None):
@@ -233,7 +243,7 @@ class TransformerBlock(keras.layers.Layer):
             transformed = transformed + self.feed_forward_branch(hidden)
         if extra_output is not None:
             transformed = transformed + extra_output
-        transformed = self.feed_forward_dropout(transformed, training=training)
+        transformed = self.feed_forward_dropout(transformed, **_training(training))
         return self.feed_forward_layer_norm(hidden + transformed)
 
     def call(

@@ -38,7 +38,7 @@ class TransformerEmbedding(keras.layers.Layer):
     Example:
     >>> embed = TransformerEmbedding(100, 32, max_sequence_length=16)
     >>> ids = keras.ops.ones((2, 5), "int32")
-    >>> embed(ids, keras.ops.zeros((2, 5), "int32")).shape
+    >>> tuple(embed(ids, keras.ops.zeros((2, 5), "int32")).shape)
     (2, 5, 32)
     """
 
@@ -119,11 +119,15 @@ class TransformerEmbedding(keras.layers.Layer):
                 f"max_sequence_length={self.max_sequence_length}."
             )
         check_ids_in_range(token_ids, self.vocabulary_size, "token_ids", "vocabulary_size")
+        # Compiled calls cannot raise on values: an out-of-range id makes its
+        # embedding NaN (TensorFlow would clamp it silently, JAX fill NaN).
+        valid = _in_range(token_ids, self.vocabulary_size)
         embedded = self.token_embedding(token_ids)
         if self.segment_embedding is not None:
             if segment_ids is None:
                 segment_ids = ops.zeros_like(token_ids)
             check_ids_in_range(segment_ids, self.num_segments, "segment_ids", "num_segments")
+            valid &= _in_range(segment_ids, self.num_segments)
             embedded = embedded + self.segment_embedding(segment_ids)
         if self.position_embedding is not None:
             if position_ids is None:
@@ -135,7 +139,9 @@ class TransformerEmbedding(keras.layers.Layer):
                 "position_ids",
                 "max_sequence_length",
             )
+            valid &= _in_range(position_ids, self.max_sequence_length)
             embedded = embedded + self.position_embedding(position_ids)
+        embedded = ops.where(valid[..., None], embedded, float("nan"))
         embedded = self.layer_norm(embedded)
         return self.embedding_dropout(embedded, training=training)
 
@@ -157,3 +163,7 @@ class TransformerEmbedding(keras.layers.Layer):
             }
         )
         return config
+
+
+def _in_range(ids, upper):
+    return (ids >= 0) & (ids < upper)

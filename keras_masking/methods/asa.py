@@ -1,5 +1,7 @@
 """ASA: adversarial self-attention fine-tuning of a user's Keras task model."""
 
+import copy
+
 import keras
 from keras import ops
 
@@ -301,11 +303,15 @@ class ASATrainer(keras.Model):
             "token_divergence": self.token_divergence,
             "seed": self.seed,
             "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
         }
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
+        # Deserialising a functional model consumes the dict it is given:
+        # keep the caller's config as it was.
+        config = copy.deepcopy(config)
         config["task_model"] = keras.saving.deserialize_keras_object(config["task_model"])
         config["divergence"] = keras.saving.deserialize_keras_object(config["divergence"])
         return cls(**config)

@@ -3,19 +3,26 @@
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_masking.layers.dag_transition import DAGTransition
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.layers.masked_lm_head import MaskedLMHead
 from keras_masking.layers.state_expansion import StateExpansion
+from keras_masking.layers.state_expansion import check_token_id_list
 from keras_masking.losses.dag_loss import dag_alignment_feasible
 from keras_masking.losses.dag_loss import dag_alignment_posterior
 from keras_masking.losses.dag_loss import dag_loss
 from keras_masking.models.exlm_encoder import ExLMEncoder
+from keras_masking.models.exlm_encoder import check_backbone_inputs
+from keras_masking.models.exlm_encoder import check_rotary2d_backbone
 from keras_masking.models.exlm_encoder import plain_position_ids
 from keras_masking.ops.token_dropping import batched_gather
 from keras_masking.ops.token_dropping import kept_indices
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
+from keras_masking.utils.eager_checks import concrete_value
 
 
 def _any_equal(token_ids, ids):
@@ -31,6 +38,12 @@ def state_entropy(logits):
     logits = ops.cast(logits, "float32")
     log_p = logits - ops.logsumexp(logits, axis=-1, keepdims=True)
     return -ops.sum(ops.exp(log_p) * log_p, axis=-1)
+
+
+def _real_rank(padding_mask):
+    """int32 ``(B, L)``: each token's position among the row's real tokens."""
+    real = ops.cast(ops.cast(padding_mask, "bool"), "int32")
+    return ops.maximum(ops.cumsum(real, axis=1) - 1, 0)
 
 
 def _weighted_mean(values, weights):
@@ -58,24 +71,56 @@ class ExLMPretrainer(keras.Model):
     ``objective="mlm"`` the same masking trains a plain MLM (no expansion,
     ``pos2 = 0``), for comparison.
 
+    Padding may sit anywhere in a row (left, right, inside): positions count
+    the real tokens only, and the masking draws are made per real token, so
+    a row gives the same outputs and loss whatever its padding layout.
+
+    **Static sizes.** A step compiles once, for static shapes: the expanded
+    sequence has ``L + (k - 1) * E`` slots, with room for
+    ``E = min(ceil(mask_rate * L) + max_special_tokens, L)`` expanded tokens
+    (targets) and ``k * E`` DAG vertices. ``max_special_tokens`` (3: [CLS]
+    and two [SEP]s) bounds the tokens of a row that are always expanded:
+    those in ``special_token_ids`` and any [MASK] already in the input.
+    Packed rows with more [SEP]s need a larger value, or None: room for
+    every token (``E = L``; the expanded sequence is then ``k * L`` long), so
+    that no input can overflow. A row with more special tokens than
+    ``max_special_tokens`` raises in eager calls (``pretrainer(x)``); in
+    compiled steps (``fit``) it is left out of the loss (as an impossible
+    alignment is) and counted in the ``overflow`` metric: nothing is cut
+    silently.
+
     Metrics: ``entropy`` (mean entropy of the predicted distributions at the
     masked positions; for ExLM over every [MASK] state), ``aligned_entropy``
     (for ExLM, each masked target's state entropy weighted by the alignment
-    posterior, see `aligned_entropy`; for MLM equal to ``entropy``) and
-    ``impossible`` (share of examples whose alignment is impossible; their
-    loss is 0, as in the official code).
+    posterior, see `aligned_entropy`; for MLM equal to ``entropy``),
+    ``impossible`` (share of examples whose alignment cannot exist, by
+    `dag_alignment_feasible`; their loss is 0, as in the official code) and
+    ``overflow`` (share of examples left out because they hold more than
+    ``max_special_tokens`` special tokens; 0 for MLM).
+
+    Outputs of a call (ExLM): ``match`` ``(B, T, N)`` (the emission
+    log-probs ``log P_u(y_i)``), ``log_transitions`` ``(B, N, N)``,
+    ``output_length`` and ``target_length`` ``(B,)``, ``targets`` ``(B, T)``
+    (the target ids), ``vertex_slots`` ``(B, N)`` (each vertex's slot in the
+    expanded sequence), ``picked`` ``(B, L)`` (the tokens masked in this
+    call), ``target_is_mask`` ``(B, T)``, ``overflow`` ``(B,)``,
+    ``state_entropy`` ``(B, N)`` and ``entropy``. MLM: ``logits``,
+    ``labels``, ``label_mask``, ``picked`` and ``overflow``.
 
     Args:
         backbone: a `TransformerBackbone` with ``position="rotary2d"`` and
             ``custom_position_ids=True``.
-        k: int, states per expanded token (4).
-        mask_rate: float, share of tokens picked (0.15).
+        k: int >= 1, states per expanded token (4).
+        mask_rate: float in (0, 1), share of tokens picked (0.15).
         mask_token_id: int, the [MASK] id.
         special_token_ids: ids never picked and always expanded ([CLS], [SEP]).
         replacement: ``"mask"`` (all [MASK], official) or ``"bert"`` (80/10/10).
         objective: ``"exlm"`` or ``"mlm"``.
-        transition_heads: int, heads of `DAGTransition`.
+        transition_heads: int >= 1, heads of `DAGTransition`; must divide the
+            backbone's hidden width.
         seed: int or None.
+        max_special_tokens: int >= 0 or None, the most always-expanded tokens
+            in one row (see above).
         **kwargs: `keras.Model` arguments.
 
     Example:
@@ -98,29 +143,44 @@ class ExLMPretrainer(keras.Model):
         objective="exlm",
         transition_heads=4,
         seed=None,
+        max_special_tokens=3,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        if getattr(backbone, "position", None) != "rotary2d" or not backbone.custom_position_ids:
-            raise ValueError(
-                "ExLM needs a TransformerBackbone with position='rotary2d' and "
-                "custom_position_ids=True."
-            )
+        check_rotary2d_backbone(backbone, "ExLMPretrainer")
+        vocabulary = backbone.vocabulary_size
+        k = check_int("k", k, minimum=1)
+        mask_rate = check_float("mask_rate", mask_rate, 0.0, 1.0, True, True)
+        mask_token_id = check_int("mask_token_id", mask_token_id, minimum=0, maximum=vocabulary - 1)
+        special_token_ids = check_token_id_list("special_token_ids", special_token_ids, vocabulary)
         if replacement not in ("mask", "bert"):
-            raise ValueError(f"`replacement` must be 'mask' or 'bert'. Received: {replacement!r}")
+            raise ValueError(
+                f"Expected replacement 'mask' or 'bert'. Received: replacement={replacement!r}."
+            )
         if objective not in ("exlm", "mlm"):
-            raise ValueError(f"`objective` must be 'exlm' or 'mlm'. Received: {objective!r}")
-        if not 0 < mask_rate < 1:
-            raise ValueError(f"`mask_rate` must be in (0, 1). Received: {mask_rate}")
+            raise ValueError(
+                f"Expected objective 'exlm' or 'mlm'. Received: objective={objective!r}."
+            )
+        transition_heads = check_int("transition_heads", transition_heads, minimum=1)
+        if backbone.hidden_dim % transition_heads:
+            raise ValueError(
+                "Expected transition_heads to divide the backbone's hidden width "
+                f"{backbone.hidden_dim}. Received: transition_heads={transition_heads}."
+            )
+        if seed is not None:
+            seed = check_int("seed", seed)
+        if max_special_tokens is not None:
+            max_special_tokens = check_int("max_special_tokens", max_special_tokens, minimum=0)
+        super().__init__(**kwargs)
         self.backbone = backbone
-        self.k = int(k)
-        self.mask_rate = float(mask_rate)
-        self.mask_token_id = int(mask_token_id)
-        self.special_token_ids = tuple(int(i) for i in special_token_ids)
+        self.k = k
+        self.mask_rate = mask_rate
+        self.mask_token_id = mask_token_id
+        self.special_token_ids = special_token_ids
         self.replacement = replacement
         self.objective = objective
-        self.transition_heads = int(transition_heads)
+        self.transition_heads = transition_heads
         self.seed = seed
+        self.max_special_tokens = max_special_tokens
         self.seed_generator = keras.random.SeedGenerator(seed)
         self.lm_head = MaskedLMHead(
             backbone.token_embedding,
@@ -133,6 +193,7 @@ class ExLMPretrainer(keras.Model):
         self.entropy_tracker = keras.metrics.Mean(name="entropy")
         self.aligned_entropy_tracker = keras.metrics.Mean(name="aligned_entropy")
         self.impossible_tracker = keras.metrics.Mean(name="impossible")
+        self.overflow_tracker = keras.metrics.Mean(name="overflow")
 
     # === Sizes (static, from the input length) ===
     def max_picked(self, length):
@@ -140,8 +201,10 @@ class ExLMPretrainer(keras.Model):
         return max(1, math.ceil(self.mask_rate * length))
 
     def max_targets(self, length):
-        """Targets: picked tokens plus [CLS] and up to two [SEP]s."""
-        return min(self.max_picked(length) + 3, length)
+        """Expanded tokens (targets) a row of ``length`` has room for."""
+        if self.max_special_tokens is None:
+            return length
+        return min(self.max_picked(length) + self.max_special_tokens, length)
 
     def expansion(self, length):
         """The `StateExpansion` used for input length ``length``."""
@@ -153,6 +216,11 @@ class ExLMPretrainer(keras.Model):
         )
 
     def build(self, input_shape):
+        if not isinstance(input_shape, dict) or "token_ids" not in input_shape:
+            raise ValueError(
+                "Expected inputs with the keys ['token_ids', 'padding_mask'] (and optionally "
+                f"'segment_ids'). Received: {input_shape!r}."
+            )
         length = input_shape["token_ids"][1]
         self.lm_head.build((None, None, self.backbone.hidden_dim), (None, None))
         if self.objective == "exlm":
@@ -167,8 +235,21 @@ class ExLMPretrainer(keras.Model):
         self.built = True
 
     # === Masking ===
+    def special_mask(self, token_ids, padding_mask):
+        """bool ``(B, L)``: real tokens that are always expanded.
+
+        Those in ``special_token_ids`` and any [MASK] already in the input;
+        ``max_special_tokens`` bounds their count per row.
+        """
+        always = _any_equal(token_ids, self.special_token_ids + (self.mask_token_id,))
+        return always & ops.cast(padding_mask, "bool")
+
     def pick_tokens(self, token_ids, padding_mask):
-        """bool ``(B, L)``: the tokens to predict, stochastic count per row."""
+        """bool ``(B, L)``: the tokens to predict, stochastic count per row.
+
+        The draws are made per real token (in order), so the picks do not
+        depend on where the padding sits.
+        """
         real = ops.cast(padding_mask, "bool")
         never_picked = self.special_token_ids + (self.mask_token_id,)
         candidates = real & ~_any_equal(token_ids, never_picked)
@@ -179,11 +260,12 @@ class ExLMPretrainer(keras.Model):
         picks = ops.floor(self.mask_rate * count + rounding)
         picks = ops.clip(picks, ops.minimum(count, 1.0), float(self.max_picked(length)))
         noise = keras.random.uniform(ops.shape(token_ids), seed=self.seed_generator)
+        noise = ops.take_along_axis(noise, _real_rank(padding_mask), axis=1)
         score = ops.where(candidates, noise, 2.0)
         rank = ops.argsort(ops.argsort(score, axis=1), axis=1)
         return candidates & (ops.cast(rank, "float32") < picks[:, None])
 
-    def corrupt(self, token_ids, picked):
+    def corrupt(self, token_ids, picked, padding_mask=None):
         """Replaces the picked tokens ([MASK], or BERT's 80/10/10)."""
         masked = ops.where(picked, self.mask_token_id, token_ids)
         if self.replacement == "mask":
@@ -193,50 +275,97 @@ class ExLMPretrainer(keras.Model):
         random_ids = keras.random.randint(
             ops.shape(token_ids), 0, vocabulary, dtype="int32", seed=self.seed_generator
         )
+        if padding_mask is not None:  # per real token, as the picks
+            rank = _real_rank(padding_mask)
+            draw = ops.take_along_axis(draw, rank, axis=1)
+            random_ids = ops.take_along_axis(random_ids, rank, axis=1)
         replaced = ops.where(draw < 0.8, self.mask_token_id, token_ids)
         replaced = ops.where(draw >= 0.9, random_ids, replaced)
         return ops.where(picked, replaced, token_ids)
 
     # === Forward ===
     def call(self, inputs, training=False):
-        token_ids = ops.cast(inputs["token_ids"], "int32")
-        padding_mask = ops.cast(inputs["padding_mask"], "int32")
-        segment_ids = inputs.get("segment_ids")
+        token_ids, padding_mask, segment_ids = check_backbone_inputs(inputs, self.backbone)
+        token_ids = ops.cast(token_ids, "int32")
+        padding_mask = ops.cast(ops.cast(padding_mask, "bool"), "int32")
         if segment_ids is None:
             segment_ids = ops.zeros_like(token_ids)
+        segment_ids = ops.cast(segment_ids, "int32")
+        if self.objective == "exlm":
+            self._check_expanded_length(token_ids.shape[1])
+            self._check_special_count(token_ids, padding_mask)
         picked = self.pick_tokens(token_ids, padding_mask)
-        corrupted = self.corrupt(token_ids, picked)
+        corrupted = self.corrupt(token_ids, picked, padding_mask)
+        args = (token_ids, corrupted, segment_ids, padding_mask, picked, training)
         if self.objective == "mlm":
-            return self._mlm_outputs(token_ids, corrupted, segment_ids, padding_mask, picked)
-        return self._exlm_outputs(token_ids, corrupted, segment_ids, padding_mask, picked)
+            return self._mlm_outputs(*args)
+        return self._exlm_outputs(*args)
 
-    def _mlm_outputs(self, token_ids, corrupted, segment_ids, padding_mask, picked):
+    def _special_overflow(self, token_ids, padding_mask):
+        """bool ``(B,)``: rows with more than ``max_special_tokens`` special tokens."""
+        if self.max_special_tokens is None:
+            return ops.zeros((ops.shape(token_ids)[0],), "bool")
+        count = ops.sum(ops.cast(self.special_mask(token_ids, padding_mask), "int32"), axis=1)
+        return count > self.max_special_tokens
+
+    def _check_expanded_length(self, length):
+        expanded = self.expansion(length).output_length(length)
+        if expanded > self.transition.max_vertices:
+            raise ValueError(
+                f"Sequences of {length} tokens expand to {expanded} slots, more than this "
+                f"pretrainer was built for ({self.transition.max_vertices}). Build it on the "
+                "longest length first."
+            )
+
+    def _check_special_count(self, token_ids, padding_mask):
+        if self.max_special_tokens is None:
+            return
+        ids, mask = concrete_value(token_ids), concrete_value(padding_mask)
+        if ids is None or mask is None:
+            return
+        count = concrete_value(
+            ops.sum(ops.cast(self.special_mask(token_ids, padding_mask), "int32"), axis=1)
+        )
+        rows = np.flatnonzero(count > self.max_special_tokens).tolist()
+        if rows:
+            raise ValueError(
+                f"Rows {rows} hold {count[rows].tolist()} special tokens (ids "
+                f"{list(self.special_token_ids)}, or [MASK] {self.mask_token_id}), more than "
+                f"max_special_tokens={self.max_special_tokens}: their expansion would not "
+                "fit. Raise `max_special_tokens`, or set it to None to size the expansion "
+                "for any input."
+            )
+
+    def _mlm_outputs(self, token_ids, corrupted, segment_ids, padding_mask, picked, training):
         length = token_ids.shape[1]
-        positions = plain_position_ids(token_ids)
-        hidden = self.backbone.embed(corrupted, segment_ids, positions)
-        hidden = self.backbone.encode(hidden, padding_mask, positions)
+        positions = plain_position_ids(token_ids, padding_mask)
+        hidden = self.backbone.embed(corrupted, segment_ids, positions, training=training)
+        hidden = self.backbone.encode(hidden, padding_mask, positions, training=training)
         count = self.max_picked(length)
         mask_positions = kept_indices(picked, count)
         label_mask = ops.take_along_axis(picked, mask_positions, axis=1)
         logits = ops.cast(self.lm_head(hidden, mask_positions), "float32")
         labels = ops.take_along_axis(token_ids, mask_positions, axis=1)
-        return {"logits": logits, "labels": labels, "label_mask": label_mask}
+        return {
+            "logits": logits,
+            "labels": labels,
+            "label_mask": label_mask,
+            "picked": picked,
+            "overflow": ops.zeros((ops.shape(token_ids)[0],), "bool"),
+        }
 
-    def _exlm_outputs(self, token_ids, corrupted, segment_ids, padding_mask, picked):
+    def _exlm_outputs(self, token_ids, corrupted, segment_ids, padding_mask, picked, training):
         length = token_ids.shape[1]
         real = ops.cast(padding_mask, "bool")
         expand = (picked | _any_equal(token_ids, self.special_token_ids)) & real
         expansion = self.expansion(length)
-        if expansion.output_length(length) > self.transition.max_vertices:
-            raise ValueError(
-                f"Sequences of {length} tokens expand to {expansion.output_length(length)} "
-                f"slots, more than this pretrainer was built for "
-                f"({self.transition.max_vertices}). Build it on the longest length first."
-            )
         expanded = expansion(corrupted, padding_mask, expand_mask=expand)
         segments = ops.take_along_axis(segment_ids, expanded["source_index"], axis=1)
-        hidden = self.backbone.embed(expanded["token_ids"], segments, expanded["position_ids"])
-        hidden = self.backbone.encode(hidden, expanded["padding_mask"], expanded["position_ids"])
+        positions = expanded["position_ids"]
+        hidden = self.backbone.embed(expanded["token_ids"], segments, positions, training=training)
+        hidden = self.backbone.encode(
+            hidden, expanded["padding_mask"], positions, training=training
+        )
         # DAG vertices: the expanded states, in order.
         targets_count = self.max_targets(length)
         vertices = self.k * targets_count
@@ -245,12 +374,14 @@ class ExLMPretrainer(keras.Model):
             ops.sum(ops.cast(expanded["expanded_mask"], "int32"), axis=1), vertices
         )
         vertex_mask = ops.arange(vertices, dtype="int32")[None, :] < output_length[:, None]
+        vertex_slots = ops.where(vertex_mask, vertex_slots, 0)
         vertex_hidden = batched_gather(hidden, vertex_slots)
         logits = ops.cast(self.lm_head(hidden, vertex_slots), "float32")  # (B, N, V)
         # Targets: the expanded tokens' original ids, in order.
         target_index = kept_indices(expand, targets_count)
-        targets = ops.take_along_axis(token_ids, target_index, axis=1)
         target_length = ops.minimum(ops.sum(ops.cast(expand, "int32"), axis=1), targets_count)
+        live_target = ops.arange(targets_count, dtype="int32")[None, :] < target_length[:, None]
+        targets = ops.where(live_target, ops.take_along_axis(token_ids, target_index, axis=1), 0)
         normaliser = ops.logsumexp(logits, axis=-1)  # (B, N), once
         target_logits = batched_gather(ops.transpose(logits, (0, 2, 1)), targets)  # (B, T, N)
         match = target_logits - normaliser[:, None, :]
@@ -258,12 +389,15 @@ class ExLMPretrainer(keras.Model):
         source = batched_gather(expanded["source_index"][..., None], vertex_slots)[..., 0]
         mask_state = ops.take_along_axis(picked, source, axis=1) & vertex_mask
         entropies = state_entropy(logits)  # (B, N)
-        live_target = ops.arange(targets_count, dtype="int32")[None, :] < target_length[:, None]
         return {
             "match": match,
             "log_transitions": log_transitions,
             "output_length": output_length,
             "target_length": target_length,
+            "targets": targets,
+            "vertex_slots": vertex_slots,
+            "picked": picked,
+            "overflow": self._special_overflow(token_ids, padding_mask),
             "entropy": _weighted_mean(entropies, mask_state),
             "state_entropy": entropies,
             "target_is_mask": ops.take_along_axis(picked, target_index, axis=1) & live_target,
@@ -279,8 +413,23 @@ class ExLMPretrainer(keras.Model):
         its pretraining.
 
         Args:
-            max_expanded_tokens: int, the most [CLS]/[SEP] (and [MASK]) tokens
-                in one fine-tuning example.
+            max_expanded_tokens: int >= 0 or None, the most [CLS]/[SEP] (and
+                [MASK]) tokens in one fine-tuning example; None for any
+                number.
+
+        Returns:
+            An `ExLMEncoder` sharing this pretrainer's backbone.
+
+        Example:
+        ```python
+        backbone = keras_masking.models.TransformerBackbone(
+            vocabulary_size=128, num_layers=1, num_heads=2, hidden_dim=16,
+            intermediate_dim=32, position="rotary2d", custom_position_ids=True,
+        )
+        pretrainer = keras_masking.models.ExLMPretrainer(backbone, k=2, transition_heads=2)
+        encoder = pretrainer.fine_tuning_encoder()
+        pooled = encoder(features)["pooled_output"]
+        ```
         """
         return ExLMEncoder(
             self.backbone,
@@ -291,6 +440,11 @@ class ExLMPretrainer(keras.Model):
         )
 
     # === Loss and metrics ===
+    @staticmethod
+    def _loss_target_length(y_pred):
+        """Target lengths with overflowing rows set to 0 (left out of the loss)."""
+        return ops.where(y_pred["overflow"], 0, ops.cast(y_pred["target_length"], "int32"))
+
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if self.objective == "mlm":
             weights = ops.cast(y_pred["label_mask"], "float32")
@@ -298,27 +452,30 @@ class ExLMPretrainer(keras.Model):
                 y_pred["labels"], y_pred["logits"], from_logits=True
             )
             return ops.sum(losses * weights) / ops.maximum(ops.sum(weights), 1.0)
+        target_length = self._loss_target_length(y_pred)
         log_likelihood = dag_loss(
             y_pred["match"],
             y_pred["log_transitions"],
             y_pred["output_length"],
-            y_pred["target_length"],
+            target_length,
         )
-        lengths = ops.cast(ops.maximum(y_pred["target_length"], 1), "float32")
+        lengths = ops.cast(ops.maximum(target_length, 1), "float32")
         return -ops.mean(log_likelihood / lengths)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        overflow = ops.cast(y_pred["overflow"], "float32")
         if self.objective == "mlm":
             entropy = prediction_entropy(y_pred["logits"], y_pred["label_mask"])
             aligned, impossible = entropy, 0.0
         else:
             entropy = y_pred["entropy"]
             feasible = dag_alignment_feasible(y_pred["output_length"], y_pred["target_length"])
-            impossible = ops.mean(ops.cast(~feasible, "float32"))
+            impossible = ops.mean(ops.cast(~feasible, "float32") * (1.0 - overflow))
             aligned = self.aligned_entropy(y_pred)
         self.entropy_tracker.update_state(entropy)
         self.aligned_entropy_tracker.update_state(aligned)
         self.impossible_tracker.update_state(impossible)
+        self.overflow_tracker.update_state(ops.mean(overflow))
         return super().compute_metrics(x, y, y_pred, sample_weight)
 
     def aligned_entropy(self, y_pred):
@@ -329,12 +486,34 @@ class ExLMPretrainer(keras.Model):
         feasible examples: ExLM's counterpart of MLM's per-mask entropy, which
         the ``entropy`` metric (every state of every [MASK]) is not, since a
         target is emitted by one of its ``k`` states.
+
+        Args:
+            y_pred: the outputs of a call (``match``, ``log_transitions``,
+                ``output_length``, ``target_length``, ``state_entropy``,
+                ``target_is_mask``; ``overflow`` optional).
+
+        Returns:
+            A float32 scalar.
+
+        Example:
+        ```python
+        backbone = keras_masking.models.TransformerBackbone(
+            vocabulary_size=128, num_layers=1, num_heads=2, hidden_dim=16,
+            intermediate_dim=32, position="rotary2d", custom_position_ids=True,
+        )
+        pretrainer = keras_masking.models.ExLMPretrainer(backbone, k=2, transition_heads=2)
+        y_pred = pretrainer(features)  # token_ids, padding_mask (, segment_ids)
+        value = pretrainer.aligned_entropy(y_pred)
+        ```
         """
+        target_length = y_pred["target_length"]
+        if "overflow" in y_pred:
+            target_length = self._loss_target_length(y_pred)
         posterior = dag_alignment_posterior(
             y_pred["match"],
             y_pred["log_transitions"],
             y_pred["output_length"],
-            y_pred["target_length"],
+            target_length,
         )
         per_target = ops.sum(posterior * y_pred["state_entropy"][:, None, :], axis=2)
         feasible = ops.sum(posterior, axis=(1, 2)) > 0
@@ -351,7 +530,10 @@ class ExLMPretrainer(keras.Model):
             "objective": self.objective,
             "transition_heads": self.transition_heads,
             "seed": self.seed,
+            "max_special_tokens": self.max_special_tokens,
             "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
         }
 
     @classmethod

@@ -16,8 +16,9 @@ class TransformerMaskedLM(keras_hub.models.MaskedLM):
     LayerNorm, output projection tied to the token embedding, output bias) to
     the backbone. Inputs are the backbone's plus ``mask_positions`` (the
     positions to predict); the output is ``(batch, masks, vocabulary)``
-    logits. Compiles with keras-hub's MaskedLM defaults (sparse categorical
-    cross-entropy from logits).
+    float32 logits, under mixed precision too (see `MaskedLMHead`). Compiles
+    with keras-hub's MaskedLM defaults (sparse categorical cross-entropy from
+    logits).
 
     Args:
         backbone: a `keras_masking.models.TransformerBackbone`.
@@ -26,8 +27,17 @@ class TransformerMaskedLM(keras_hub.models.MaskedLM):
 
     Example:
     ```python
+    backbone = keras_masking.models.TransformerBackbone(
+        vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=64,
+    )
     masked_lm = keras_masking.models.TransformerMaskedLM(backbone)
-    logits = masked_lm({**features, "mask_positions": np.array([[1, 2]])})
+    logits = masked_lm({
+        "token_ids": np.array([[1, 7, 3, 2]]),
+        "segment_ids": np.zeros((1, 4), "int32"),
+        "padding_mask": np.ones((1, 4), "int32"),
+        "mask_positions": np.array([[1, 2]]),
+    })
+    logits.shape  # (1, 2, 100)
     ```
     """
 
@@ -52,3 +62,16 @@ class TransformerMaskedLM(keras_hub.models.MaskedLM):
         sequence_output = backbone(backbone.input)["sequence_output"]
         outputs = self.masked_lm_head(sequence_output, inputs["mask_positions"])
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+
+    def get_config(self):
+        # keras-hub's Task config holds the backbone, the preprocessor and the
+        # name; the compute dtype follows the backbone's.
+        config = super().get_config()
+        config["trainable"] = self.trainable
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        # keras-hub's Task.from_config writes the deserialized backbone into
+        # the dict it is given; keep the caller's config as it was.
+        return super().from_config(dict(config))

@@ -1,5 +1,6 @@
 """Turning masks into additive attention biases."""
 
+import keras
 from keras import ops
 
 
@@ -7,13 +8,17 @@ def large_negative(dtype):
     """A finite number that ``exp`` sends to zero in ``dtype``.
 
     Args:
-        dtype: the logits' dtype name.
+        dtype: the logits' dtype, as a name or a backend dtype object.
 
     Returns:
         ``-1e9`` for float32/float64 and ``-3e4`` for 16-bit floats (the
         largest magnitude float16 can hold safely).
+
+    Example:
+    >>> large_negative("float32"), large_negative(np.float16)
+    (-1000000000.0, -30000.0)
     """
-    if str(dtype) in ("float16", "bfloat16"):
+    if keras.backend.standardize_dtype(dtype) in ("float16", "bfloat16"):
         return -3.0e4
     return -1.0e9
 
@@ -32,11 +37,13 @@ def padding_mask_to_bias(padding_mask, dtype="float32"):
         logits.
 
     Example:
-    >>> padding_mask_to_bias(keras.ops.array([[1, 0]]))[0, 0, 0]
-    array([ 0.e+00, -1.e+09], dtype=float32)
+    >>> bias = padding_mask_to_bias(np.array([[1, 0]]))
+    >>> keras.ops.convert_to_numpy(bias).tolist()
+    [[[[0.0, -1000000000.0]]]]
     """
     keep = ops.cast(padding_mask, dtype)
-    return ((1.0 - keep) * large_negative(dtype))[:, None, None, :]
+    # (keep - 1) * |large|: +0.0 for real keys (not -0.0), large negative else.
+    return ((keep - 1.0) * -large_negative(dtype))[:, None, None, :]
 
 
 MASK_SEMANTICS = ("replace", "additive", "guarded")
@@ -82,9 +89,10 @@ def apply_replacing_mask(logits, mask_bias, padding_mask=None, semantics="replac
         float32 logits of the same shape.
 
     Example:
-    >>> logits = keras.ops.array([[[[3.0, 5.0]]]])
-    >>> apply_replacing_mask(logits, keras.ops.array([[[[0.0, -10000.0]]]]))
-    array([[[[     3., -10000.]]]], dtype=float32)
+    >>> logits = np.array([[[[3.0, 5.0]]]], "float32")
+    >>> masked = apply_replacing_mask(logits, np.array([[[[0.0, -10000.0]]]], "float32"))
+    >>> keras.ops.convert_to_numpy(masked).tolist()
+    [[[[3.0, -10000.0]]]]
     """
     validate_mask_semantics(semantics)
     logits = ops.cast(logits, "float32")

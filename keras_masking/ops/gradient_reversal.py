@@ -24,7 +24,7 @@ def reverse_gradient(x, alpha=1.0):
         A tensor equal to ``x``.
 
     Example:
-    >>> reverse_gradient(keras.ops.ones((2,)), alpha=0.5)
+    >>> keras.ops.convert_to_numpy(reverse_gradient(keras.ops.ones((2,)), alpha=0.5))
     array([1., 1.], dtype=float32)
     """
     frozen = ops.stop_gradient(x)
@@ -51,7 +51,7 @@ def straight_through_step(scores, threshold_noise=None):
         A tensor of the same shape and dtype holding 0.0 and 1.0.
 
     Example:
-    >>> straight_through_step(keras.ops.array([-1.0, 2.0]))
+    >>> keras.ops.convert_to_numpy(straight_through_step(np.array([-1.0, 2.0], "float32")))
     array([0., 1.], dtype=float32)
     """
     soft = ops.sigmoid(scores)

@@ -57,9 +57,10 @@ def apply_interleaved_rotary(x, position_ids, base=10000.0):
         A tensor with the shape and dtype of ``x``.
 
     Example:
-    >>> x = keras.ops.ones((1, 3, 2, 4))
-    >>> apply_interleaved_rotary(x, keras.ops.arange(3)[None]).shape
-    (1, 3, 2, 4)
+    >>> x = np.array([[[[1.0, 0.0]]]], "float32")  # (batch, sequence, heads, depth)
+    >>> rotated = apply_interleaved_rotary(x, np.array([[1]]))  # by 1 radian
+    >>> keras.ops.convert_to_numpy(rotated).round(4)
+    array([[[[0.5403, 0.8415]]]], dtype=float32)
     """
     depth = x.shape[-1]
     cos, sin = _cos_sin(position_ids, depth, base, x.dtype)

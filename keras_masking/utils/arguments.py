@@ -67,4 +67,3 @@ def check_float(name, value, minimum=None, maximum=None, open_minimum=False, ope
         interval = f"{'(' if open_minimum else '['}{low}, {high}{')' if open_maximum else ']'}"
         raise ValueError(f"Expected {name} in {interval}. Received: {name}={value!r}.")
     return value
-

@@ -42,7 +42,7 @@ def disable_xla_cpu_fusion_emitters():
     ```python
     import keras_masking
     keras_masking.utils.disable_xla_cpu_fusion_emitters()
-    model.compile(..., jit_compile=True)
+    model.compile(optimizer="adam", loss="mse", jit_compile=True)
     ```
     """
     if not xla_cpu_fusion_emitters_disabled():

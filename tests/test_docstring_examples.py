@@ -1,0 +1,277 @@
+"""Every docstring example of the package runs on the current backend.
+
+Two styles are collected from the docstrings of every public module, class,
+function and method that the package itself defines: ``>>>`` lines, run as
+doctests (the printed values must match), and `````python`` blocks, run as
+scripts. The blocks name objects a user already has (a ``backbone``, a
+``classifier``, ``features``...); `CONTEXT` builds tiny ones for the names a
+block uses, in a temporary working folder.
+"""
+
+import ast
+import doctest
+import importlib
+import inspect
+import os
+import pathlib
+import pkgutil
+import re
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+from conftest import HUB_SIZES
+from conftest import tiny_backbone_kwargs
+from conftest import write_reference_checkpoint
+
+import keras_masking
+
+VOCABULARY = 128  # the examples use BERT's ids 101 ([CLS]), 102 ([SEP]), 103 ([MASK])
+SHARED_VOCABULARY = pathlib.Path("../shared/data/vocab/bert-base-chinese-vocab.txt")
+
+# Blocks that cannot run here, with the reason.
+SKIP = {}
+
+
+# === Collection ===
+def _public_modules():
+    modules = [keras_masking]
+    for info in pkgutil.walk_packages(keras_masking.__path__, "keras_masking."):
+        if any(part.startswith("_") for part in info.name.split(".")):
+            continue
+        modules.append(importlib.import_module(info.name))
+    return modules
+
+
+def _own_docstrings(module):
+    """``(qualified name, docstring)`` of the module and what it defines."""
+    yield module.__name__, module.__doc__
+    for name, value in sorted(vars(module).items()):
+        if name.startswith("_") or getattr(value, "__module__", None) != module.__name__:
+            continue
+        if inspect.isfunction(value):
+            yield f"{module.__name__}.{name}", value.__doc__
+        elif inspect.isclass(value):
+            yield f"{module.__name__}.{name}", value.__doc__
+            for attribute, member in sorted(vars(value).items()):
+                if attribute.startswith("_") and attribute != "__init__":
+                    continue
+                function = member.fget if isinstance(member, property) else member
+                function = getattr(function, "__func__", function)
+                if inspect.isfunction(function):
+                    yield f"{module.__name__}.{name}.{attribute}", function.__doc__
+
+
+_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+
+
+def _examples():
+    """``(id, module, kind, source)`` for every example of the package."""
+    found = []
+    for module in _public_modules():
+        for name, docstring in _own_docstrings(module):
+            if not docstring:
+                continue
+            docstring = inspect.cleandoc(docstring)
+            if ">>>" in docstring:
+                found.append((name, module, "doctest", docstring))
+            for index, block in enumerate(_BLOCK.findall(docstring)):
+                suffix = "" if index == 0 else f"[{index}]"
+                found.append((name + suffix, module, "block", textwrap.dedent(block)))
+    return found
+
+
+EXAMPLES = _examples()
+
+
+def _params():
+    return [
+        pytest.param(name, module, kind, source, id=name) for name, module, kind, source in EXAMPLES
+    ]
+
+
+def test_the_package_has_examples_of_both_styles():
+    kinds = {kind for _, _, kind, _ in EXAMPLES}
+    assert kinds == {"doctest", "block"}
+    # Every public layer and model documents one.
+    names = {name for name, _, _, _ in EXAMPLES}
+    for package in (keras_masking.layers, keras_masking.models):
+        for value in vars(package).values():
+            if inspect.isclass(value) and issubclass(value, keras.layers.Layer):
+                assert f"{value.__module__}.{value.__name__}" in names, value.__name__
+
+
+# === The names examples use ===
+def _features(batch=2, length=8):
+    rng = np.random.default_rng(0)
+    token_ids = rng.integers(5, 100, size=(batch, length)).astype("int32")
+    token_ids[:, 0] = 101
+    token_ids[:, -1] = 102
+    padding_mask = np.ones((batch, length), "int32")
+    return {
+        "token_ids": token_ids,
+        "segment_ids": np.zeros((batch, length), "int32"),
+        "padding_mask": padding_mask,
+    }
+
+
+def _backbone(**overrides):
+    # One layer: several examples compile a training step.
+    kwargs = tiny_backbone_kwargs(vocabulary_size=VOCABULARY, num_layers=1)
+    kwargs.update(overrides)
+    return keras_masking.models.TransformerBackbone(**kwargs)
+
+
+def _classifier(backbone=None, compiled=True):
+    backbone = backbone or _backbone()
+    logits = keras.layers.Dense(3)(backbone(backbone.input)["pooled_output"])
+    model = keras.Model(backbone.input, logits)
+    if compiled:
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    return model
+
+
+def _dataset(features, labels):
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices((features, labels)).batch(2)
+
+
+def _drop_token_model():
+    encoder = keras_masking.with_drop_token(_backbone(), 0.15, protected_token_ids=(101, 102))
+    logits = keras.layers.Dense(3)(encoder(encoder.input)["pooled_output"])
+    model = keras.Model(encoder.input, logits)
+    model.compile(
+        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    return model
+
+
+def _exlm_backbone():
+    return _backbone(position="rotary2d", custom_position_ids=True)
+
+
+def _trainer(context):
+    return keras_masking.with_asa(context["classifier"])
+
+
+# name -> a function of the context built so far (names built in this order).
+CONTEXT = {
+    "features": lambda c: _features(),
+    "labels": lambda c: np.array([0, 2]),
+    "backbone": lambda c: _backbone(),
+    "classifier": lambda c: _classifier(),
+    "model": lambda c: _classifier(),
+    "train_data": lambda c: _dataset(_features(), np.array([0, 2])),
+    "data": lambda c: _dataset(_features(), np.array([0, 2])),
+    "trainer": _trainer,
+    "inputs": lambda c: _features(),
+    "num_labels": lambda c: 3,
+    "ids": lambda c: _features()["token_ids"],
+    "segments": lambda c: _features()["segment_ids"],
+    "mask": lambda c: _features()["padding_mask"],
+}
+
+# Objects an example expects beyond the plain names (a model of a kind, a file).
+SETUP = {
+    "keras_masking.callbacks.drop_token_schedule.DropTokenRateSchedule": (
+        "model = _drop_token_model()"
+    ),
+    "keras_masking.methods.adapters.save_adapter": (
+        "classifier = keras_masking.fl_tune(classifier, units=4)"
+    ),
+    "keras_masking.methods.adapters.AdapterSet": (
+        "classifier = keras_masking.fl_tune(classifier, units=4)\n"
+        "keras_masking.methods.save_adapter(classifier, 'tnews.npz', name='tnews')\n"
+        "keras_masking.methods.save_adapter(classifier, 'iflytek.npz', name='iflytek')"
+    ),
+    "keras_masking.methods.asa.ASATrainer": "backbone = _backbone()",
+    "keras_masking.models.exlm_encoder.ExLMEncoder": "backbone = _exlm_backbone()",
+    "keras_masking.models.exlm_pretrainer.ExLMPretrainer": "backbone = _exlm_backbone()",
+    # The example's mask_positions hold one row.
+    "keras_masking.models.transformer_masked_lm.TransformerMaskedLM": (
+        "features = _features(batch=1)"
+    ),
+    "keras_masking.models.keras_hub_conversion.from_keras_hub": (
+        "keras_hub.models.BertBackbone(**HUB_SIZES).save_to_preset('./my_bert_preset')"
+    ),
+    "keras_masking.models.tf_checkpoint.from_tf_checkpoint": (
+        "write_reference_checkpoint('bert', 'chinese_L-12_H-768_A-12')"
+    ),
+    "keras_masking.data.tokenization.bert_tokenizer": (
+        f"import shutil; os.makedirs('../shared/data/vocab', exist_ok=True); "
+        f"shutil.copy({str(SHARED_VOCABULARY.resolve())!r}, '../shared/data/vocab/')"
+    ),
+}
+
+
+def _used_names(source):
+    return {
+        node.id
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+    }
+
+
+def _namespace(module, name, source):
+    import keras_hub
+
+    namespace = dict(vars(module))
+    namespace.update(
+        keras=keras,
+        keras_hub=keras_hub,
+        keras_masking=keras_masking,
+        np=np,
+        os=os,
+        HUB_SIZES=HUB_SIZES,
+        write_reference_checkpoint=write_reference_checkpoint,
+        _features=_features,
+        _backbone=_backbone,
+        _exlm_backbone=_exlm_backbone,
+        _drop_token_model=_drop_token_model,
+    )
+    setup = SETUP.get(name, "")
+    wanted = _used_names(source + "\n" + setup)
+    if "trainer" in wanted:
+        wanted.add("classifier")
+    for key, make in CONTEXT.items():
+        if key in wanted and key not in vars(module):
+            namespace[key] = make(namespace)
+    if setup:
+        exec(compile(setup, f"<setup of {name}>", "exec"), namespace)
+    return namespace
+
+
+# === Running ===
+@pytest.mark.parametrize("name, module, kind, source", _params())
+def test_docstring_example_runs(name, module, kind, source, tmp_path, monkeypatch):
+    if name in SKIP:
+        pytest.skip(SKIP[name])
+    if name.endswith("bert_tokenizer") and not SHARED_VOCABULARY.exists():
+        pytest.skip(f"needs the vocabulary file {SHARED_VOCABULARY} (not in a clean clone)")
+    # Examples may write files and set XLA_FLAGS: keep both local to the test.
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    if kind == "doctest":
+        _run_doctest(name, module, source)
+    else:
+        namespace = _namespace(module, name, source)
+        exec(compile(source, f"<example of {name}>", "exec"), namespace)
+
+
+def _run_doctest(name, module, docstring):
+    globs = dict(vars(module))
+    globs.update(keras=keras, np=np, keras_masking=keras_masking)
+    test = doctest.DocTestParser().get_doctest(docstring, globs, name, module.__file__, 0)
+    runner = doctest.DocTestRunner(
+        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False
+    )
+    report = []
+    runner.run(test, out=report.append)
+    assert runner.failures == 0, "".join(report)
