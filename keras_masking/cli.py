@@ -7,6 +7,10 @@ Subcommands:
     correct-embeddings
               MLM embedding correction of a TF checkpoint or a preset folder,
               written to a new folder (the input is never modified).
+    clue      fine-tune a CLUE / FewCLUE task, every method a flag, and write
+              its submission file (`keras_masking.clue.finetune`); resumable.
+    clue submit
+              check every run's submission file and build CLUE's zip.
 
 Outputs are written to a temporary folder next to OUTPUT and renamed when
 complete, so an interrupted run (a full disk, Ctrl-C) leaves no OUTPUT folder.
@@ -18,6 +22,9 @@ Example:
 ```
 keras-masking convert chinese_L-12_H-768_A-12/bert_config.json \\
     chinese_L-12_H-768_A-12/bert_model.ckpt ./bert_preset --model bert
+keras-masking clue tnews --data-dir fewclue --output-dir runs/tnews \\
+    --checkpoint chinese_L-12_H-768_A-12/bert_model.ckpt --drop-token 0.1
+keras-masking clue submit runs --team mylab
 keras-masking --version
 ```
 """
@@ -221,6 +228,52 @@ def _correct_embeddings(args):
     print(f"Corrected {rows} embedding rows; wrote {args.output}")
 
 
+def _clue(args):
+    from keras_masking.clue import finetune
+
+    result = finetune(
+        args.task,
+        args.data_dir,
+        args.output_dir,
+        checkpoint=args.checkpoint,
+        model=args.model,
+        preset=args.preset,
+        config=args.config,
+        vocab=args.vocab,
+        correct_embeddings=args.correct_embeddings,
+        drop_token=args.drop_token,
+        asa=args.asa,
+        fl_tuning=args.fl_tuning,
+        prefix_tuning=args.prefix_tuning,
+        lora=args.lora,
+        exlm_k=args.exlm_k,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
+        max_length=args.max_length,
+        accumulation=args.accumulation,
+        warmup_proportion=args.warmup,
+        weight_decay=args.weight_decay,
+        seed=args.seed,
+        benchmark=args.benchmark,
+        few_shot=args.few_shot,
+        verbose=0 if args.quiet else 1,
+    )
+    if result.status != "finished":
+        print(f"{PROG} clue: failed: {result.record['failure']}", file=sys.stderr)
+        raise SystemExit(1)
+    best = f"best dev {result.best_score:.2f} at epoch {result.best_epoch}"
+    written = f"; submission {result.submission_path}" if result.submission_path else ""
+    print(f"{args.task}: {best}{written}; record {result.record_path}")
+
+
+def _clue_submit(args):
+    from keras_masking.clue.submit import submit
+
+    zip_path, files = submit(args.runs_dir, team=args.team, date=args.date, output=args.output)
+    print(f"Checked {len(files)} submission files; wrote {zip_path}")
+
+
 def _demo(argv):
     from keras_masking.demo import main as demo_main
 
@@ -322,6 +375,120 @@ def build_parser():
     correct.add_argument(
         "--drop-mlm-head", action="store_true", help="leave cls/predictions out (checkpoints)"
     )
+    _add_clue_parser(commands)
+    return parser
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"Expected a positive integer. Received: {text!r}")
+    return value
+
+
+def _count(text):
+    """An integer >= 0 (a method's size; 0 leaves it off)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"Expected an integer >= 0. Received: {text!r}")
+    return value
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"Expected a positive number. Received: {text!r}")
+    return value
+
+
+def _non_negative_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"Expected a number >= 0. Received: {text!r}")
+    return value
+
+
+def _drop_rate(text):
+    value = _rate(text)
+    if value >= 1.0:
+        raise argparse.ArgumentTypeError(f"Expected a rate in [0, 1). Received: {text!r}")
+    return value
+
+
+def _few_shot(text):
+    if text == "all":
+        return text
+    if text in ("0", "1", "2", "3", "4"):
+        return int(text)
+    raise argparse.ArgumentTypeError(f"Expected 'all' or 0..4. Received: {text!r}")
+
+
+def _add_clue_parser(commands):
+    clue = commands.add_parser(
+        "clue",
+        help="fine-tune a CLUE / FewCLUE task and write its submission file",
+        description="Fine-tune a CLUE 1.1 or FewCLUE task; 'keras-masking clue submit RUNS_DIR' "
+        "checks the submission files and builds CLUE's zip.",
+    )
+    clue.add_argument(
+        "task",
+        metavar="TASK",
+        help="afqmc, tnews, iflytek, ocnli, cmnli, cluewsc, "
+        "csl, cluener, c3, chid, cmrc2018, bustm, eprstmt, csldcp",
+    )
+    clue.add_argument("--data-dir", required=True, help="folder with the task's folder")
+    clue.add_argument("--output-dir", required=True, help="the run's folder (resumed if it exists)")
+    source = clue.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="Google-layout TF checkpoint (prefix or folder)")
+    source.add_argument("--preset", help="preset folder (ours, keras-hub's, Hugging Face BERT)")
+    clue.add_argument("--model", default="bert", choices=FAMILIES, help="the checkpoint's family")
+    clue.add_argument("--config", help="bert_config.json (default: next to the checkpoint)")
+    clue.add_argument("--vocab", help="vocab.txt (default: next to the model)")
+    methods = clue.add_argument_group("methods")
+    methods.add_argument("--correct-embeddings", action="store_true")
+    methods.add_argument("--drop-token", type=_drop_rate, default=0.0, metavar="RATE")
+    methods.add_argument("--asa", type=_non_negative_float, default=None, metavar="TAU")
+    tuning = methods.add_mutually_exclusive_group()
+    tuning.add_argument("--fl-tuning", type=_count, default=0, metavar="UNITS")
+    tuning.add_argument("--prefix-tuning", type=_count, default=0, metavar="LENGTH")
+    tuning.add_argument("--lora", type=_count, default=0, metavar="RANK")
+    methods.add_argument("--exlm-k", type=_count, default=0, metavar="K")
+    training = clue.add_argument_group("training (default: the task's)")
+    training.add_argument("--epochs", type=_positive_int)
+    training.add_argument("--batch-size", type=_positive_int)
+    training.add_argument("--lr", type=_positive_float, help="peak learning rate")
+    training.add_argument("--max-length", type=_positive_int)
+    training.add_argument("--accumulation", type=_positive_int, help="batches per optimizer step")
+    training.add_argument("--warmup", type=_drop_rate, default=0.1, help="warmup share of steps")
+    training.add_argument("--weight-decay", type=_non_negative_float, default=0.01)
+    training.add_argument("--seed", type=_count, default=0)
+    training.add_argument("--benchmark", choices=("clue", "fewclue"), help="default: detected")
+    training.add_argument("--few-shot", type=_few_shot, default="all", help="all or 0..4")
+    clue.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def build_submit_parser():
+    """The ``keras-masking clue submit`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} clue submit",
+        description="Check every finished run's submission file and zip them for CLUE.",
+    )
+    parser.add_argument("runs_dir", metavar="RUNS_DIR", help="folder holding the run folders")
+    parser.add_argument("--team", default="team", help="team name in the zip's name")
+    parser.add_argument("--date", help="YYYYMMDD in the zip's name (default: today)")
+    parser.add_argument("--output", help="the zip (default: RUNS_DIR/submit_TEAM_DATE.zip)")
     return parser
 
 
@@ -344,6 +511,12 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else [str(argument) for argument in argv]
     if argv[:1] == ["demo"]:
         return _run("demo", _demo, argv[1:])
+    if argv[:2] == ["clue", "submit"]:
+        try:
+            args = build_submit_parser().parse_args(argv[2:])
+        except SystemExit as exit_request:
+            return _exit_code(exit_request)
+        return _run("clue submit", _clue_submit, args)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -353,6 +526,7 @@ def main(argv=None):
         "convert": _convert,
         "inspect": _inspect,
         "correct-embeddings": _correct_embeddings,
+        "clue": _clue,
     }
     return _run(args.command, handlers[args.command], args)
 

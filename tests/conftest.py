@@ -1,10 +1,29 @@
 """Shared helpers for the test suite (tiny configs only)."""
 
 import json
+import os
 import pathlib
+import tempfile
 
-import numpy as np
-import pytest
+# Tiny test models compile far more than they run: XLA's LLVM optimisations
+# (level 0 here) would cost more than they save. Set before any XLA compile.
+if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+    ).strip()
+
+# JAX compiles every eager op once per shape: a persistent cache lets the test
+# processes (pytest-xdist workers, later runs) reuse each other's compiles. The
+# cache key holds the JAX version, the flags and the program, so it is never stale.
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    str(pathlib.Path(tempfile.gettempdir()) / "keras_masking_tests_jax_cache"),
+)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 FAMILIES = ("bert", "roformer", "nezha")

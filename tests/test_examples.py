@@ -1,172 +1,391 @@
-"""examples/finetune_clue.py runs end to end on a tiny model and real FewCLUE lines."""
+"""The examples/ scripts, each run once on a tiny preset and tiny CLUE data.
+
+Every script is loaded from its file and its ``main(argv)`` called in this
+process. Each fine-tunes one epoch (one compiled fit); the checks read what it
+wrote (model.keras, results.json, adapter.npz, the run folder) and recompute
+the numbers a wrong script would get wrong from the saved files.
+"""
 
 import importlib.util
+import json
 import pathlib
-import re
 
+import clue_fixtures
 import keras
 import numpy as np
 import pytest
-from conftest import tiny_backbone_kwargs
+from clue_helpers import CLS
+from clue_helpers import MASK
+from clue_helpers import PAD
+from clue_helpers import SEP
+from clue_helpers import tokenizer
 
 import keras_masking
-from keras_masking.layers import AddFFN
+from keras_masking.clue import ModelSource
+from keras_masking.clue import check_submission
+from keras_masking.clue import decode_predictions
+from keras_masking.clue import encode_examples
+from keras_masking.clue import read_split
+from keras_masking.clue import score
+from keras_masking.clue.batches import predict_in_batches
 from keras_masking.methods import DropTokenEncoder
+from keras_masking.methods import load_adapter
+from keras_masking.methods import read_adapter
+from keras_masking.models import ExLMEncoder
 from keras_masking.models import TransformerBackbone
 from keras_masking.utils import xla_cpu_fusion_emitters_disabled
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
-VOCAB = SHARED / "vocab" / "bert-base-chinese-vocab.txt"
-needs_data = pytest.mark.skipif(
-    not (SHARED / "fewclue").exists() or not VOCAB.exists(), reason="../shared/data not present"
-)
+EXAMPLES = ROOT / "examples"
+SHARED_FEWCLUE = ROOT.parent / "shared" / "data" / "fewclue"
+MAX_LENGTH = 16
+TRAINING = ["--epochs", "1", "--batch-size", "8", "--max-length", str(MAX_LENGTH)]
 
 
-def _example():
-    spec = importlib.util.spec_from_file_location(
-        "finetune_clue", ROOT / "examples" / "finetune_clue.py"
-    )
+@pytest.fixture(scope="module", autouse=True)
+def examples_on_path():
+    """The scripts import their shared module, clue_common, from their folder."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(EXAMPLES))
+        yield
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def _preset(tmp_path, **overrides):
-    keras.utils.set_random_seed(0)
-    kwargs = tiny_backbone_kwargs(vocabulary_size=21128, max_sequence_length=64, **overrides)
-    backbone = TransformerBackbone(**kwargs)
-    folder = str(tmp_path / "preset")
-    backbone.save_to_preset(folder)
-    return folder, backbone
+@pytest.fixture(scope="module")
+def preset(tmp_path_factory):
+    return clue_fixtures.tiny_preset(tmp_path_factory.mktemp("model") / "preset")
 
 
-def _args(example, folder, *extra):
-    return example.parse_args(
-        [
-            "--preset",
-            folder,
-            "--vocab",
-            str(VOCAB),
-            "--task",
-            "eprstmt",
-            "--epochs",
-            "2",
-            "--sequence-length",
-            "32",
-            "--learning-rate",
-            "1e-3",
-            *extra,
-        ]
-    )
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """FewCLUE EPRSTMT (single sentences) and OCNLI (pairs), every split a full batch of 8."""
+    root = clue_fixtures.eprstmt(tmp_path_factory.mktemp("data"))
+    premises = ["今天天气很好", "他去公园玩", "小明喜欢看书", "北京是中国的首都"]
+    hypotheses = {"entailment": "天气很好", "neutral": "他喜欢电影", "contradiction": "不好"}
+
+    def lines(count, start, labelled=True):
+        records = []
+        for index in range(count):
+            label = list(hypotheses)[index % 3]
+            record = {
+                "id": start + index,
+                "sentence1": premises[index % 4],
+                "sentence2": hypotheses[label],
+            }
+            if labelled:
+                record["label"] = label
+            records.append(record)
+        return records
+
+    folder = root / "ocnli"
+    clue_fixtures.write_lines(folder / "train_few_all.json", lines(16, 0))
+    clue_fixtures.write_lines(folder / "dev_few_all.json", lines(8, 100))
+    clue_fixtures.write_lines(folder / "test.json", lines(8, 200, labelled=False))
+    return root
 
 
-@needs_data
-def test_corrected_embeddings_and_drop_token_fine_tune_and_save(tmp_path, monkeypatch):
-    monkeypatch.delenv("XLA_FLAGS", raising=False)  # restored after the test
-    example = _example()
-    folder, backbone = _preset(tmp_path)
-    output = str(tmp_path / "model.keras")
-    model, history = example.run(
-        _args(example, folder, "--correct-embeddings", "--drop-token", "0.1", "--output", output)
-    )
-    assert history["loss"][-1] < history["loss"][0]
-    assert any(isinstance(layer, DropTokenEncoder) for layer in model._flatten_layers())
-    assert xla_cpu_fusion_emitters_disabled()
-    restored = keras.saving.load_model(output)
-    features, labels = example.load_split(
-        _args(example, folder), example.bert_tokenizer(str(VOCAB)), "dev"
-    )
-    logits = model.predict(features, verbose=0)
-    np.testing.assert_allclose(restored.predict(features, verbose=0), logits, atol=1e-5)
-    # The reported dev accuracy is the saved model's accuracy on the dev file.
-    accuracy = np.mean(np.argmax(logits, -1) == np.asarray(labels))
-    assert history["val_accuracy"][-1] == pytest.approx(accuracy, abs=1e-6)
-    assert not list(tmp_path.glob("*.partial*"))
+def _run(name, output_dir, *flags):
+    """Runs examples/NAME.py's main; returns its results.json."""
+    assert _script(name).main([*flags, "--output-dir", str(output_dir)]) == 0
+    return json.loads((output_dir / "results.json").read_text(encoding="utf-8"))
 
 
-@needs_data
-def test_the_classifier_starts_from_corrected_embeddings(tmp_path):
-    example = _example()
-    folder, _ = _preset(tmp_path)
-    args = _args(example, folder, "--correct-embeddings")
-    tokenizer = example.bert_tokenizer(str(VOCAB))
-    backbone = example.load_backbone(args)
-    original = keras.ops.convert_to_numpy(backbone.token_embedding.embeddings)
-    example.build_classifier(backbone, tokenizer, args, num_classes=2)
-    expected = TransformerBackbone.from_preset(folder)
+def _logits(model, features):
+    """Full batches of 8 (the last one padded): one predict compile per model."""
+    return np.concatenate(list(predict_in_batches(model, features, batch_size=8)))
+
+
+def _predictions(model, data, task, split_name):
+    """The model's predictions (id -> label) on a split."""
+    split = read_split(data, task, split_name)
+    encoded = encode_examples(task, split.examples, tokenizer(), MAX_LENGTH)
+    return decode_predictions(task, _logits(model, encoded.features), encoded, split.examples)
+
+
+def _dev_score(model, data, task):
+    dev = read_split(data, task, "dev")
+    return score(task, _predictions(model, data, task, "dev"), dev.examples)["score"]
+
+
+def _weights(model):
+    return {variable.path: keras.ops.convert_to_numpy(variable) for variable in model.weights}
+
+
+def _only(model, kind):
+    (layer,) = [layer for layer in model.layers if isinstance(layer, kind)]
+    return layer
+
+
+def _assert_submission_holds(predictions, output_dir, submission, data, task):
+    """The submission file is valid for CLUE and holds exactly ``predictions``."""
+    path = output_dir / submission
+    assert check_submission(path, task, "fewclue", read_split(data, task, "test")) == []
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert {line["id"]: line["label"] for line in lines} == predictions
+
+
+# === One script per method ===
+def test_embedding_correction_starts_fine_tuning_from_the_corrected_table(tmp_path, preset, data):
+    # At a learning rate of 1e-9 one epoch moves no weight by more than ~1e-9, so
+    # the saved table is the one training started from.
+    flags = ["--preset", str(preset), "--task", "eprstmt", "--data-dir", str(data), *TRAINING]
+    results = _run("clue_embedding_correction", tmp_path, *flags, "--learning-rate", "1e-9")
+    model = keras.saving.load_model(tmp_path / "model.keras")
+    table = keras.ops.convert_to_numpy(_only(model, TransformerBackbone).token_embedding.embeddings)
+    original = TransformerBackbone.from_preset(str(preset))
+    raw = keras.ops.convert_to_numpy(original.token_embedding.embeddings)
     keras_masking.correct_mlm_embeddings(
-        expected,
-        mask_token_id=tokenizer.mask_token_id,
-        unselectable_token_ids=tokenizer.special_token_ids,
+        original, mask_token_id=MASK, unselectable_token_ids=[PAD, CLS, SEP, MASK]
     )
-    corrected = keras.ops.convert_to_numpy(backbone.token_embedding.embeddings)
-    np.testing.assert_allclose(
-        corrected, keras.ops.convert_to_numpy(expected.token_embedding.embeddings), atol=1e-7
+    corrected = keras.ops.convert_to_numpy(original.token_embedding.embeddings)
+    np.testing.assert_allclose(table, corrected, atol=1e-6)
+    assert np.abs(corrected - raw).max() > 1e-3
+    assert results["dev"]["score"] == pytest.approx(_dev_score(model, data, "eprstmt"))
+
+
+def test_drop_token_protects_cls_and_sep_and_reports_the_saved_models_scores(
+    tmp_path, preset, data, monkeypatch
+):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)  # the script sets it; restored afterwards
+    flags = ["--preset", str(preset), "--task", "eprstmt", "--data-dir", str(data), *TRAINING]
+    results = _run("clue_drop_token", tmp_path, *flags, "--rate", "0.25", "--learning-rate", "1e-3")
+    assert xla_cpu_fusion_emitters_disabled()
+    model = keras.saving.load_model(tmp_path / "model.keras")
+    encoder = _only(model, DropTokenEncoder)
+    assert (encoder.rate, list(encoder.protected_token_ids)) == (0.25, [CLS, SEP])
+    assert results["dev"]["score"] == pytest.approx(_dev_score(model, data, "eprstmt"))
+    # FewCLUE's labelled test_public is scored and the unlabelled test submitted.
+    test_public = read_split(data, "eprstmt", "test_public").examples
+    expected = score("eprstmt", _predictions(model, data, "eprstmt", "test_public"), test_public)
+    assert results["test_public"] == pytest.approx(expected)
+    test = _predictions(model, data, "eprstmt", "test")
+    _assert_submission_holds(test, tmp_path, results["submission"], data, "eprstmt")
+
+
+def test_asa_trains_the_clean_model_and_saves_no_adversary(tmp_path, preset, data):
+    flags = ["--preset", str(preset), "--task", "ocnli", "--data-dir", str(data), *TRAINING]
+    results = _run("clue_asa", tmp_path, *flags, "--tau", "0.5", "--learning-rate", "1e-3")
+    assert {"divergence", "mask_term", "masked_fraction_0"} <= set(results["history"])
+    model = keras.saving.load_model(tmp_path / "model.keras")
+    assert not [variable.path for variable in model.weights if "advers" in variable.path]
+    # The trainer's steps changed the saved model's backbone.
+    trained = _weights(_only(model, TransformerBackbone))
+    pretrained = _weights(TransformerBackbone.from_preset(str(preset)))
+    assert max(np.abs(trained[path] - pretrained[path]).max() for path in pretrained) > 1e-4
+    assert results["dev"]["score"] == pytest.approx(_dev_score(model, data, "ocnli"))
+    test = _predictions(model, data, "ocnli", "test")
+    _assert_submission_holds(test, tmp_path, results["submission"], data, "ocnli")
+
+
+def test_fl_tuning_trains_only_the_added_units_and_merges_exactly(tmp_path, preset, data):
+    flags = ["--preset", str(preset), "--task", "eprstmt", "--data-dir", str(data), *TRAINING]
+    results = _run("clue_fl_tuning", tmp_path, *flags, "--units", "4", "--learning-rate", "1e-2")
+    description, arrays = read_adapter(tmp_path / "adapter.npz")
+    assert description["method"]["add_ffn"] == {"units": 4, "layers": [0]}
+    w1, b1, w2, b2, head_kernel, head_bias = arrays  # addFFN, then the head
+    assert [w1.shape, w2.shape, head_kernel.shape] == [(16, 4), (4, 16), (16, 2)]
+
+    merged = keras.saving.load_model(tmp_path / "model.keras")
+    weights = _weights(merged)
+    pretrained = _weights(TransformerBackbone.from_preset(str(preset)))
+    ffn = "transformer_layer_0/feed_forward/"
+    for path, value in pretrained.items():  # everything else stayed frozen
+        if not path.startswith(ffn):
+            np.testing.assert_array_equal(weights[path], value, err_msg=path)
+    merged_units = (  # the pretrained units, then the trained ones
+        ("intermediate_dense/kernel", w1, 1),
+        ("intermediate_dense/bias", b1, 0),
+        ("output_dense/kernel", w2, 0),
     )
-    assert np.abs(corrected - original).max() > 1e-4
+    for name, added, axis in merged_units:
+        expected = np.concatenate([pretrained[ffn + name], added], axis)
+        np.testing.assert_array_equal(weights[ffn + name], expected, err_msg=name)
+    bias = pretrained[ffn + "output_dense/bias"] + b2
+    np.testing.assert_allclose(weights[ffn + "output_dense/bias"], bias, atol=1e-7)
+    np.testing.assert_array_equal(weights["logits/kernel"], head_kernel)
 
-
-@needs_data
-def test_fl_tuning_with_asa_trains_only_the_added_units_and_the_head(tmp_path):
-    example = _example()
-    folder, _ = _preset(tmp_path)
-    output = str(tmp_path / "model.keras")
-    model, history = example.run(
-        _args(example, folder, "--fl-tune", "8", "--asa", "0.5", "--output", output)
+    # The adapter on a fresh copy of the preset (branches) computes what the merged model does.
+    branched = keras_masking.clue.build_task_model(
+        "eprstmt", TransformerBackbone.from_preset(str(preset)), max_length=MAX_LENGTH
     )
-    trainable = {v.path.split("/")[-2] for v in model.trainable_variables}
-    assert any(isinstance(layer, AddFFN) for layer in model._flatten_layers())
-    assert "classifier" in trainable
-    assert len(model.trainable_variables) == 2 * 4 + 2  # 2 layers x addFFN (W1, b1, W2, b2) + head
-    # ASA ran (its metrics are in the history) and the saved model is the clean one.
-    assert {"divergence", "mask_term", "masked_fraction_0"} <= set(history)
-    assert not any("adversary" in v.path for v in keras.saving.load_model(output).weights)
-    with pytest.raises(SystemExit):
-        example.parse_args(["--preset", "x", "--asa", "0.5", "--drop-token", "0.1"])
+    load_adapter(branched, tmp_path / "adapter.npz")
+    dev = read_split(data, "eprstmt", "dev").examples
+    features = encode_examples("eprstmt", dev, tokenizer(), MAX_LENGTH).features
+    np.testing.assert_allclose(_logits(merged, features), _logits(branched, features), atol=1e-5)
+    assert results["dev"]["score"] == pytest.approx(_dev_score(branched, data, "eprstmt"))
 
 
-@pytest.mark.parametrize(
-    "extra, message",
-    [
-        (["--output", "missing/model.keras"], "folder .* does not exist"),
-        (["--output", "model.h5"], "must end in .keras"),
-        (["--drop-token", "1.0"], r"--drop-token must be in \[0, 1\)"),
-        (["--drop-token", "-0.1"], r"--drop-token must be in \[0, 1\)"),
-        (["--batch-size", "0"], "--batch-size must be at least 1"),
-        (["--epochs", "0"], "--epochs must be at least 1"),
-        (["--sequence-length", "2"], "--sequence-length must be at least 3"),
-        (["--learning-rate", "0"], "--learning-rate must be positive"),
-        (["--fl-tune", "-4"], "--fl-tune must be at least 0"),
-    ],
-)
-def test_bad_arguments_are_refused_before_anything_loads(tmp_path, capsys, extra, message):
-    example = _example()
+def test_exlm_fine_tunes_through_the_expanding_encoder(tmp_path, data):
+    preset = clue_fixtures.tiny_preset(
+        tmp_path / "exlm_preset", position="rotary2d", custom_position_ids=True
+    )
+    flags = ["--preset", str(preset), "--task", "eprstmt", "--data-dir", str(data), *TRAINING]
+    results = _run("clue_exlm", tmp_path / "run", *flags, "--k", "2", "--learning-rate", "1e-3")
+    model = keras.saving.load_model(tmp_path / "run" / "model.keras")
+    encoder = _only(model, ExLMEncoder)
+    assert (encoder.k, encoder.mask_token_id, tuple(encoder.special_token_ids)) == (
+        2,
+        MASK,
+        (CLS, SEP),
+    )
+    assert results["dev"]["score"] == pytest.approx(_dev_score(model, data, "eprstmt"))
+    test = _predictions(model, data, "eprstmt", "test")
+    _assert_submission_holds(test, tmp_path / "run", results["submission"], data, "eprstmt")
+
+
+def test_text_classifier_fits_raw_sentence_pairs_and_saves_a_keras_hub_preset(
+    tmp_path, preset, data
+):
+    import keras_hub
+
+    flags = ["--preset", str(preset), "--task", "ocnli", "--data-dir", str(data), *TRAINING]
+    results = _run("clue_text_classifier", tmp_path, *flags, "--learning-rate", "1e-3")
+    classifier = keras_hub.models.TextClassifier.from_preset(str(tmp_path / "preset"))
+    assert isinstance(classifier, keras_masking.models.TransformerTextClassifier)
+
+    # Raw sentence pairs in (dev and test in one call), label strings out.
+    dev, test = (read_split(data, "ocnli", name) for name in ("dev", "test"))
+    examples = dev.examples + test.examples
+    pairs = ([e.text_a for e in examples], [e.text_b for e in examples])
+    classes = classifier.predict(pairs, batch_size=8, verbose=0).argmax(-1)
+    labels = [dev.labels[i] for i in classes]
+    on_dev = {e.id: label for e, label in zip(dev.examples, labels[: len(dev.examples)])}
+    on_test = {e.id: label for e, label in zip(test.examples, labels[len(dev.examples) :])}
+    assert results["dev"] == pytest.approx(score("ocnli", on_dev, dev.examples))
+    _assert_submission_holds(on_test, tmp_path, results["submission"], data, "ocnli")
+    assert isinstance(keras.saving.load_model(tmp_path / "model.keras"), type(classifier))
+
+
+# === The finetune wrapper ===
+def test_finetune_clue_wraps_finetune_and_saves_the_best_model(tmp_path, preset, data):
+    output = tmp_path / "model.keras"
+    argv = ["--preset", str(preset), "--task", "eprstmt", "--data-dir", str(data)]
+    argv += ["--output-dir", str(tmp_path / "run"), "--output", str(output), "--fl-tune", "4"]
+    argv += ["--epochs", "1", "--batch-size", "8", "--sequence-length", str(MAX_LENGTH)]
+    assert _script("finetune_clue").main([*argv, "--learning-rate", "1e-2"]) == 0
+    record = json.loads((tmp_path / "run" / "run.json").read_text(encoding="utf-8"))
+    assert record["status"] == "finished" and record["methods"] == ["fl_tuning"]
+    arguments = record["arguments"]
+    assert (arguments["fl_tuning"], arguments["max_length"], arguments["batch_size"]) == (4, 16, 8)
+    assert arguments["learning_rate"] == 1e-2
+    model = keras.saving.load_model(output)  # no custom_objects
+    assert record["best"]["score"] == pytest.approx(_dev_score(model, data, "eprstmt"))
+    test = _predictions(model, data, "eprstmt", "test")
+    _assert_submission_holds(test, tmp_path / "run", record["submission"], data, "eprstmt")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model.keras", "run"]
+
+
+# === Flags ===
+BAD_FLAGS = [
+    ("clue_embedding_correction", ["--epochs", "0"], "--epochs"),
+    ("clue_embedding_correction", ["--learning-rate", "0"], "--learning-rate"),
+    ("clue_embedding_correction", ["--max-length", "4"], "--max-length"),
+    ("clue_embedding_correction", ["--task", "c3"], "--task"),
+    ("clue_embedding_correction", ["--vocab", "missing.txt"], "--vocab"),
+    ("clue_drop_token", ["--rate", "1.0"], "--rate"),
+    ("clue_asa", ["--tau", "-1"], "--tau"),
+    ("clue_fl_tuning", ["--units", "0"], "--units"),
+    ("clue_exlm", ["--k", "0"], "--k"),
+    ("clue_text_classifier", ["--batch-size", "0"], "--batch-size"),
+    ("finetune_clue", ["--train-file", "afqmc/train.json"], "--train-file"),
+    ("finetune_clue", ["--dev-file", "afqmc/dev.json"], "--data-dir"),
+    ("finetune_clue", ["--output", "model.h5"], "--output must end in .keras"),
+    ("finetune_clue", ["--output", "missing/model.keras"], "--output's folder"),
+    ("finetune_clue", ["--drop-token", "1.0"], "--drop-token"),
+    ("finetune_clue", ["--fl-tune", "-4"], "--fl-tune"),
+    ("finetune_clue", ["--sequence-length", "2"], "--sequence-length"),
+    ("finetune_clue", ["--exlm-k", "2", "--drop-token", "0.1"], "--exlm-k and --drop-token"),
+    ("finetune_clue", ["--asa", "-1"], "--asa"),
+]
+
+
+@pytest.fixture
+def nothing_loads(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the flags were checked")
+
+    monkeypatch.setattr(ModelSource, "load", refuse)
+
+
+@pytest.mark.parametrize("name, flags, message", BAD_FLAGS)
+def test_bad_flags_exit_2_naming_the_flag_before_anything_loads(
+    name, flags, message, tmp_path, preset, data, capsys, nothing_loads
+):
+    argv = ["--preset", str(preset), "--data-dir", str(data), "--output-dir", str(tmp_path / "o")]
     with pytest.raises(SystemExit) as exit_info:
-        example.parse_args(["--preset", str(tmp_path), *extra])
+        _script(name).main([*argv, *flags])
     assert exit_info.value.code == 2
-    assert re.search(message, capsys.readouterr().err)
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
-def test_an_existing_output_is_not_overwritten(tmp_path, capsys):
+MODEL_AND_DATA_FLAGS = [
+    ("clue_drop_token", ["--preset", "missing", "--data-dir", "DATA"], "--preset 'missing'"),
+    ("clue_asa", ["--preset", "PRESET", "--data-dir", "missing"], "--data-dir 'missing'"),
+    ("clue_exlm", ["--checkpoint", "bert_model.ckpt"], "--checkpoint: an ExLM backbone"),
+    ("finetune_clue", ["--tf-checkpoint", "bert_model.ckpt", "--exlm-k", "2"], "--exlm-k needs"),
+    ("finetune_clue", ["--preset", "PRESET", "--task", "cluener", "--asa", "0.5"], "--asa does"),
+]
+
+
+@pytest.mark.parametrize("name, flags, message", MODEL_AND_DATA_FLAGS)
+def test_missing_files_and_models_that_do_not_fit_are_refused_by_flag(
+    name, flags, message, preset, data, capsys, nothing_loads
+):
+    places = {"PRESET": str(preset), "DATA": str(data)}
+    argv = [places.get(flag, flag) for flag in flags]
+    if "--data-dir" not in argv:
+        argv += ["--data-dir", str(data)]
+    with pytest.raises(SystemExit) as exit_info:
+        _script(name).main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_used_output_dir_or_an_existing_output_is_never_written_over(
+    tmp_path, preset, data, capsys, nothing_loads
+):
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "results.json").write_text("earlier run", encoding="utf-8")
+    argv = ["--preset", str(preset), "--data-dir", str(data), "--task", "eprstmt"]
+    with pytest.raises(SystemExit):
+        _script("clue_asa").main([*argv, "--output-dir", str(used)])
+    assert "--output-dir" in capsys.readouterr().err
     existing = tmp_path / "model.keras"
-    existing.write_bytes(b"earlier run")
+    existing.write_bytes(b"earlier model")
     with pytest.raises(SystemExit):
-        _example().parse_args(["--preset", str(tmp_path), "--output", str(existing)])
+        _script("finetune_clue").main([*argv, "--output", str(existing)])
     assert "exists" in capsys.readouterr().err
-    assert existing.read_bytes() == b"earlier run"
+    assert existing.read_bytes() == b"earlier model"
+    assert (used / "results.json").read_text(encoding="utf-8") == "earlier run"
 
 
-@needs_data
-def test_an_exlm_backbone_fine_tunes_through_the_expanding_encoder(tmp_path):
-    example = _example()
-    folder, _ = _preset(tmp_path, position="rotary2d", custom_position_ids=True)
-    model, history = example.run(_args(example, folder, "--exlm-k", "2"))
-    assert np.isfinite(history["loss"]).all()
-    features, labels = example.load_split(
-        _args(example, folder), example.bert_tokenizer(str(VOCAB)), "dev"
-    )
-    accuracy = np.mean(np.argmax(model.predict(features, verbose=0), -1) == np.asarray(labels))
-    assert history["val_accuracy"][-1] == pytest.approx(accuracy, abs=1e-6)
-    with pytest.raises(SystemExit):
-        example.parse_args(["--tf-checkpoint", "x", "--exlm-k", "2"])
+@pytest.mark.skipif(not SHARED_FEWCLUE.is_dir(), reason="needs ../shared/data (FewCLUE files)")
+def test_data_dir_defaults_to_the_shared_fewclue_folder():
+    parser = _script("clue_common").argument_parser("A script.\n")
+    assert parser.parse_args(["--preset", "p"]).data_dir == str(SHARED_FEWCLUE)
+
+
+def test_data_dir_is_required_without_the_shared_folder(monkeypatch, capsys):
+    common = _script("clue_common")
+    monkeypatch.setattr(common, "DEFAULT_DATA_DIR", pathlib.Path("no") / "such" / "folder")
+    with pytest.raises(SystemExit) as exit_info:
+        common.argument_parser("A script.\n").parse_args(["--preset", "p"])
+    assert exit_info.value.code == 2
+    assert "--data-dir" in capsys.readouterr().err
+
+
+def test_the_default_output_dir_is_a_new_folder_under_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    common = _script("clue_common")
+    (tmp_path / "runs" / "tnews").mkdir(parents=True)
+    (tmp_path / "runs" / "tnews" / "run.json").write_text("{}", encoding="utf-8")
+    assert common.new_run_folder("tnews") == str(pathlib.Path("runs") / "tnews-2")
+    assert common.new_run_folder("ocnli_asa") == str(pathlib.Path("runs") / "ocnli_asa")

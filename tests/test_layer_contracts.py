@@ -43,7 +43,13 @@ from keras_masking.layers import SelfAttention
 from keras_masking.layers import StateExpansion
 from keras_masking.layers import TransformerBlock
 from keras_masking.layers import TransformerEmbedding
+from keras_masking.layers.global_pointer import MASKED_SCORE
+from keras_masking.layers.global_pointer import GlobalPointer
 from keras_masking.layers.key_value_prefix import PrefixEncoder
+from keras_masking.layers.multiple_choice import MASKED_LOGIT
+from keras_masking.layers.multiple_choice import ChoiceLogits
+from keras_masking.layers.multiple_choice import FlattenChoices
+from keras_masking.layers.span_logits import MaskedSpanLogits
 from keras_masking.losses import DAGLoss
 from keras_masking.losses import dag_loss
 from keras_masking.methods import ASATrainer
@@ -410,7 +416,70 @@ def _model_train(select):
     return train_model
 
 
+# --- the CLUE heads ---
+_CHOICE_SCORES = _RNG.normal(size=(8, 1)).astype("float32")
+_CHOICE_MASK = np.array([[1, 1, 1, 0], [1, 1, 0, 0]], "int32")
+_SEGMENTS = np.array([[0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]], "int32")
+
+
+def _pointer_masking(layer):
+    scores = to_numpy(layer(hidden_states(), padding_mask()))
+    masked = np.float32(MASKED_SCORE)
+    assert (scores[1, :, 4:, :] == masked).all() and (scores[1, :, :, 4:] == masked).all()
+    rows, columns = np.tril_indices(6, -1)
+    assert (scores[:, :, rows, columns] == masked).all()  # end before start
+    after = to_numpy(layer(_perturbed_hidden(), padding_mask()))
+    np.testing.assert_allclose(after[1, :, :4, :4], scores[1, :, :4, :4], atol=1e-5)
+
+
+def _pointer_train(layer):
+    inputs = [keras.Input((6, HIDDEN)), keras.Input((6,), dtype="int32")]
+    scores = layer(*inputs)
+    return inputs, ops.where(scores > -1e11, scores, 0.0), [hidden_states(), padding_mask()]
+
+
+def _choice_masking(layer):
+    logits = to_numpy(layer(_CHOICE_SCORES, _CHOICE_MASK))
+    valid = _CHOICE_MASK == 1
+    np.testing.assert_array_equal(logits[~valid], MASKED_LOGIT)
+    np.testing.assert_array_equal(logits[valid], _CHOICE_SCORES.reshape(2, 4)[valid])
+
+
+def _span_masking(layer):
+    logits = to_numpy(layer(hidden_states()[..., :2], _SEGMENTS, padding_mask()))
+    valid = ((_SEGMENTS == 1) & (padding_mask() == 1)) | (np.arange(6) == 0)
+    np.testing.assert_array_equal(logits[~valid], MASKED_LOGIT)
+    np.testing.assert_array_equal(logits[valid], hidden_states()[..., :2][valid])
+
+
 CASES = {
+    "GlobalPointer": Case(
+        lambda: GlobalPointer(num_types=2, head_size=4),
+        lambda: (hidden_states(), padding_mask()),
+        mixed_dtype="float32",
+        masking=_pointer_masking,
+        train_model=_pointer_train,
+    ),
+    "ChoiceLogits": Case(
+        lambda: ChoiceLogits(),
+        lambda: (_CHOICE_SCORES, _CHOICE_MASK),
+        mixed_dtype="float32",
+        masking=_choice_masking,
+        weightless=True,
+    ),
+    "FlattenChoices": Case(
+        lambda: FlattenChoices(),
+        lambda: (np.arange(48, dtype="int32").reshape(2, 4, 6),),
+        mixed_dtype=None,
+        weightless=True,
+    ),
+    "MaskedSpanLogits": Case(
+        lambda: MaskedSpanLogits(),
+        lambda: (hidden_states()[..., :2], _SEGMENTS, padding_mask()),
+        mixed_dtype="float32",
+        masking=_span_masking,
+        weightless=True,
+    ),
     "AddFFN": Case(lambda: AddFFN(units=8), lambda: (hidden_states(),)),
     "AttentionAdversary": Case(
         lambda: AttentionAdversary(),
@@ -514,6 +583,19 @@ CASES = {
         train_model=_model_train(lambda out: out["pooled_output"]),
         no_gradient=(KEY_BIAS,),
     ),
+    "TransformerTextClassifier": Case(
+        lambda: keras_masking.models.TransformerTextClassifier(
+            tiny_backbone(), num_classes=3, dropout=0.0
+        ),
+        lambda: (features(),),
+        make_random=lambda: keras_masking.models.TransformerTextClassifier(
+            tiny_backbone(), num_classes=3, dropout=0.5
+        ),
+        masking=_padded_ids_masking(lambda out: [out]),
+        train_model=lambda model: (model.input, model.output, features()),
+        no_gradient=(KEY_BIAS,),
+        task=True,
+    ),
     "TransformerMaskedLM": Case(
         lambda: TransformerMaskedLM(tiny_backbone()),
         _masked_lm_args,
@@ -588,12 +670,18 @@ def _registered_classes():
 
 def test_every_registered_class_has_a_contract_case():
     registered = _registered_classes()
-    covered = {name.split("-")[0] for name in CASES} | {"DAGLoss"}
+    # Losses have their own tests: DAGLoss below, the CLUE losses in tests/test_clue_heads.py;
+    # the learning-rate schedule in tests/test_clue_runner.py.
+    losses = {"DAGLoss", "MultilabelCategoricalCrossentropy", "SpanCrossentropy"}
+    # String preprocessing has its own tests in tests/test_text_classifier.py.
+    preprocessing = {"TransformerTextClassifierPreprocessor", "TransformerTokenizer"}
+    covered = {name.split("-")[0] for name in CASES} | losses | preprocessing
+    covered |= {"WarmupLinearDecay"}
     assert set(registered) == covered, (
         f"without a contract case: {sorted(set(registered) - covered)}; "
         f"cases of no registered class: {sorted(covered - set(registered))}"
     )
-    kinds = (keras.layers.Layer, keras.losses.Loss)
+    kinds = (keras.layers.Layer, keras.losses.Loss, keras.optimizers.schedules.LearningRateSchedule)
     for name, cls in registered.items():
         assert issubclass(cls, kinds), name
     # ... and every public layer, model and loss is registered.

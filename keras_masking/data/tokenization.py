@@ -46,29 +46,35 @@ def read_vocabulary(path):
     return tokens
 
 
-def bert_tokenizer(vocabulary, lowercase=True, **kwargs):
-    """A keras-hub `BertTokenizer` from a vocabulary file, folder or list.
+def bert_tokenizer(vocabulary, lowercase=True, case_folding="bert", **kwargs):
+    """A WordPiece tokenizer from a vocabulary file, folder or list.
+
+    The tokenizer is a `keras_masking.models.TransformerTokenizer`, a keras-hub
+    `BertTokenizer` that lowercases as Google's BERT does: full-width
+    punctuation such as "，" keeps its own id (keras-hub's NFKC folding maps
+    it to ","), and accents are stripped when ``lowercase``.
 
     Args:
         vocabulary: path accepted by `read_vocabulary`, or a list of tokens.
         lowercase: bool. True for uncased English and for Chinese BERT.
+        case_folding: ``"bert"`` (Google's BERT) or ``"nfkc"`` (keras-hub's).
         **kwargs: passed to `keras_hub.tokenizers.BertTokenizer`.
 
     Returns:
-        A `keras_hub.tokenizers.BertTokenizer`.
+        A `TransformerTokenizer`.
 
     Example:
     ```python
     tokenizer = bert_tokenizer("../shared/data/vocab/bert-base-chinese-vocab.txt")
-    tokenizer("今天天气很好")
+    tokenizer("今天天气很好，")  # the last id is the full-width comma's
     ```
     """
-    import keras_hub
+    from keras_masking.models.transformer_tokenizer import TransformerTokenizer
 
     if not isinstance(vocabulary, (list, tuple)):
         vocabulary = read_vocabulary(vocabulary)
-    return keras_hub.tokenizers.BertTokenizer(
-        vocabulary=list(vocabulary), lowercase=lowercase, **kwargs
+    return TransformerTokenizer(
+        vocabulary=list(vocabulary), lowercase=lowercase, case_folding=case_folding, **kwargs
     )
 
 

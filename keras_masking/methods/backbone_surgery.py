@@ -8,6 +8,7 @@ helpers keep that plumbing in one place.
 
 import keras
 import keras_hub
+import numpy as np
 
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.utils.layer_walk import walk_layers
@@ -75,6 +76,8 @@ def replace_backbones(model, replacements):
     if isinstance(model, keras_hub.models.Task):
         config = model.get_config()
         config["backbone"] = replacements[id(model.backbone)]
+        # The preprocessor as it is: its config alone holds no vocabulary.
+        config["preprocessor"] = model.preprocessor
         new_model = type(model).from_config(config)
     elif isinstance(model, keras.Model) and hasattr(model, "inputs") and model.inputs:
 
@@ -117,4 +120,6 @@ def _copy_weights_outside_backbones(source, target, replacements):
             f"original's ({len(old)} vs {len(new)} variables)."
         )
     for source_variable, target_variable in zip(old, new):
-        target_variable.assign(source_variable)
+        # A copy: on JAX, assigning the variable would share its buffer, which
+        # a compiled step of either model may then donate and delete.
+        target_variable.assign(np.array(source_variable.numpy()))

@@ -12,3 +12,8 @@ from keras_masking.models.tf_checkpoint import save_tf_checkpoint
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.models.transformer_backbone import from_keras_hub
 from keras_masking.models.transformer_masked_lm import TransformerMaskedLM
+from keras_masking.models.transformer_text_classifier import TransformerTextClassifier
+from keras_masking.models.transformer_text_classifier_preprocessor import (
+    TransformerTextClassifierPreprocessor,
+)
+from keras_masking.models.transformer_tokenizer import TransformerTokenizer

@@ -61,7 +61,12 @@ class TransformerMaskedLM(keras_hub.models.MaskedLM):
         }
         sequence_output = backbone(backbone.input)["sequence_output"]
         outputs = self.masked_lm_head(sequence_output, inputs["mask_positions"])
+        # A functional model given `trainable` sets it on every sublayer:
+        # `trainable=True` from a config would unfreeze a tuned backbone.
+        trainable = kwargs.pop("trainable", True)
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        if not trainable:
+            self.trainable = False
 
     def get_config(self):
         # keras-hub's Task config holds the backbone, the preprocessor and the

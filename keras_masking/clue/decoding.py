@@ -1,0 +1,358 @@
+"""Model outputs -> predictions per example id, and scoring them with CLUE's metric.
+
+`decode_predictions` reads the logits of a task model (`build_task_model`)
+on an `EncodedSplit` and returns what `write_submission` writes: a label
+string per example (classification), a choice index (C3), a candidate index
+per blank (CHID, decoded jointly per passage), an answer text (CMRC2018,
+the best span over all windows), a list of ``(type, start, end)`` entities
+(CLUENER, every span scored > 0). `score` compares predictions with a
+labelled split's records.
+"""
+
+import numpy as np
+
+from keras_masking.clue.examples import ChoiceExample
+from keras_masking.clue.examples import EntityExample
+from keras_masking.clue.examples import IdiomPassage
+from keras_masking.clue.examples import SpanExample
+from keras_masking.clue.examples import TextExample
+from keras_masking.clue.metrics import accuracy
+from keras_masking.clue.metrics import cmrc2018_scores
+from keras_masking.clue.metrics import entity_f1
+from keras_masking.clue.tasks import get_task
+
+_MAX_JOINT_CANDIDATES = 20
+
+
+def decode_predictions(task, outputs, encoded, examples, **options):
+    """Predictions per example id from a task model's outputs.
+
+    Args:
+        task: a `ClueTask` or a task name.
+        outputs: the model's logits for every row of ``encoded``, in order:
+            one array, or an iterable of per-batch arrays (so entity scores,
+            ``(rows, types, length, length)``, need not be held at once).
+        encoded: the `EncodedSplit` the outputs were computed on.
+        examples: the records ``encoded`` was made from.
+        **options: span: ``max_answer_length`` (tokens; default the one
+            recorded at encoding).
+
+    Returns:
+        A dict id -> prediction: classification the label STRING;
+        multiple_choice the choice index; idiom one entry per BLANK id, the
+        candidate index (a passage's blanks take distinct candidates: the
+        exact maximum of the summed log-probabilities, `joint_assignment`);
+        span the answer text (the span ``start <= end``, ``end - start <
+        max_answer_length`` tokens, of the largest ``start + end`` logit over
+        all windows of the example, mapped to its characters); entity a
+        list of ``(type, start, end)`` (end inclusive, characters) for every
+        pair of text tokens scored > 0, sorted by position.
+
+    Raises:
+        ValueError: outputs of the wrong shape or row count, or examples that
+            do not match ``encoded``.
+
+    Example:
+    >>> from keras_masking.clue.encoding import EncodedSplit
+    >>> encoded = EncodedSplit(
+    ...     {"token_ids": np.zeros((2, 4), "int32")}, None,
+    ...     {"kind": "classification", "ids": [7, 8], "example_index": [0, 1],
+    ...      "label_names": ("Negative", "Positive")})
+    >>> decode_predictions("eprstmt", np.array([[0.1, 2.0], [1.0, -1.0]]), encoded, [None, None])
+    {7: 'Positive', 8: 'Negative'}
+    """
+    task = get_task(task)
+    unknown = sorted(set(options) - ({"max_answer_length"} if task.kind == "span" else set()))
+    if unknown:
+        raise ValueError(
+            f"Unknown options {unknown} for decoding the {task.kind} task {task.name!r}."
+        )
+    meta = encoded.meta
+    if meta.get("kind") != task.kind:
+        raise ValueError(
+            f"The encoded split is of kind {meta.get('kind')!r}; task {task.name!r} is "
+            f"{task.kind!r}. Encode the split for this task."
+        )
+    examples = list(examples)
+    rows = len(meta["ids"])
+    count = max(meta["example_index"]) + 1 if meta["example_index"] else 0
+    if len(examples) != count:
+        raise ValueError(
+            f"{len(examples)} examples for an encoded split made from {count}; pass the "
+            "records the split was encoded from."
+        )
+    if task.kind == "entity":
+        return _decode_entities(outputs, encoded, rows)
+    outputs = _concatenate(outputs)
+    if len(outputs) != rows:
+        raise ValueError(
+            f"outputs has {len(outputs)} rows; the encoded split has {rows}. Pass the model's "
+            "outputs for every row, in order."
+        )
+    if task.kind == "classification":
+        names = meta["label_names"]
+        _check_shape(outputs, (rows, len(names)), "(rows, num_labels)")
+        return {key: names[int(i)] for key, i in zip(meta["ids"], np.argmax(outputs, -1))}
+    if task.kind == "multiple_choice":
+        valid = encoded.features["choice_mask"].astype(bool)
+        _check_shape(outputs, valid.shape, "(rows, choices)")
+        picked = np.argmax(np.where(valid, outputs, -np.inf), axis=-1)
+        return {key: int(i) for key, i in zip(meta["ids"], picked)}
+    if task.kind == "idiom":
+        return _decode_idioms(outputs, encoded)
+    if task.kind == "span":
+        length = options.get("max_answer_length", meta["max_answer_length"])
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise ValueError(f"Expected an int >= 1 for max_answer_length. Received: {length!r}.")
+        return _decode_spans(outputs, encoded, examples, length)
+    raise ValueError(f"Task {task.name!r} has an unknown kind {task.kind!r}.")
+
+
+def joint_assignment(scores):
+    """The rows' columns, all different, that maximise the summed scores: exactly.
+
+    A dynamic programme over the subsets of columns used so far: after row
+    ``k`` every reachable subset ``S`` (``|S| = k + 1``) holds the best
+    total of rows ``0..k`` using exactly the columns of ``S``; the best
+    final subset is traced back. ``rows * columns * 2**columns`` steps, each
+    row a few vectorised numpy operations; CHID has at most 10 candidates.
+
+    Args:
+        scores: float array ``(rows, columns)``, ``rows <= columns <= 20``
+            (CHID: the log-probabilities of each blank's candidates).
+
+    Returns:
+        A list of column indices, one per row, all distinct.
+
+    Raises:
+        ValueError: more rows than columns, or more than 20 columns.
+
+    Example:
+    >>> scores = np.log(np.array([[0.6, 0.4], [0.9, 0.1]]))  # both rows prefer column 0
+    >>> joint_assignment(scores)  # 0.4 * 0.9 > 0.6 * 0.1
+    [1, 0]
+    """
+    scores = np.asarray(scores, "float64")
+    rows, columns = scores.shape
+    if rows > columns or columns > _MAX_JOINT_CANDIDATES:
+        raise ValueError(
+            f"joint_assignment needs rows <= columns <= {_MAX_JOINT_CANDIDATES}. Received "
+            f"scores of shape {scores.shape}."
+        )
+    if rows == 0:
+        return []
+    subsets = np.arange(1 << columns)
+    best = np.full(1 << columns, -np.inf)
+    best[0] = 0.0
+    choices = np.zeros((rows, 1 << columns), "int8")
+    for row in range(rows):
+        totals = np.full((columns, 1 << columns), -np.inf)
+        for column in range(columns):
+            bit = 1 << column
+            holding = subsets[(subsets & bit) != 0]
+            totals[column, holding] = best[holding ^ bit] + scores[row, column]
+        choices[row] = np.argmax(totals, axis=0)
+        best = totals.max(axis=0)
+    subset = int(np.argmax(best))
+    picked = []
+    for row in reversed(range(rows)):
+        column = int(choices[row, subset])
+        picked.append(column)
+        subset ^= 1 << column
+    return picked[::-1]
+
+
+def score(task, predictions, examples):
+    """Scores predictions against a labelled split with the task's CLUE metric.
+
+    Every value is a PERCENTAGE (``x 100``), the scale of CLUE's
+    leaderboard, for every metric.
+
+    Args:
+        task: a `ClueTask` or a task name.
+        predictions: dict id -> prediction, as `decode_predictions` returns
+            (idiom: keyed by blank id).
+        examples: the split's labelled records.
+
+    Returns:
+        A dict with ``score`` (the main metric: accuracy; CLUENER's micro
+        F1; CMRC2018's EM, as CLUE ranks it), ``metric`` (its name) and the
+        metric's parts: accuracy ``accuracy``, ``total``; entity_f1 ``f1``,
+        ``precision``, ``recall``, ``macro_f1``, ``per_type`` and the entity
+        counts; cmrc2018 ``em``, ``f1``, ``total``, ``missing``.
+
+    Raises:
+        ValueError: unlabelled examples, or records of another kind.
+
+    Example:
+    >>> from keras_masking.clue.examples import ChoiceExample
+    >>> examples = [ChoiceExample("q1", "", "", ("a", "b"), 1)]
+    >>> examples.append(ChoiceExample("q2", "", "", ("a", "b"), 0))
+    >>> score("c3", {"q1": 1, "q2": 1}, examples)
+    {'score': 50.0, 'metric': 'accuracy', 'accuracy': 50.0, 'total': 2}
+    """
+    task = get_task(task)
+    gold = _gold(task, list(examples))
+    if task.metric == "cmrc2018":
+        parts = cmrc2018_scores(predictions, gold)
+        return {"score": parts["em"], "metric": task.metric, **parts}
+    if task.metric == "entity_f1":
+        parts = entity_f1(predictions, gold, types=task.labels)
+        percent = {key: 100.0 * parts[key] for key in ("f1", "precision", "recall", "macro_f1")}
+        per_type = {
+            name: {key: (100.0 * v if key != "support" else v) for key, v in values.items()}
+            for name, values in parts["per_type"].items()
+        }
+        counts = {key: parts[key] for key in ("true_positives", "predicted", "gold")}
+        return {
+            "score": percent["f1"],
+            "metric": task.metric,
+            **percent,
+            "per_type": per_type,
+            **counts,
+        }
+    value = 100.0 * accuracy(predictions, gold)
+    return {"score": value, "metric": "accuracy", "accuracy": value, "total": len(gold)}
+
+
+# === Per kind ===
+def _decode_idioms(outputs, encoded):
+    meta = encoded.meta
+    valid = encoded.features["choice_mask"].astype(bool)
+    _check_shape(outputs, valid.shape, "(rows, choices)")
+    by_passage = {}
+    for row, passage in enumerate(meta["example_index"]):
+        by_passage.setdefault(passage, []).append(row)
+    predictions = {}
+    for rows in by_passage.values():
+        count = meta["num_candidates"][rows[0]]
+        logits = np.asarray(outputs[rows, :count], "float64")
+        peak = logits.max(axis=-1, keepdims=True)
+        log_probabilities = logits - peak - np.log(np.exp(logits - peak).sum(-1, keepdims=True))
+        picked = joint_assignment(log_probabilities)
+        for row, candidate in zip(rows, picked):
+            predictions[meta["ids"][row]] = candidate
+    return predictions
+
+
+def _decode_spans(outputs, encoded, examples, max_answer_length):
+    meta = encoded.meta
+    offsets = meta["offsets"]
+    _check_shape(outputs, offsets.shape[:2] + (2,), "(windows, length, 2)")
+    best = {}  # example index -> (score, start char, end char)
+    for window, index in enumerate(meta["example_index"]):
+        found = _best_span(outputs[window], offsets[window], max_answer_length)
+        if found is not None and (index not in best or found[0] > best[index][0]):
+            best[index] = found
+    predictions = {}
+    for index, example in enumerate(examples):
+        if index in best:
+            _, start, end = best[index]
+            predictions[example.id] = example.context[start:end]
+        else:
+            predictions[example.id] = ""
+    return predictions
+
+
+def _best_span(logits, offsets, max_answer_length):
+    """``(score, start char, end char)`` of a window's best span, or None."""
+    valid = offsets[:, 0] >= 0
+    if not valid.any():
+        return None
+    starts = np.where(valid, logits[:, 0].astype("float64"), -np.inf)
+    ends = np.where(valid, logits[:, 1].astype("float64"), -np.inf)
+    length = len(starts)
+    best = (-np.inf, None, None)
+    for width in range(min(max_answer_length, length)):
+        totals = starts[: length - width] + ends[width:]
+        i = int(np.argmax(totals))
+        if totals[i] > best[0]:
+            best = (float(totals[i]), i, i + width)
+    if best[1] is None:
+        return None
+    _, i, j = best
+    return best[0], int(offsets[i, 0]), int(offsets[j, 1])
+
+
+def _decode_entities(outputs, encoded, rows):
+    meta = encoded.meta
+    offsets, types = meta["offsets"], meta["entity_types"]
+    batches = [outputs] if isinstance(outputs, np.ndarray) or hasattr(outputs, "shape") else outputs
+    predictions, row = {}, 0
+    for batch in batches:
+        batch = np.asarray(batch)
+        if (
+            batch.ndim != 4
+            or batch.shape[1] != len(types)
+            or batch.shape[2:] != offsets.shape[1:2] * 2
+        ):
+            raise ValueError(
+                f"Expected entity scores (rows, {len(types)}, {offsets.shape[1]}, "
+                f"{offsets.shape[1]}). Received a batch of shape {batch.shape}."
+            )
+        for scores in batch:
+            if row >= rows:
+                raise ValueError(f"outputs has more rows than the encoded split's {rows}.")
+            text = offsets[row, :, 0] >= 0
+            found = []
+            for kind, i, j in np.argwhere(scores > 0):
+                if i <= j and text[i] and text[j]:
+                    found.append(
+                        (types[kind], int(offsets[row, i, 0]), int(offsets[row, j, 1]) - 1)
+                    )
+            predictions[meta["ids"][row]] = sorted(found, key=lambda e: (e[1], e[2], e[0]))
+            row += 1
+    if row != rows:
+        raise ValueError(
+            f"outputs has {row} rows; the encoded split has {rows}. Pass the model's outputs "
+            "for every row, in order."
+        )
+    return predictions
+
+
+def _gold(task, examples):
+    record = {
+        "classification": TextExample,
+        "multiple_choice": ChoiceExample,
+        "idiom": IdiomPassage,
+        "span": SpanExample,
+        "entity": EntityExample,
+    }[task.kind]
+    field = {
+        "classification": "label",
+        "multiple_choice": "label",
+        "idiom": "labels",
+        "span": "answers",
+        "entity": "entities",
+    }[task.kind]
+    for example in examples:
+        if not isinstance(example, record):
+            raise ValueError(
+                f"Task {task.name!r} is scored on {record.__name__} records. Received: "
+                f"{type(example).__name__} (id {getattr(example, 'id', None)!r})."
+            )
+        if getattr(example, field) is None:
+            raise ValueError(
+                f"Example {example.id!r} has no gold {field!r}: an unlabelled split cannot be "
+                "scored."
+            )
+    if task.kind == "idiom":
+        return {
+            blank: label
+            for passage in examples
+            for blank, label in zip(passage.blank_ids, passage.labels)
+        }
+    return {example.id: getattr(example, field) for example in examples}
+
+
+def _concatenate(outputs):
+    if isinstance(outputs, np.ndarray) or hasattr(outputs, "shape"):
+        return np.asarray(outputs)
+    return np.concatenate([np.asarray(batch) for batch in outputs], axis=0)
+
+
+def _check_shape(outputs, shape, what):
+    if tuple(outputs.shape) != tuple(shape):
+        raise ValueError(
+            f"Expected outputs of shape {what} = {tuple(shape)}. Received {outputs.shape}."
+        )

@@ -1,0 +1,631 @@
+"""CLUE examples -> fixed-shape feature arrays, per task kind (bert4keras' encodings).
+
+`encode_examples` turns the records of `keras_masking.clue.examples` into
+int32 numpy arrays, every one padded to ``max_length`` (and to the number of
+choices), so one compiled model serves every batch:
+
+* classification: ``[CLS] text_a [SEP] (text_b [SEP])``, the longer text
+  cut first (bert4keras' ``truncate_sequences``);
+* multiple choice (C3): per choice ``[CLS] context [SEP] question [SEP]
+  choice [SEP]``, the context cut first; choices padded to 4, with a
+  ``choice_mask``;
+* idiom (CHID): one row per BLANK, per candidate ``[CLS] candidate [SEP]
+  left [unused1] right [SEP]`` where ``[unused1]`` marks the blank and the
+  passage's other blanks read as 4 x ``[MASK]``; the context is a window of
+  ``max_length`` tokens centred on the blank;
+* span (CMRC2018): ``[CLS] question [SEP] window [SEP]`` over sliding
+  windows of the context (stride 128 tokens); the target of a window
+  without the answer is ``[CLS]`` (index 0);
+* entity (CLUENER): ``[CLS] text [SEP]``, entities as token spans; an
+  entity whose boundaries fall inside a token, or past the truncation, is
+  counted in ``meta`` (and logged), never silently dropped.
+"""
+
+import dataclasses
+import logging
+
+import numpy as np
+
+from keras_masking.clue.examples import ChoiceExample
+from keras_masking.clue.examples import EntityExample
+from keras_masking.clue.examples import IdiomPassage
+from keras_masking.clue.examples import SpanExample
+from keras_masking.clue.examples import TextExample
+from keras_masking.clue.tasks import get_task
+from keras_masking.clue.tokenization import special_token_id
+from keras_masking.clue.tokenization import tokenize_with_offsets
+
+logger = logging.getLogger(__name__)
+
+#: Choices per row when ``num_choices`` is not given: C3 has at most 4, CHID 10.
+DEFAULT_NUM_CHOICES = {"multiple_choice": 4, "idiom": 10}
+
+_RECORDS = {
+    "classification": TextExample,
+    "multiple_choice": ChoiceExample,
+    "idiom": IdiomPassage,
+    "span": SpanExample,
+    "entity": EntityExample,
+}
+_OPTIONS = {
+    "classification": {"labels"},
+    "multiple_choice": {"num_choices"},
+    "idiom": {"num_choices", "blank_token", "other_blank_token", "other_blank_length"},
+    "span": {"stride", "max_query_length", "max_answer_length"},
+    "entity": {"max_entities"},
+}
+
+
+@dataclasses.dataclass
+class EncodedSplit:
+    """The arrays of one encoded split and what decoding needs.
+
+    Attributes:
+        features: dict of int32 numpy arrays: ``token_ids``,
+            ``segment_ids``, ``padding_mask``, each ``(rows, max_length)``;
+            multiple choice and idiom ``(rows, choices, max_length)`` plus
+            ``choice_mask`` ``(rows, choices)``.
+        labels: the loss targets, or None for an unlabelled split:
+            classification / multiple choice / idiom int32 ``(rows,)``;
+            span int32 ``(windows, 2)`` (start, end token; ``(0, 0)`` when
+            the window lacks the answer); entity int32 ``(rows,
+            max_entities, 3)`` rows of ``(type, start token, end token)``,
+            ``-1`` padding.
+        meta: a dict; every kind has ``kind``, ``ids`` (the example id of
+            each row; the blank id for idiom rows) and ``example_index``
+            (each row's index in the examples). Per kind:
+            classification ``label_names``, ``truncated``; multiple choice
+            ``num_choices`` (per row), ``truncated``; idiom
+            ``num_candidates``, ``blank_index``, ``passage_ids``; span
+            ``offsets`` (int32 ``(windows, max_length, 2)``: each context
+            token's ``[start, end)`` characters, ``-1`` elsewhere),
+            ``max_answer_length``, ``lost_answers`` and ``inexact_answers``
+            (example ids); entity ``offsets`` (as for span, for the text's
+            tokens), ``entity_types``, ``lost_entities`` (``(id, entity,
+            reason)``, reason ``"boundary"`` or ``"truncated"``).
+
+    Example:
+    >>> split = EncodedSplit({"token_ids": np.zeros((2, 8), "int32")}, None, {"ids": [0, 1]})
+    >>> len(split)
+    2
+    """
+
+    features: dict
+    labels: object
+    meta: dict
+
+    def __len__(self):
+        return len(next(iter(self.features.values())))
+
+
+def encode_examples(task, examples, tokenizer, max_length, **options):
+    """Encodes a split's examples for a task model, with static shapes.
+
+    Args:
+        task: a `ClueTask` or a task name (`get_task` resolves it).
+        examples: the records of the task's kind (`TextExample`,
+            `ChoiceExample`, `IdiomPassage`, `SpanExample`,
+            `EntityExample`), all labelled or all unlabelled.
+        tokenizer: a keras-hub `BertTokenizer`.
+        max_length: int, the length of every row.
+        **options: per kind:
+            classification: ``labels`` (the label strings in id order; the
+            task's by default, required for csldcp);
+            multiple_choice: ``num_choices`` (4);
+            idiom: ``num_choices`` (10), ``blank_token`` (``"[unused1]"``),
+            ``other_blank_token`` (``"[MASK]"``), ``other_blank_length`` (4);
+            span: ``stride`` (the task's, else 128: tokens between window
+            starts), ``max_query_length`` (64 tokens), ``max_answer_length``
+            (30 tokens, kept in ``meta`` for decoding);
+            entity: ``max_entities`` (default: the split's largest count
+            rounded up to a multiple of 8).
+
+    Returns:
+        An `EncodedSplit`.
+
+    Raises:
+        ValueError: an unknown option, a record of the wrong kind, a label
+            outside the task's labels, a split mixing labelled and
+            unlabelled examples, ``max_length`` too small; each names the
+            example id.
+
+    Example:
+    >>> import keras_hub
+    >>> from keras_masking.clue.examples import TextExample
+    >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "好", "坏", "很"]
+    >>> tokenizer = keras_hub.tokenizers.BertTokenizer(vocabulary=vocab)
+    >>> examples = [TextExample(0, "很好", None, "Positive"), TextExample(1, "坏", None, None)]
+    >>> examples[1] = TextExample(1, "坏", None, "Negative")
+    >>> split = encode_examples("eprstmt", examples, tokenizer, max_length=6)
+    >>> split.features["token_ids"].tolist(), split.labels.tolist()
+    ([[2, 7, 5, 3, 0, 0], [2, 6, 3, 0, 0, 0]], [1, 0])
+    """
+    task = get_task(task)
+    if task.kind not in _RECORDS:
+        raise ValueError(f"Task {task.name!r} has an unknown kind {task.kind!r}.")
+    unknown = sorted(set(options) - _OPTIONS[task.kind])
+    if unknown:
+        raise ValueError(
+            f"Unknown options {unknown} for the {task.kind} task {task.name!r}; expected some "
+            f"of {sorted(_OPTIONS[task.kind])}."
+        )
+    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)):
+        raise ValueError(f"Expected an int for max_length. Received: max_length={max_length!r}.")
+    max_length = int(max_length)
+    if max_length < 4:
+        raise ValueError(f"Expected max_length >= 4. Received: max_length={max_length}.")
+    examples = list(examples)
+    if not examples:
+        raise ValueError(f"No examples to encode for task {task.name!r} (examples is empty).")
+    record = _RECORDS[task.kind]
+    for index, example in enumerate(examples):
+        if not isinstance(example, record):
+            raise ValueError(
+                f"Task {task.name!r} ({task.kind}) expects {record.__name__} records. Received: "
+                f"{type(example).__name__} at index {index} "
+                f"(id {getattr(example, 'id', None)!r})."
+            )
+    special = _SpecialIds(tokenizer)
+    encoder = {
+        "classification": _encode_classification,
+        "multiple_choice": _encode_multiple_choice,
+        "idiom": _encode_idiom,
+        "span": _encode_span,
+        "entity": _encode_entity,
+    }[task.kind]
+    return encoder(task, examples, tokenizer, special, max_length, **options)
+
+
+# === Shared helpers ===
+class _SpecialIds:
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.cls = special_token_id(tokenizer, "[CLS]")
+        self.sep = special_token_id(tokenizer, "[SEP]")
+        self.pad = special_token_id(tokenizer, "[PAD]")
+
+
+def _ids(tokenizer, text):
+    return tokenize_with_offsets(tokenizer, text)[0]
+
+
+def _labelled(examples, field):
+    """Whether the split is labelled; raises when it mixes both."""
+    missing = [example.id for example in examples if getattr(example, field) is None]
+    if missing and len(missing) != len(examples):
+        raise ValueError(
+            f"The split mixes labelled and unlabelled examples: {len(missing)} of "
+            f"{len(examples)} have no {field!r}, e.g. id {missing[0]!r}. Expected all or none."
+        )
+    return not missing
+
+
+def _row(segments, max_length, pad):
+    """``(token_ids, segment_ids)`` of ``[(ids, segment), ...]``, padded."""
+    token_ids = np.full(max_length, pad, "int32")
+    segment_ids = np.zeros(max_length, "int32")
+    position = 0
+    for ids, segment in segments:
+        token_ids[position : position + len(ids)] = ids
+        segment_ids[position : position + len(ids)] = segment
+        position += len(ids)
+    return token_ids, segment_ids, position
+
+
+def _empty_features(shape):
+    return {
+        "token_ids": np.zeros(shape, "int32"),
+        "segment_ids": np.zeros(shape, "int32"),
+        "padding_mask": np.zeros(shape, "int32"),
+    }
+
+
+def _fill(features, index, segments, max_length, pad):
+    token_ids, segment_ids, used = _row(segments, max_length, pad)
+    features["token_ids"][index] = token_ids
+    features["segment_ids"][index] = segment_ids
+    features["padding_mask"][index][:used] = 1
+
+
+def _truncate_longest_first(sequences, budget):
+    """Cuts the ends of the longest sequences until they fit (bert4keras)."""
+    sequences = [list(sequence) for sequence in sequences]
+    cut = False
+    while sum(len(sequence) for sequence in sequences) > budget:
+        longest = max(range(len(sequences)), key=lambda i: (len(sequences[i]), -i))
+        sequences[longest].pop()
+        cut = True
+    return sequences, cut
+
+
+def _num_choices(task, options):
+    value = options.get("num_choices", DEFAULT_NUM_CHOICES[task.kind])
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"Expected an int >= 1 for num_choices. Received: num_choices={value!r}.")
+    return int(value)
+
+
+def _check_choice_count(example, count, num_choices, what):
+    if count == 0 or count > num_choices:
+        raise ValueError(
+            f"Example {example.id!r} has {count} {what}; expected 1 to num_choices={num_choices} "
+            "(raise num_choices for more)."
+        )
+
+
+def _check_label(example, label, count, what):
+    if (
+        isinstance(label, bool)
+        or not isinstance(label, (int, np.integer))
+        or not 0 <= label < count
+    ):
+        raise ValueError(
+            f"Example {example.id!r} has the label {label!r}; expected an index into its "
+            f"{count} {what}."
+        )
+
+
+# === Classification ===
+def _encode_classification(task, examples, tokenizer, special, max_length, labels=None):
+    label_names = tuple(labels) if labels is not None else task.labels
+    if not label_names:
+        raise ValueError(
+            f"Task {task.name!r} has no fixed label set: pass labels=... (the split's labels, "
+            "e.g. ClueSplit.labels of the training split)."
+        )
+    label_ids = {label: index for index, label in enumerate(label_names)}
+    labelled = _labelled(examples, "label")
+    features = _empty_features((len(examples), max_length))
+    targets = np.zeros(len(examples), "int32") if labelled else None
+    truncated = 0
+    for index, example in enumerate(examples):
+        texts = [example.text_a] + ([example.text_b] if example.text_b is not None else [])
+        budget = max_length - 1 - len(texts)
+        pieces, cut = _truncate_longest_first([_ids(tokenizer, text) for text in texts], budget)
+        truncated += cut
+        segments = [([special.cls] + pieces[0] + [special.sep], 0)]
+        if len(pieces) == 2:
+            segments.append((pieces[1] + [special.sep], 1))
+        _fill(features, index, segments, max_length, special.pad)
+        if labelled:
+            if example.label not in label_ids:
+                raise ValueError(
+                    f"Example {example.id!r} has the label {example.label!r}, which is not one of "
+                    f"{task.name}'s labels {list(label_names)[:20]}."
+                )
+            targets[index] = label_ids[example.label]
+    meta = _meta(task, examples, label_names=label_names, truncated=truncated)
+    return EncodedSplit(features, targets, meta)
+
+
+def _meta(task, examples, ids=None, example_index=None, **extra):
+    return {
+        "kind": task.kind,
+        "ids": [example.id for example in examples] if ids is None else ids,
+        "example_index": list(range(len(examples))) if example_index is None else example_index,
+        **extra,
+    }
+
+
+# === Multiple choice (C3) ===
+def _encode_multiple_choice(task, examples, tokenizer, special, max_length, **options):
+    num_choices = _num_choices(task, options)
+    labelled = _labelled(examples, "label")
+    shape = (len(examples), num_choices, max_length)
+    features = _empty_features(shape)
+    features["choice_mask"] = np.zeros(shape[:2], "int32")
+    targets = np.zeros(len(examples), "int32") if labelled else None
+    truncated, counts = 0, []
+    for index, example in enumerate(examples):
+        _check_choice_count(example, len(example.choices), num_choices, "choices")
+        counts.append(len(example.choices))
+        context = _ids(tokenizer, example.context)
+        question = _ids(tokenizer, example.question)
+        cut = False
+        for choice_index in range(num_choices):
+            if choice_index >= len(example.choices):  # a padded choice: [CLS] [SEP], masked
+                _fill_padded_choice(features, index, choice_index, special, max_length)
+                continue
+            choice = _ids(tokenizer, example.choices[choice_index])
+            budget = max_length - 4
+            if len(question) + len(choice) > budget:
+                (question_cut, choice_cut), _ = _truncate_longest_first([question, choice], budget)
+                context_cut = []
+            else:
+                question_cut, choice_cut = question, choice
+                context_cut = context[: budget - len(question) - len(choice)]
+            cut = cut or len(context_cut) < len(context)
+            segments = [
+                ([special.cls] + context_cut + [special.sep], 0),
+                (question_cut + [special.sep] + choice_cut + [special.sep], 1),
+            ]
+            _fill_choice(features, index, choice_index, segments, max_length, special.pad)
+            features["choice_mask"][index, choice_index] = 1
+        truncated += cut
+        if labelled:
+            _check_label(example, example.label, len(example.choices), "choices")
+            targets[index] = example.label
+    meta = _meta(task, examples, num_choices=counts, truncated=truncated)
+    return EncodedSplit(features, targets, meta)
+
+
+def _fill_choice(features, row, choice, segments, max_length, pad):
+    token_ids, segment_ids, used = _row(segments, max_length, pad)
+    features["token_ids"][row, choice] = token_ids
+    features["segment_ids"][row, choice] = segment_ids
+    features["padding_mask"][row, choice, :used] = 1
+
+
+def _fill_padded_choice(features, row, choice, special, max_length):
+    # A real two-token sequence, so that no attention row is fully masked.
+    _fill_choice(features, row, choice, [([special.cls, special.sep], 0)], max_length, special.pad)
+
+
+# === Idiom cloze (CHID) ===
+def _encode_idiom(task, examples, tokenizer, special, max_length, **options):
+    num_choices = _num_choices(task, options)
+    blank_id = special_token_id(tokenizer, options.get("blank_token", "[unused1]"))
+    other_id = special_token_id(tokenizer, options.get("other_blank_token", "[MASK]"))
+    other_length = options.get("other_blank_length", 4)
+    if isinstance(other_length, bool) or not isinstance(other_length, int) or other_length < 0:
+        raise ValueError(
+            "Expected an int >= 0 for other_blank_length. "
+            f"Received: other_blank_length={other_length!r}."
+        )
+    labelled = _labelled(examples, "labels")
+    rows = []  # (passage index, blank index)
+    for index, passage in enumerate(examples):
+        if len(passage.parts) != len(passage.blank_ids) + 1:
+            raise ValueError(
+                f"Passage {passage.id!r} has {len(passage.parts)} parts for "
+                f"{len(passage.blank_ids)} blanks; expected one part more than blanks."
+            )
+        _check_choice_count(passage, len(passage.candidates), num_choices, "candidates")
+        if len(passage.blank_ids) > len(passage.candidates):
+            raise ValueError(
+                f"Passage {passage.id!r} has {len(passage.blank_ids)} blanks but only "
+                f"{len(passage.candidates)} candidates; each blank takes a different candidate."
+            )
+        if labelled and len(passage.labels) != len(passage.blank_ids):
+            raise ValueError(
+                f"Passage {passage.id!r} has {len(passage.labels)} labels for "
+                f"{len(passage.blank_ids)} blanks; expected one label per blank."
+            )
+        rows.extend((index, blank) for blank in range(len(passage.blank_ids)))
+    shape = (len(rows), num_choices, max_length)
+    features = _empty_features(shape)
+    features["choice_mask"] = np.zeros(shape[:2], "int32")
+    targets = np.zeros(len(rows), "int32") if labelled else None
+    row = 0
+    for index, passage in enumerate(examples):
+        parts = [_ids(tokenizer, part) for part in passage.parts]
+        candidates = [_ids(tokenizer, candidate) for candidate in passage.candidates]
+        longest = max(len(candidate) for candidate in candidates)
+        budget = max_length - 4 - longest
+        if budget < 0:
+            raise ValueError(
+                f"Passage {passage.id!r}: a candidate of {longest} tokens does not fit "
+                f"max_length={max_length}; expected max_length >= {longest + 4}."
+            )
+        others = [other_id] * other_length
+        for blank in range(len(passage.blank_ids)):
+            left = _join_parts(parts[: blank + 1], others)
+            right = _join_parts(parts[blank + 1 :], others)
+            left, right = _window(left, right, budget)
+            for choice in range(num_choices):
+                if choice >= len(candidates):
+                    _fill_padded_choice(features, row, choice, special, max_length)
+                    continue
+                segments = [
+                    ([special.cls] + candidates[choice] + [special.sep], 0),
+                    (left + [blank_id] + right + [special.sep], 1),
+                ]
+                _fill_choice(features, row, choice, segments, max_length, special.pad)
+                features["choice_mask"][row, choice] = 1
+            if labelled:
+                _check_label(passage, passage.labels[blank], len(candidates), "candidates")
+                targets[row] = passage.labels[blank]
+            row += 1
+    meta = _meta(
+        task,
+        examples,
+        ids=[examples[i].blank_ids[b] for i, b in rows],
+        example_index=[i for i, _ in rows],
+        blank_index=[b for _, b in rows],
+        passage_ids=[examples[i].id for i, _ in rows],
+        num_candidates=[len(examples[i].candidates) for i, _ in rows],
+    )
+    return EncodedSplit(features, targets, meta)
+
+
+def _join_parts(parts, separator):
+    joined = list(parts[0])
+    for part in parts[1:]:
+        joined += separator + part
+    return joined
+
+
+def _window(left, right, budget):
+    """The last tokens of ``left`` and the first of ``right``, centred on the blank.
+
+    Each side gets half the budget; what one side does not use goes to the
+    other.
+    """
+    keep_left = min(len(left), max(budget // 2, budget - len(right)))
+    keep_right = min(len(right), budget - keep_left)
+    return left[len(left) - keep_left :], right[:keep_right]
+
+
+# === Span extraction (CMRC2018) ===
+def _encode_span(task, examples, tokenizer, special, max_length, **options):
+    stride = _positive_int("stride", options.get("stride", task.defaults.get("stride", 128)))
+    max_query = _positive_int("max_query_length", options.get("max_query_length", 64))
+    max_answer = _positive_int("max_answer_length", options.get("max_answer_length", 30))
+    labelled = _labelled(examples, "answers")
+    rows, lost, inexact = [], [], []  # rows: (example index, ids, segments, offsets, target)
+    for index, example in enumerate(examples):
+        question = _ids(tokenizer, example.question)[:max_query]
+        context, spans = tokenize_with_offsets(tokenizer, example.context)
+        budget = max_length - 3 - len(question)
+        if budget < 1:
+            raise ValueError(
+                f"Example {example.id!r}: max_length={max_length} leaves no room for the "
+                f"context after a {len(question)}-token question; expected max_length >= "
+                f"{len(question) + 4} (or a smaller max_query_length)."
+            )
+        answer = _answer_tokens(example, spans, lost, inexact) if labelled else None
+        start = 0
+        while True:
+            length = min(budget, len(context) - start)
+            window = range(start, start + length)
+            target = (0, 0)
+            if answer is not None and answer[0] >= start and answer[1] < start + length:
+                offset = len(question) + 2 - start
+                target = (answer[0] + offset, answer[1] + offset)
+            rows.append((index, question, context[start : start + length], spans, window, target))
+            if start + length >= len(context):
+                break
+            start += min(length, stride)
+    features = _empty_features((len(rows), max_length))
+    offsets = np.full((len(rows), max_length, 2), -1, "int32")
+    targets = np.zeros((len(rows), 2), "int32") if labelled else None
+    for row, (index, question, window_ids, spans, window, target) in enumerate(rows):
+        segments = [
+            ([special.cls] + question + [special.sep], 0),
+            (window_ids + [special.sep], 1),
+        ]
+        _fill(features, row, segments, max_length, special.pad)
+        first = len(question) + 2
+        if len(window):
+            offsets[row, first : first + len(window)] = [spans[i] for i in window]
+        if labelled:
+            targets[row] = target
+    if lost or inexact:
+        logger.warning(
+            "%s: %d answers could not be placed on tokens (targets [CLS]), %d only "
+            "approximately (token boundaries inside the answer).",
+            task.name,
+            len(lost),
+            len(inexact),
+        )
+    meta = _meta(
+        task,
+        examples,
+        ids=[examples[i].id for i, *_ in rows],
+        example_index=[i for i, *_ in rows],
+        offsets=offsets,
+        max_answer_length=max_answer,
+        lost_answers=lost,
+        inexact_answers=inexact,
+    )
+    return EncodedSplit(features, targets, meta)
+
+
+def _answer_tokens(example, spans, lost, inexact):
+    """The first and last token of the first answer, or None (counted)."""
+    if not example.answers:
+        raise ValueError(
+            f"Example {example.id!r} has an empty answers tuple; expected None or answers."
+        )
+    text, start = example.answers[0]
+    if example.context[start : start + len(text)] != text or not text:
+        raise ValueError(
+            f"Example {example.id!r}: the answer {text!r} is not at character {start} of the "
+            f"context (found {example.context[start : start + len(text)]!r})."
+        )
+    end = start + len(text)  # exclusive
+    covering = [i for i, (a, b) in enumerate(spans) if a < end and b > start]
+    if not covering:
+        lost.append(example.id)
+        return None
+    first, last = covering[0], covering[-1]
+    if spans[first][0] != start or spans[last][1] != end:
+        inexact.append(example.id)
+    return first, last
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"Expected an int >= 1 for {name}. Received: {name}={value!r}.")
+    return int(value)
+
+
+# === Entities (CLUENER) ===
+def _encode_entity(task, examples, tokenizer, special, max_length, max_entities=None):
+    types = task.labels
+    if not types:
+        raise ValueError(f"Task {task.name!r} has no entity types (labels is None).")
+    type_ids = {name: index for index, name in enumerate(types)}
+    labelled = _labelled(examples, "entities")
+    features = _empty_features((len(examples), max_length))
+    offsets = np.full((len(examples), max_length, 2), -1, "int32")
+    kept, lost = [], []
+    for index, example in enumerate(examples):
+        ids, spans = tokenize_with_offsets(tokenizer, example.text)
+        ids, spans = ids[: max_length - 2], spans[: max_length - 2]
+        _fill(features, index, [([special.cls] + ids + [special.sep], 0)], max_length, special.pad)
+        if spans:
+            offsets[index, 1 : 1 + len(spans)] = spans
+        entities = []
+        if labelled:
+            starts = {span[0]: position + 1 for position, span in enumerate(spans)}
+            ends = {span[1] - 1: position + 1 for position, span in enumerate(spans)}
+            last_char = spans[-1][1] if spans else 0
+            for entity in dict.fromkeys(example.entities):  # ordered, duplicates once
+                name, start, end = _check_entity(example, entity, type_ids)
+                if start in starts and end in ends and starts[start] <= ends[end]:
+                    entities.append((type_ids[name], starts[start], ends[end]))
+                else:
+                    reason = "truncated" if end >= last_char else "boundary"
+                    lost.append((example.id, entity, reason))
+        kept.append(entities)
+    targets = None
+    if labelled:
+        largest = max(len(entities) for entities in kept)
+        if max_entities is None:
+            max_entities = max(8, -(-largest // 8) * 8)
+        max_entities = _positive_int("max_entities", max_entities)
+        if largest > max_entities:
+            worst = examples[max(range(len(kept)), key=lambda i: len(kept[i]))].id
+            raise ValueError(
+                f"Example {worst!r} has {largest} entities; expected at most "
+                f"max_entities={max_entities}."
+            )
+        targets = np.full((len(examples), max_entities, 3), -1, "int32")
+        for index, entities in enumerate(kept):
+            if entities:
+                targets[index, : len(entities)] = entities
+    if lost:
+        reasons = [reason for *_, reason in lost]
+        logger.warning(
+            "%s: %d entities cannot be targets: %d have a boundary inside a token, %d lie past "
+            "max_length=%d (see meta['lost_entities']).",
+            task.name,
+            len(lost),
+            reasons.count("boundary"),
+            reasons.count("truncated"),
+            max_length,
+        )
+    meta = _meta(task, examples, offsets=offsets, entity_types=tuple(types), lost_entities=lost)
+    return EncodedSplit(features, targets, meta)
+
+
+def _check_entity(example, entity, type_ids):
+    if not isinstance(entity, (tuple, list)) or len(entity) != 3:
+        raise ValueError(
+            f"Example {example.id!r} has the entity {entity!r}; expected (type, start, end)."
+        )
+    name, start, end = entity
+    if name not in type_ids:
+        raise ValueError(
+            f"Example {example.id!r} has the entity type {name!r}; expected one of "
+            f"{list(type_ids)}."
+        )
+    if not (
+        isinstance(start, int) and isinstance(end, int) and 0 <= start <= end < len(example.text)
+    ):
+        raise ValueError(
+            f"Example {example.id!r} has the entity {entity!r}; expected 0 <= start <= end < "
+            f"{len(example.text)} (end inclusive)."
+        )
+    return name, start, end

@@ -1,0 +1,148 @@
+"""The example records the CLUE readers produce, one kind per task kind.
+
+Records are immutable. Every record has an ``id``: test splits keep the ids
+of their files; train and dev splits use the file's id field where there is
+one, else the record's 0-based index in the split. In unlabelled splits the
+gold field (``label``, ``labels``, ``answers``, ``entities``) is None.
+
+- `TextExample`: classification (afqmc, tnews, iflytek, ocnli, cmnli,
+  cluewsc, csl, bustm, eprstmt, csldcp);
+- `ChoiceExample`: multiple_choice (c3);
+- `IdiomPassage`: idiom (chid);
+- `SpanExample`: span (cmrc2018);
+- `EntityExample`: entity (cluener).
+"""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class TextExample:
+    """A single text or a text pair with a label string.
+
+    Pairs read as (sentence1, sentence2); CSL as (``"；".join(keywords)``,
+    abstract); CLUEWSC as one text with span1 wrapped in ``_`` ... ``_`` and
+    span2 in ``[`` ... ``]`` (bert4keras' marking).
+
+    Args:
+        id: the example id (int or str).
+        text_a: the first (or only) text.
+        text_b: the second text, or None.
+        label: the label string as the task's `labels` spell it, or None.
+
+    Example:
+
+    >>> TextExample(0, "今天天气好", None, "Positive").label
+    'Positive'
+    """
+
+    id: object
+    text_a: str
+    text_b: str | None
+    label: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ChoiceExample:
+    """A C3 question on a context, with its choices.
+
+    Args:
+        id: the question id (test) or the question's index in the split.
+        context: the context lines joined with ``""``.
+        question: the question.
+        choices: the choice texts (up to 4).
+        label: the index of the answer in ``choices``, or None.
+
+    Example:
+
+    >>> example = ChoiceExample(0, "男：你好。", "他说了什么？", ("你好", "再见"), 0)
+    >>> example.choices[example.label]
+    '你好'
+    """
+
+    id: object
+    context: str
+    question: str
+    choices: tuple
+    label: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class IdiomPassage:
+    """A CHID passage with blanks, each to be filled with one candidate idiom.
+
+    CLUE CHID: one passage per line of the file; the line's content texts
+    are joined with ``"\\n"`` (so a context may be cut at a content
+    boundary) and its blanks, the ``#idiomNNNNNN#`` tags, take distinct
+    candidates. FewCLUE CHID: one line, one blank, whose id is the line's id.
+
+    Args:
+        id: the passage id: CLUE: the line's 0-based index; FewCLUE: the
+            line's id.
+        candidates: the candidate idioms (10 in CLUE, 7 in FewCLUE).
+        parts: the texts between blanks; ``len(parts) == len(blank_ids) + 1``.
+        blank_ids: the id of each blank (the tag, or the FewCLUE line id).
+        labels: the candidate index of each blank, or None.
+
+    Example:
+
+    >>> passage = IdiomPassage(
+    ...     0, ("一心一意", "三心二意"), ("他做事", "。"), ("#idiom000001#",), (0,))
+    >>> passage.parts[0] + passage.candidates[passage.labels[0]] + passage.parts[1]
+    '他做事一心一意。'
+    """
+
+    id: object
+    candidates: tuple
+    parts: tuple
+    blank_ids: tuple
+    labels: tuple | None
+
+
+@dataclasses.dataclass(frozen=True)
+class SpanExample:
+    """A CMRC2018 question on a context, with its answer spans.
+
+    Args:
+        id: the question id.
+        context: the paragraph.
+        question: the question.
+        answers: ``((text, char_start), ...)`` with
+            ``context[char_start:char_start + len(text)] == text``, or None.
+
+    Example:
+
+    >>> example = SpanExample("q1", "北京是中国的首都。", "中国的首都是哪里？", (("北京", 0),))
+    >>> text, start = example.answers[0]
+    >>> example.context[start:start + len(text)]
+    '北京'
+    """
+
+    id: object
+    context: str
+    question: str
+    answers: tuple | None
+
+
+@dataclasses.dataclass(frozen=True)
+class EntityExample:
+    """A CLUENER sentence with its entities.
+
+    Args:
+        id: the example id.
+        text: the sentence.
+        entities: ``((type, start, end), ...)`` with ``end`` INCLUSIVE
+            (``text[start:end + 1]`` is the entity), sorted by position, or
+            None.
+
+    Example:
+
+    >>> example = EntityExample(0, "浙商银行企业信贷部", (("company", 0, 3),))
+    >>> kind, start, end = example.entities[0]
+    >>> kind, example.text[start:end + 1]
+    ('company', '浙商银行')
+    """
+
+    id: object
+    text: str
+    entities: tuple | None

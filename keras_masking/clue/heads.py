@@ -1,0 +1,214 @@
+"""Task models for every CLUE task kind, on any encoder of the package.
+
+`build_task_model` puts the head of a task's kind on an encoder that maps
+``{token_ids, segment_ids, padding_mask}`` to ``{sequence_output,
+pooled_output}`` (a `TransformerBackbone`, a `DropTokenEncoder` from
+`keras_masking.with_drop_token`, an `ExLMEncoder`) and returns a functional
+`keras.Model` with ONE logits output, so that the methods that wrap a
+classifier (``with_asa``, ``fl_tune``, ``prefix_tune``) wrap it too.
+`task_loss` gives the loss to compile it with.
+"""
+
+import keras
+
+from keras_masking.clue.encoding import DEFAULT_NUM_CHOICES
+from keras_masking.clue.tasks import get_task
+from keras_masking.layers.global_pointer import GlobalPointer
+from keras_masking.layers.multiple_choice import ChoiceLogits
+from keras_masking.layers.multiple_choice import FlattenChoices
+from keras_masking.layers.span_logits import MaskedSpanLogits
+from keras_masking.losses.multilabel_crossentropy import MultilabelCategoricalCrossentropy
+from keras_masking.losses.span_crossentropy import SpanCrossentropy
+
+_SEQUENCE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
+_OPTIONS = {
+    "classification": {"dropout"},
+    "multiple_choice": {"dropout", "num_choices"},
+    "idiom": {"dropout", "num_choices"},
+    "span": set(),
+    "entity": {"head_size", "use_rotary"},
+}
+
+
+def build_task_model(task, encoder, num_labels=None, max_length=None, **options):
+    """The model of a CLUE task: an encoder and the head of the task's kind.
+
+    Heads (bert4keras' CLUE baselines):
+
+    * classification: pooled [CLS] -> Dropout -> Dense(``num_labels``),
+      logits ``(batch, num_labels)``;
+    * multiple_choice (C3) and idiom (CHID, candidates as choices): inputs
+      ``(batch, choices, length)`` are scored as ``batch * choices``
+      sequences, pooled -> Dropout -> Dense(1) -> ``(batch, choices)``, the
+      padded choices (``choice_mask`` 0) at ``-1e9`` (probability exactly 0);
+    * span (CMRC2018): sequence -> Dense(2) -> ``(batch, length, 2)`` start
+      and end logits, positions outside the context (segment 1) and [CLS]
+      at ``-1e9``;
+    * entity (CLUENER): `GlobalPointer` scores ``(batch, types, length,
+      length)``, float32.
+
+    The classification logits are float32 too (their Dense runs in float32),
+    so every kind's output is float32 under mixed precision.
+
+    Token-level heads read ``sequence_output`` as it is: under a
+    `DropTokenEncoder` in training a dropped token's state is zeros (its
+    ``token_mask`` output is not used, so every target stays reachable).
+    An `ExLMEncoder` expands every [CLS] / [SEP] (and [MASK]): C3 rows have
+    four and CHID rows carry [MASK]s, so build it with a large enough
+    ``max_expanded_tokens`` (or None).
+
+    Args:
+        task: a `ClueTask` or a task name.
+        encoder: a `TransformerBackbone`, `DropTokenEncoder` or `ExLMEncoder`
+            (any layer taking the input dict and returning
+            ``sequence_output`` and ``pooled_output``).
+        num_labels: classification: the number of classes (default: the
+            task's labels; required for csldcp); entity: the number of types
+            (default: the task's). Unused by the other kinds.
+        max_length: int or None, the static sequence length of the inputs
+            (give it: shapes are then static under ``jit_compile``).
+        **options: ``dropout`` (0.1; classification, multiple choice,
+            idiom), ``num_choices`` (4 for C3, 10 for CHID), ``head_size``
+            (64) and ``use_rotary`` (True) for entities, ``name``.
+
+    Returns:
+        A functional `keras.Model`; inputs ``token_ids``, ``segment_ids``,
+        ``padding_mask`` ``(batch, length)`` (``(batch, choices, length)``
+        plus ``choice_mask`` ``(batch, choices)`` for multiple choice and
+        idiom); one float32 logits output.
+
+    Raises:
+        ValueError: an unknown option; no label count for a task without
+            labels; an encoder that needs inputs the task model does not have.
+
+    Example:
+    ```python
+    backbone = keras_masking.models.TransformerBackbone(
+        vocabulary_size=128, num_layers=2, num_heads=4, hidden_dim=32,
+        intermediate_dim=64, max_sequence_length=32,
+    )
+    model = build_task_model("c3", backbone, max_length=32)
+    model.compile(optimizer="adam", loss=task_loss("c3"))
+    logits = model({
+        "token_ids": np.full((2, 4, 32), 5, "int32"),
+        "segment_ids": np.zeros((2, 4, 32), "int32"),
+        "padding_mask": np.ones((2, 4, 32), "int32"),
+        "choice_mask": np.array([[1, 1, 1, 0], [1, 1, 0, 0]], "int32"),
+    })  # (2, 4), the padded choices at -1e9: probability 0
+    ```
+    """
+    task = get_task(task)
+    name = options.pop("name", f"{task.name}_model")
+    unknown = sorted(set(options) - _OPTIONS[task.kind])
+    if unknown:
+        raise ValueError(
+            f"Unknown options {unknown} for the {task.kind} task {task.name!r}; expected some "
+            f"of {sorted(_OPTIONS[task.kind])} (and name)."
+        )
+    if max_length is not None and (
+        isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2
+    ):
+        raise ValueError(f"Expected an int >= 2 or None for max_length. Received: {max_length!r}.")
+    wanted = _encoder_inputs(encoder)
+    dropout = options.get("dropout", 0.1)
+    if task.kind in ("multiple_choice", "idiom"):
+        num_choices = options.get("num_choices", DEFAULT_NUM_CHOICES[task.kind])
+        if isinstance(num_choices, bool) or not isinstance(num_choices, int) or num_choices < 1:
+            raise ValueError(
+                f"Expected an int >= 1 for num_choices. Received: num_choices={num_choices!r}."
+            )
+        inputs = _inputs((num_choices, max_length))
+        inputs["choice_mask"] = keras.Input((num_choices,), dtype="int32", name="choice_mask")
+        flatten = FlattenChoices(name="flatten_choices")
+        flat = {key: flatten(inputs[key]) for key in _SEQUENCE_INPUTS}
+        pooled = encoder({key: flat[key] for key in wanted})["pooled_output"]
+        pooled = keras.layers.Dropout(dropout, name="choice_dropout")(pooled)
+        scores = keras.layers.Dense(1, name="choice_score")(pooled)
+        logits = ChoiceLogits(name="choice_logits")(scores, inputs["choice_mask"])
+        return keras.Model(inputs, logits, name=name)
+    inputs = _inputs((max_length,))
+    outputs = encoder({key: inputs[key] for key in wanted})
+    if task.kind == "classification":
+        if num_labels is None:
+            if not task.labels:
+                raise ValueError(
+                    f"Task {task.name!r} has no fixed labels: pass num_labels (e.g. "
+                    "len(train_split.labels))."
+                )
+            num_labels = len(task.labels)
+        _check_count("num_labels", num_labels)
+        pooled = keras.layers.Dropout(dropout, name="classifier_dropout")(outputs["pooled_output"])
+        logits = keras.layers.Dense(num_labels, dtype="float32", name="logits")(pooled)
+    elif task.kind == "span":
+        logits = keras.layers.Dense(2, name="span_logits")(outputs["sequence_output"])
+        logits = MaskedSpanLogits(name="context_logits")(
+            logits, inputs["segment_ids"], inputs["padding_mask"]
+        )
+    elif task.kind == "entity":
+        num_types = len(task.labels) if num_labels is None else num_labels
+        _check_count("num_labels", num_types)
+        pointer = GlobalPointer(
+            num_types,
+            head_size=options.get("head_size", 64),
+            use_rotary=options.get("use_rotary", True),
+            name="global_pointer",
+        )
+        logits = pointer(outputs["sequence_output"], inputs["padding_mask"])
+    else:
+        raise ValueError(f"Task {task.name!r} has an unknown kind {task.kind!r}.")
+    return keras.Model(inputs, logits, name=name)
+
+
+def task_loss(task):
+    """The loss a task's model is trained with.
+
+    Args:
+        task: a `ClueTask` or a task name.
+
+    Returns:
+        classification, multiple choice, idiom: sparse categorical
+        cross-entropy on logits; span: `SpanCrossentropy`; entity:
+        `MultilabelCategoricalCrossentropy` (GlobalPointer's).
+
+    Example:
+    >>> type(task_loss("cluener")).__name__
+    'MultilabelCategoricalCrossentropy'
+    """
+    task = get_task(task)
+    if task.kind == "span":
+        return SpanCrossentropy()
+    if task.kind == "entity":
+        return MultilabelCategoricalCrossentropy()
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _inputs(shape):
+    return {key: keras.Input(shape, dtype="int32", name=key) for key in _SEQUENCE_INPUTS}
+
+
+def _encoder_inputs(encoder):
+    """The input names the encoder takes (all three for a subclassed encoder)."""
+    if not callable(encoder):
+        raise ValueError(f"Expected an encoder layer or model. Received: encoder={encoder!r:.80}.")
+    try:
+        spec = encoder.input
+    except (AttributeError, ValueError):  # a subclassed model (ExLMEncoder) takes the dict
+        return _SEQUENCE_INPUTS
+    if not isinstance(spec, dict):
+        raise ValueError(
+            "Expected an encoder whose input is a dict of token_ids / segment_ids / "
+            f"padding_mask. Received an encoder with input {spec!r:.120}."
+        )
+    extra = sorted(set(spec) - set(_SEQUENCE_INPUTS))
+    if extra:
+        raise ValueError(
+            f"The encoder needs the inputs {extra}, which CLUE task models do not feed "
+            "(they feed token_ids, segment_ids, padding_mask). For an ExLM-pretrained "
+            "rotary2d backbone use keras_masking.models.ExLMEncoder(backbone)."
+        )
+    return tuple(key for key in _SEQUENCE_INPUTS if key in spec)
+
+
+def _check_count(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"Expected an int >= 1 for {name}. Received: {name}={value!r}.")

@@ -1,0 +1,215 @@
+"""Where a fine-tuning run's encoder and vocabulary come from.
+
+A run starts from a Google-layout TF checkpoint (``bert_config.json`` and
+``vocab.txt`` next to it, as users' BERT / RoBERTa-wwm / RoFormer / NEZHA
+downloads come) or from a preset folder (this package's, keras-hub's or a
+Hugging Face BERT folder). `ModelSource` names one and checks, before any
+weight is read, that its files exist; `load` returns the backbone and a
+tokenizer whose vocabulary fits it.
+"""
+
+import dataclasses
+import os
+import pathlib
+
+from keras_masking.models.transformer_backbone import FAMILY_POSITIONS
+
+CONFIG_NAMES = ("bert_config.json", "config.json")
+VOCABULARY_NAMES = ("vocab.txt", os.path.join("assets", "tokenizer", "vocabulary.txt"))
+FAMILIES = tuple(FAMILY_POSITIONS)
+# Tokens every task encoding uses.
+REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """A checkpoint or a preset folder, with its config and vocabulary files.
+
+    Args:
+        checkpoint: TF checkpoint prefix, folder or ``.index`` file; or None.
+        preset: preset folder; or None. Exactly one of the two.
+        model: the checkpoint's family, ``"bert"``, ``"roberta"``,
+            ``"roformer"`` or ``"nezha"`` (checkpoints only).
+        config: ``bert_config.json``; default: next to the checkpoint.
+        vocabulary: ``vocab.txt``; default: next to the checkpoint, or the
+            preset's own (``vocab.txt`` or ``assets/tokenizer/vocabulary.txt``).
+
+    Example:
+    ```python
+    source = ModelSource(checkpoint="chinese_L-12_H-768_A-12/bert_model.ckpt")
+    paths = source.check()  # names any missing file, reads no weights
+    backbone, tokenizer = source.load()  # the vocabulary is checked against the model
+    ```
+    """
+
+    checkpoint: str | None = None
+    preset: str | None = None
+    model: str = "bert"
+    config: str | None = None
+    vocabulary: str | None = None
+
+    def __post_init__(self):
+        if (self.checkpoint is None) == (self.preset is None):
+            raise ValueError(
+                "Expected exactly one of checkpoint and preset. Received: "
+                f"checkpoint={self.checkpoint!r}, preset={self.preset!r}."
+            )
+        if self.model not in FAMILIES:
+            raise ValueError(f"Expected model in {FAMILIES}. Received: model={self.model!r}.")
+
+    @property
+    def folder(self):
+        """The folder the model files lie in."""
+        path = pathlib.Path(self.checkpoint or self.preset)
+        if self.preset is not None or path.is_dir():
+            return path
+        return path.parent
+
+    def config_file(self):
+        """The checkpoint's ``bert_config.json`` (None for presets)."""
+        if self.preset is not None:
+            return None
+        if self.config is not None:
+            return _existing(self.config, "--config", "a bert_config.json file")
+        return _first_existing(self.folder, CONFIG_NAMES[:1], "bert_config.json", "--config")
+
+    def preset_vocabulary(self):
+        """The vocabulary file a preset folder carries, or None."""
+        if self.preset is None:
+            return None
+        for name in VOCABULARY_NAMES:
+            candidate = self.folder / name
+            if candidate.is_file():
+                return candidate
+        return None
+
+    def vocabulary_file(self):
+        """The vocabulary to tokenise with (checked to exist)."""
+        if self.vocabulary is not None:
+            return _existing(self.vocabulary, "--vocab", "a vocab.txt file")
+        own = self.preset_vocabulary()
+        if own is not None:
+            return own
+        return _first_existing(self.folder, VOCABULARY_NAMES, "vocabulary", "--vocab")
+
+    def check(self):
+        """Checks every file the source needs exists; reads no weights.
+
+        Returns:
+            A dict of the paths (``model``, ``config``, ``vocabulary``).
+        """
+        if self.checkpoint is not None:
+            from keras_masking.models.tf_checkpoint import resolve_checkpoint_prefix
+
+            path = self.checkpoint
+            if not os.path.exists(path) and not os.path.exists(f"{path}.index"):
+                raise FileNotFoundError(
+                    f"--checkpoint {path!r}: no such file or folder; expected a TF checkpoint "
+                    "prefix, folder or .index file."
+                )
+            model_path = resolve_checkpoint_prefix(path)
+        else:
+            if not os.path.isdir(self.preset):
+                raise FileNotFoundError(f"--preset {self.preset!r}: no such folder.")
+            model_path = self.preset
+        return {
+            "model": os.fspath(model_path),
+            "config": None if self.preset else os.fspath(self.config_file()),
+            "vocabulary": os.fspath(self.vocabulary_file()),
+        }
+
+    def load(self, required_tokens=(), **backbone_kwargs):
+        """Loads the backbone and a tokenizer that fits it.
+
+        Args:
+            required_tokens: tokens the task's encoding needs besides
+                `REQUIRED_TOKENS` (CHID's ``[unused1]``).
+            **backbone_kwargs: `TransformerBackbone` overrides (checkpoints).
+
+        Returns:
+            ``(backbone, tokenizer)``: a `TransformerBackbone` and a keras-hub
+            `BertTokenizer`.
+
+        Raises:
+            ValueError: a vocabulary whose size differs from the model's, a
+                ``--vocab`` that differs from the preset's own vocabulary, or
+                a vocabulary without the special tokens tasks need.
+        """
+        from keras_masking.data.tokenization import bert_tokenizer
+        from keras_masking.data.tokenization import read_vocabulary
+        from keras_masking.models import TransformerBackbone
+        from keras_masking.models import from_tf_checkpoint
+
+        paths = self.check()
+        tokens = read_vocabulary(paths["vocabulary"])
+        own = self.preset_vocabulary()
+        if self.vocabulary is not None and own is not None and read_vocabulary(own) != tokens:
+            raise ValueError(
+                f"--vocab {self.vocabulary!r} differs from the preset's own vocabulary "
+                f"{os.fspath(own)!r}; a model is fine-tuned with the vocabulary it was trained "
+                "with."
+            )
+        needed = list(REQUIRED_TOKENS) + [t for t in required_tokens if t not in REQUIRED_TOKENS]
+        missing = [token for token in needed if token not in set(tokens)]
+        if missing:
+            raise ValueError(
+                f"The vocabulary {paths['vocabulary']!r} lacks {missing}; this task's encoding "
+                f"needs {needed}."
+            )
+        if self.preset is not None:
+            backbone = TransformerBackbone.from_preset(self.preset)
+        else:
+            backbone = from_tf_checkpoint(
+                paths["config"], paths["model"], model=self.model, **backbone_kwargs
+            )
+        if len(tokens) != backbone.vocabulary_size:
+            raise ValueError(
+                f"The vocabulary {paths['vocabulary']!r} has {len(tokens)} tokens but the model "
+                f"{backbone.vocabulary_size}; pass the model's own vocab.txt with --vocab."
+            )
+        return backbone, bert_tokenizer(tokens)
+
+
+def check_max_length(backbone, max_length):
+    """Refuses a length beyond an absolute-position model's position table.
+
+    Rotary and relative models have no table and take any length.
+
+    Args:
+        backbone: a `TransformerBackbone`.
+        max_length: int, the encoded length.
+
+    Raises:
+        ValueError: naming both lengths.
+
+    Example:
+    >>> backbone = keras_masking.models.TransformerBackbone(
+    ...     vocabulary_size=10, num_layers=1, num_heads=2, hidden_dim=8,
+    ...     intermediate_dim=16, max_sequence_length=16)
+    >>> check_max_length(backbone, 32)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_length=32 is longer than the model's position table ...
+    """
+    if backbone.position == "absolute" and max_length > backbone.max_sequence_length:
+        raise ValueError(
+            f"max_length={max_length} is longer than the model's position table "
+            f"(max_sequence_length={backbone.max_sequence_length}); pass --max-length "
+            f"{backbone.max_sequence_length} or less."
+        )
+
+
+def _existing(path, argument, expected):
+    if not os.path.isfile(path):
+        what = "a folder" if os.path.isdir(path) else "no such file"
+        raise FileNotFoundError(f"{argument} {path!r}: {what}; expected {expected}.")
+    return pathlib.Path(path)
+
+
+def _first_existing(folder, names, what, argument):
+    tried = [folder / name for name in names]
+    for candidate in tried:
+        if candidate.is_file():
+            return candidate
+    listed = ", ".join(repr(os.fspath(path)) for path in tried)
+    raise FileNotFoundError(f"No {what} next to the model (tried {listed}); pass {argument}.")

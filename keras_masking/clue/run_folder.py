@@ -1,0 +1,228 @@
+"""A fine-tuning run's folder: its record, its resume state, its best weights.
+
+Every file is written under a temporary name and renamed when complete, so a
+crash (a full disk, Ctrl-C, a killed job) leaves the previous version or
+nothing, never half a file. The folder holds:
+
+* ``run.json``: the run record (arguments, versions, data files with their
+  hashes and counts, metrics per epoch, times, the methods' evidence, the
+  status and, for a failed run, why);
+* ``resume_state.npz``: every model, trainer and optimizer variable after
+  the last finished epoch (random-seed states included), so a resumed run
+  continues exactly where it stopped;
+* ``best_weights.npz``: the trainable variables at the best dev score (for
+  FL-tuning, P-tuning v2 and LoRA: the adapter and the head only);
+* the submission file, named as CLUE expects.
+"""
+
+import json
+import os
+import pathlib
+import uuid
+import zipfile
+
+import numpy as np
+
+RECORD = "run.json"
+STATE = "resume_state.npz"
+BEST = "best_weights.npz"
+
+
+def write_atomically(path, write, mode="w"):
+    """Writes ``path`` through a temporary file next to it, then renames it.
+
+    Args:
+        path: the final path.
+        write: a callable taking the open temporary file.
+        mode: ``"w"`` (UTF-8 text) or ``"wb"``.
+
+    Returns:
+        The path, as a `pathlib.Path`.
+
+    Example:
+    >>> import tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> write_atomically(folder / "a.txt", lambda file: file.write("done")).read_text()
+    'done'
+    """
+    path = pathlib.Path(path)
+    temporary = path.with_name(f".{path.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        encoding = "utf-8" if "b" not in mode else None
+        with open(temporary, mode, encoding=encoding) as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path, value):
+    """`write_atomically` of a JSON document (UTF-8, not ASCII-escaped)."""
+    return write_atomically(
+        path, lambda file: json.dump(value, file, ensure_ascii=False, indent=2, sort_keys=False)
+    )
+
+
+class RunFolder:
+    """The files of one fine-tuning run.
+
+    Args:
+        path: the run's output folder (created when the run starts).
+
+    Example:
+    >>> folder = RunFolder("runs/tnews")
+    >>> folder.read_record({"task": "tnews", "epochs": 3}) is None  # a new run
+    True
+    """
+
+    def __init__(self, path):
+        self.path = pathlib.Path(path)
+
+    @property
+    def record_path(self):
+        return self.path / RECORD
+
+    @property
+    def state_path(self):
+        return self.path / STATE
+
+    @property
+    def best_path(self):
+        return self.path / BEST
+
+    def read_record(self, arguments):
+        """The record of an earlier run with the same arguments, or None.
+
+        Args:
+            arguments: the new run's arguments (a JSON-ready dict).
+
+        Returns:
+            None when the folder is new or empty; else the earlier record.
+
+        Raises:
+            ValueError: the folder holds other files but no run record, the
+                record is corrupt, or the earlier run had other arguments
+                (each named with both values).
+        """
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(f"--output-dir {os.fspath(self.path)!r} is a file; expected a folder.")
+        if not self.path.is_dir() or not any(self.path.iterdir()):
+            return None
+        if not self.record_path.is_file():
+            raise ValueError(
+                f"--output-dir {os.fspath(self.path)!r} holds files but no {RECORD}: it is not a "
+                "fine-tuning run's folder. Choose a new or empty folder."
+            )
+        try:
+            record = json.loads(self.record_path.read_text(encoding="utf-8"))
+            earlier = record["arguments"]
+            if not isinstance(earlier, dict):
+                raise TypeError("arguments is not an object")
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(
+                f"{os.fspath(self.record_path)}: a corrupt run record ({error}); the run cannot "
+                "resume from it. Remove the folder to start again."
+            ) from error
+        changed = {
+            name: (earlier.get(name), value)
+            for name, value in arguments.items()
+            if earlier.get(name, value) != value or name not in earlier
+        }
+        changed.update(
+            {name: (value, None) for name, value in earlier.items() if name not in arguments}
+        )
+        if changed:
+            listed = "; ".join(
+                f"{name}: {old!r} there, {new!r} now"
+                for name, (old, new) in sorted(changed.items())
+            )
+            raise ValueError(
+                f"{os.fspath(self.path)!r} holds a run with other arguments ({listed}). Use "
+                "another --output-dir, or the same arguments to resume it."
+            )
+        return record
+
+    def write_record(self, record):
+        """Writes ``run.json`` (atomically)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        return write_json(self.record_path, record)
+
+    def save_state(self, variables, epoch):
+        """Saves every variable's value after ``epoch`` (atomically)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        return _save_variables(self.state_path, variables, {"epoch": int(epoch)})
+
+    def load_state(self, variables):
+        """Assigns the saved state to ``variables``; returns its epoch.
+
+        Raises:
+            ValueError: a missing, unreadable or mismatched state file (never
+                a silent fresh start).
+        """
+        meta = _load_variables(self.state_path, variables, "resume state")
+        return int(meta["epoch"])
+
+    def save_best(self, variables, epoch, score):
+        """Saves the best epoch's trainable variables (atomically)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        meta = {"epoch": int(epoch), "score": float(score)}
+        return _save_variables(self.best_path, variables, meta)
+
+    def load_best(self, variables):
+        """Assigns the best weights to ``variables``; returns their metadata."""
+        return _load_variables(self.best_path, variables, "best weights")
+
+
+def variable_names(variables):
+    """Unique names for a list of variables (their paths, numbered if repeated)."""
+    names, seen = [], {}
+    for variable in variables:
+        name = getattr(variable, "path", None) or variable.name
+        count = seen.get(name, 0)
+        seen[name] = count + 1
+        names.append(name if count == 0 else f"{name}#{count}")
+    return names
+
+
+def _save_variables(path, variables, meta):
+    names = variable_names(variables)
+    arrays = {f"value_{index}": np.array(v.numpy()) for index, v in enumerate(variables)}
+    manifest = {"meta": meta, "names": names, "shapes": [list(a.shape) for a in arrays.values()]}
+    arrays["manifest"] = np.array(json.dumps(manifest))
+    return write_atomically(path, lambda file: np.savez(file, **arrays), mode="wb")
+
+
+def _load_variables(path, variables, what):
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise ValueError(f"{os.fspath(path)}: the {what} file is missing; the run cannot resume.")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            manifest = json.loads(str(data["manifest"]))
+            values = [data[f"value_{index}"] for index in range(len(manifest["names"]))]
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as error:
+        raise ValueError(
+            f"{os.fspath(path)}: a corrupt {what} file ({type(error).__name__}: {error}); remove "
+            "the run folder to start again."
+        ) from error
+    # Variables match by position (their order is fixed by how the model is
+    # built); names may carry a different counter in another process.
+    names = variable_names(variables)
+    if len(values) != len(variables):
+        raise ValueError(
+            f"{os.fspath(path)}: the {what} holds {len(values)} variables, this model "
+            f"{len(variables)}; was the model built with other arguments?"
+        )
+    for variable, value, name, saved in zip(variables, values, names, manifest["names"]):
+        if tuple(value.shape) != tuple(variable.shape):
+            raise ValueError(
+                f"{os.fspath(path)}: {saved} has shape {tuple(value.shape)} in the {what}; "
+                f"the model's {name} has {tuple(variable.shape)}."
+            )
+    for variable, value in zip(variables, values):
+        variable.assign(value)
+    return manifest["meta"]

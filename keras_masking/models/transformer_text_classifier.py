@@ -1,0 +1,264 @@
+"""TransformerTextClassifier: a keras-hub TextClassifier on a TransformerBackbone."""
+
+import keras
+import keras_hub
+
+from keras_masking.layers.initializers import bert_initializer
+from keras_masking.models.transformer_backbone import TransformerBackbone
+from keras_masking.models.transformer_text_classifier_preprocessor import (
+    TransformerTextClassifierPreprocessor,
+)
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
+
+# The inputs the classifier takes: what its preprocessor produces.
+FEATURE_NAMES = ("token_ids", "segment_ids", "padding_mask")
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+class TransformerTextClassifier(keras_hub.models.TextClassifier):
+    """Sentence (pair) classification on a `TransformerBackbone`, keras-hub style.
+
+    The head is BERT's: the backbone's ``pooled_output`` (the [CLS] state
+    through the tanh pooler, or the [CLS] state itself without a pooler) ->
+    ``Dropout(dropout)`` -> ``Dense(num_classes, activation)``. With a
+    ``preprocessor``, ``fit``, ``evaluate`` and ``predict`` take raw strings
+    or pairs ``(texts_a, texts_b)`` and tokenize them in a ``tf.data``
+    pipeline (on every backend), so the model's own step compiles once with
+    ``jit_compile=True``; without one they take the feature dict
+    ``{"token_ids", "segment_ids", "padding_mask"}`` (int ``(batch,
+    sequence)``; ``segment_ids`` is required but unused when the backbone
+    has ``num_segments=0``).
+
+    As a keras-hub task it is compiled on construction with keras-hub's
+    defaults (``Adam(5e-5)``, sparse categorical cross-entropy from logits
+    unless ``activation="softmax"``, sparse categorical accuracy);
+    ``save_to_preset(folder)`` writes the backbone, the head's weights, the
+    preprocessor and the tokenizer's vocabulary, and
+    ``TransformerTextClassifier.from_preset(folder)`` or
+    ``keras_hub.models.TextClassifier.from_preset(folder)`` loads them
+    (passing ``num_classes=`` builds a new, untrained head instead).
+    ``model.save("x.keras")`` and ``keras.saving.load_model("x.keras")`` need
+    no ``custom_objects``.
+
+    The package's methods apply to it as to any model built on the backbone:
+    ``keras_masking.fl_tune(classifier, units=...)`` (addFFN branches and the
+    head stay trainable), ``classifier.backbone.enable_lora(rank)``, the
+    `keras_masking.callbacks.MLMEmbeddingCorrection` callback in
+    ``classifier.fit``, and ``keras_masking.with_asa(classifier)``. The ASA
+    trainer is a plain `keras.Model` that runs this classifier's graph on
+    features, not on strings: feed it the preprocessed batches, e.g.
+    ``trainer.fit(tf.data.Dataset.from_tensor_slices((texts, labels))
+    .batch(32).map(classifier.preprocessor))``; ``classifier`` itself stays
+    the model to predict with and to save.
+
+    Args:
+        backbone: a `keras_masking.models.TransformerBackbone` (a keras-hub
+            `BertBackbone` converts with `TransformerBackbone.from_keras_hub`).
+        num_classes: int >= 2. Number of classes.
+        preprocessor: a `TransformerTextClassifierPreprocessor`, or None to
+            feed token features directly. Its tokenizer's vocabulary must have
+            the backbone's ``vocabulary_size`` tokens, and its
+            ``sequence_length`` must not exceed ``max_sequence_length`` for
+            absolute positions; a backbone with ``custom_position_ids`` takes
+            ``position_ids``, which no preprocessor produces.
+        activation: None (logits, the default), or an activation name or
+            callable applied to the outputs (``"softmax"`` for probabilities).
+        dropout: float in ``[0, 1)``. Dropout on the pooled vector (0.1).
+        **kwargs: base `keras_hub.models.Task` arguments (``name``,
+            ``compile``, ``dtype``).
+
+    Example:
+    ```python
+    from keras_masking.data import bert_tokenizer
+
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("今天好坏吗")
+    preprocessor = keras_masking.models.TransformerTextClassifierPreprocessor(
+        bert_tokenizer(vocabulary), sequence_length=8
+    )
+    encoder = keras_masking.models.TransformerBackbone(
+        vocabulary_size=len(vocabulary), num_layers=1, num_heads=2, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=8,
+    )
+    text_classifier = keras_masking.models.TransformerTextClassifier(
+        backbone=encoder, num_classes=2, preprocessor=preprocessor
+    )
+    texts, classes = ["今天好", "今天坏"], [1, 0]
+    text_classifier.fit(texts, classes, batch_size=2, epochs=1, verbose=0)
+    text_classifier.fit((texts, ["好吗", "坏吗"]), classes, batch_size=2, verbose=0)
+    logits = text_classifier.predict(texts, verbose=0)  # (2, 2)
+    ```
+    """
+
+    backbone_cls = TransformerBackbone
+    preprocessor_cls = TransformerTextClassifierPreprocessor
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        preprocessor=None,
+        activation=None,
+        dropout=0.1,
+        **kwargs,
+    ):
+        # Everything is checked before the first layer is built.
+        _check_backbone(backbone)
+        num_classes = check_int("num_classes", num_classes, minimum=2)
+        dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
+        activation = _check_activation(activation)
+        _check_preprocessor(preprocessor, backbone)
+
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.output_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="classifier_dropout"
+        )
+        self.output_dense = keras.layers.Dense(
+            num_classes,
+            kernel_initializer=bert_initializer(),
+            activation=activation,
+            dtype=backbone.dtype_policy,
+            name="logits",
+        )
+
+        # === Functional model ===
+        # The inputs are the preprocessor's three features whatever the
+        # backbone takes: a dict with an extra key would be matched to the
+        # backbone's inputs by position, silently wrong.
+        inputs = dict(backbone.input)
+        if "segment_ids" not in inputs:
+            inputs["segment_ids"] = keras.Input((None,), dtype="int32", name="segment_ids")
+        backbone_inputs = {name: inputs[name] for name in backbone.input}
+        pooled = backbone(backbone_inputs)["pooled_output"]
+        outputs = self.output_dense(self.output_dropout(pooled))
+        # Set before the base class compiles the model on construction: its
+        # default loss reads `activation` (softmax outputs are not logits).
+        self.activation = activation
+        # A functional model given `trainable` sets it on every sublayer:
+        # `trainable=True` from a config would unfreeze a tuned backbone.
+        trainable = kwargs.pop("trainable", True)
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        if not trainable:
+            self.trainable = False
+
+        # === Config ===
+        self.num_classes = num_classes
+        self.activation = activation
+        self.dropout = dropout
+
+    def compile_from_config(self, config):
+        """Compiles as the saved model was compiled (`keras.saving.load_model`).
+
+        keras-hub's `TextClassifier` overrides `compile`, so Keras' default
+        skips this step with a warning and a loaded model keeps the default
+        compilation, without its optimizer's state. Here the saved optimizer
+        (with its learning rate), loss, metrics and ``jit_compile`` come back,
+        and the optimizer is built so that its saved variables load: training
+        resumes where it stopped.
+
+        Args:
+            config: the dict `get_compile_config` returned when saving.
+
+        Example:
+        ```python
+        encoder = keras_masking.models.TransformerBackbone(
+            vocabulary_size=32, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+            max_sequence_length=8,
+        )
+        text_classifier = keras_masking.models.TransformerTextClassifier(encoder, num_classes=2)
+        text_classifier.compile(optimizer=keras.optimizers.Adam(1e-3))
+        text_classifier.save("classifier.keras")
+        restored = keras.saving.load_model("classifier.keras")
+        assert abs(float(restored.optimizer.learning_rate) - 1e-3) < 1e-9
+        ```
+        """
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if self.optimizer is not None and self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def get_config(self):
+        # keras-hub's Task config holds the backbone, the preprocessor and the
+        # name (the compute dtype follows the backbone's).
+        config = super().get_config()
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "activation": keras.activations.serialize(self.activation),
+                "dropout": self.dropout,
+                "trainable": self.trainable,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        # keras-hub's Task.from_config writes the deserialized backbone and
+        # preprocessor into the dict it is given: keep the caller's as it was.
+        return super().from_config(dict(config))
+
+
+def _check_backbone(backbone):
+    if isinstance(backbone, TransformerBackbone):
+        return
+    hint = ""
+    if isinstance(backbone, keras_hub.models.Backbone):
+        hint = (
+            " Convert a keras-hub BERT/RoBERTa backbone with "
+            "keras_masking.models.TransformerBackbone.from_keras_hub(backbone) (same outputs)."
+        )
+    raise ValueError(
+        f"Expected a keras_masking.models.TransformerBackbone for backbone.{hint} "
+        f"Received: backbone={type(backbone).__name__}."
+    )
+
+
+def _check_activation(activation):
+    """The activation as a callable (None -> linear), or a ValueError naming it."""
+    try:
+        return keras.activations.get(activation)
+    except (ValueError, TypeError) as error:
+        raise ValueError(
+            "Expected None, an activation name or a callable for activation. "
+            f"Received: activation={activation!r} ({error})"
+        ) from None
+
+
+def _check_preprocessor(preprocessor, backbone):
+    """Refuses a preprocessor whose outputs do not fit the backbone."""
+    if preprocessor is None:
+        return
+    if not isinstance(preprocessor, keras_hub.models.TextClassifierPreprocessor):
+        raise ValueError(
+            "Expected a TransformerTextClassifierPreprocessor or None for preprocessor. "
+            f"Received: preprocessor={preprocessor!r}."
+        )
+    if backbone.custom_position_ids:
+        raise ValueError(
+            "This backbone takes a `position_ids` input (custom_position_ids=True), which "
+            "the preprocessor does not produce. Pass preprocessor=None and give the model "
+            "token_ids, segment_ids, padding_mask and position_ids, or use a backbone with "
+            "custom_position_ids=False."
+        )
+    tokenizer = preprocessor.tokenizer
+    # A tokenizer restored from a file gets its vocabulary after the model is
+    # built (keras-hub loads assets last); it was checked when it was saved.
+    if getattr(tokenizer, "vocabulary", None) is not None:
+        size = tokenizer.vocabulary_size()
+        if size != backbone.vocabulary_size:
+            raise ValueError(
+                f"The preprocessor's vocabulary does not fit the backbone: the tokenizer has "
+                f"{size} tokens and the backbone's token embedding has vocabulary_size="
+                f"{backbone.vocabulary_size} rows. Use the vocabulary the backbone was "
+                "trained with (its vocab.txt)."
+            )
+    length = preprocessor.sequence_length
+    if backbone.position == "absolute" and length > backbone.max_sequence_length:
+        raise ValueError(
+            f"The preprocessor's sequence_length={length} exceeds the backbone's "
+            f"max_sequence_length={backbone.max_sequence_length} (its absolute position "
+            f"table). Build the preprocessor with sequence_length <= "
+            f"{backbone.max_sequence_length}."
+        )

@@ -1,0 +1,128 @@
+"""TransformerTextClassifierPreprocessor: raw strings or pairs -> backbone inputs.
+
+The keras-hub preprocessor of `TransformerTextClassifier`: it tokenizes one
+string, a batch of strings or a pair of batches ``(texts_a, texts_b)`` with a
+keras-hub `BertTokenizer` (`TransformerTokenizer` for our presets) and packs
+them as ``[CLS] a [SEP] b [SEP]``, the inputs a `TransformerBackbone` takes.
+"""
+
+import keras
+import keras_hub
+import numpy as np
+
+from keras_masking.models.transformer_backbone import TransformerBackbone
+from keras_masking.models.transformer_tokenizer import TransformerTokenizer
+from keras_masking.utils.arguments import check_int
+
+TRUNCATE_CHOICES = ("round_robin", "waterfall")
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+class TransformerTextClassifierPreprocessor(keras_hub.models.TextClassifierPreprocessor):
+    """Tokenizes and packs strings or string pairs for a `TransformerBackbone`.
+
+    Each input is one string, a batch of strings, or a pair of batches
+    ``(texts_a, texts_b)`` (a tuple: keras-hub reads a tuple as segments and a
+    list as a batch). It becomes ``[CLS] a [SEP]`` or ``[CLS] a [SEP] b
+    [SEP]``, padded with [PAD] to ``sequence_length``, and a dict of
+
+    * ``token_ids``: int32 ``(batch, sequence_length)``;
+    * ``segment_ids``: int32, 0 for [CLS], ``a`` and its [SEP], 1 for ``b``
+      and the last [SEP], 0 for padding;
+    * ``padding_mask``: True for real tokens (bool, as keras-hub's BERT
+      preprocessor gives it; the backbone's int32 input takes it as 1/0).
+
+    Labels and sample weights pass through unchanged, so the layer maps
+    over a ``tf.data`` dataset of ``(x, y)`` and is what
+    `TransformerTextClassifier` runs on the strings given to ``fit``,
+    ``evaluate`` and ``predict``. Longer inputs are truncated: by default one
+    token at a time from the longer segment (``"round_robin"``, as BERT's
+    ``_truncate_seq_pair``).
+
+    Args:
+        tokenizer: a keras-hub `BertTokenizer` (e.g.
+            ``keras_masking.data.bert_tokenizer("vocab.txt")``); its
+            vocabulary must be the backbone's (`TransformerTextClassifier`
+            checks the size).
+        sequence_length: int >= 3. Length of the packed inputs; at most the
+            backbone's ``max_sequence_length`` for absolute positions.
+        truncate: ``"round_robin"`` (default) or ``"waterfall"`` (the first
+            segment keeps as much as fits, then the second).
+        **kwargs: base `keras_hub.models.Preprocessor` arguments (``name``).
+
+    Call arguments:
+        x: a string, a batch of strings, or a tuple ``(texts_a, texts_b)``
+            of two batches of the same size. Called with one positional
+            tuple of two, keras-hub reads it as ``(x, y)``: pass a pair as
+            ``preprocessor(x=(texts_a, texts_b))`` or with its labels,
+            ``preprocessor((texts_a, texts_b), labels)``.
+        y: labels, passed through unaltered.
+        sample_weight: passed through unaltered.
+
+    Returns:
+        The feature dict, or ``(features, y)`` / ``(features, y,
+        sample_weight)`` when labels are given.
+
+    Example:
+    ```python
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "今", "天", "好", "吗"]
+    tokenizer = keras_masking.data.bert_tokenizer(vocabulary)
+    preprocessor = keras_masking.models.TransformerTextClassifierPreprocessor(
+        tokenizer, sequence_length=8
+    )
+    packed = preprocessor(x=(["今天好"], ["好吗"]))  # a pair: name x (see above)
+    assert np.asarray(packed["token_ids"]).tolist() == [[2, 5, 6, 7, 3, 7, 8, 3]]
+    assert np.asarray(packed["segment_ids"]).tolist() == [[0, 0, 0, 0, 0, 1, 1, 1]]
+    ```
+    """
+
+    backbone_cls = TransformerBackbone
+    tokenizer_cls = TransformerTokenizer
+
+    def __init__(self, tokenizer, sequence_length=512, truncate="round_robin", **kwargs):
+        if not isinstance(tokenizer, keras_hub.tokenizers.BertTokenizer):
+            raise ValueError(
+                "Expected a keras-hub BertTokenizer for tokenizer (build one with "
+                "keras_masking.data.bert_tokenizer('vocab.txt') or from a token list). "
+                f"Received: tokenizer={tokenizer!r}."
+            )
+        sequence_length = check_int("sequence_length", sequence_length, minimum=3)
+        if not isinstance(truncate, str) or truncate not in TRUNCATE_CHOICES:
+            raise ValueError(
+                f"Expected one of {TRUNCATE_CHOICES} for truncate. Received: truncate={truncate!r}."
+            )
+        super().__init__(
+            tokenizer=tokenizer, sequence_length=sequence_length, truncate=truncate, **kwargs
+        )
+
+    def call(self, x, y=None, sample_weight=None):
+        _check_segments(x)
+        return super().call(x, y=y, sample_weight=sample_weight)
+
+
+def _check_segments(x):
+    """Refuses inputs the packer would misread: too many segments, lists of pairs."""
+    if isinstance(x, tuple):
+        if len(x) not in (1, 2):
+            raise ValueError(
+                "Expected a string, a batch of strings, or a pair (texts_a, texts_b) for x. "
+                f"Received: a tuple of {len(x)} segments."
+            )
+        sizes = [len(segment) for segment in x if isinstance(segment, (list, np.ndarray))]
+        if len(sizes) == 2 and sizes[0] != sizes[1]:
+            raise ValueError(
+                "Expected two batches of the same size in x=(texts_a, texts_b). "
+                f"Received: {sizes[0]} first texts and {sizes[1]} second texts."
+            )
+        segments = x
+    else:
+        segments = (x,)
+    for segment in segments:
+        nested = isinstance(segment, list) and segment and isinstance(segment[0], (list, tuple))
+        if nested or (isinstance(segment, np.ndarray) and segment.ndim > 1):
+            first = segment[0]
+            raise ValueError(
+                "Expected a batch of strings in x; pass sentence pairs as a tuple of two "
+                "batches, x=(texts_a, texts_b), not as a list of pairs. "
+                f"Received: a batch whose first item is {first!r}."
+            )

@@ -1,0 +1,177 @@
+"""CLUE's metrics against hand-computed values: accuracy, entity F1, CMRC2018 EM/F1."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from keras_masking.clue.metrics import accuracy
+from keras_masking.clue.metrics import cmrc2018_exact_match
+from keras_masking.clue.metrics import cmrc2018_f1
+from keras_masking.clue.metrics import cmrc2018_scores
+from keras_masking.clue.metrics import entity_f1
+from keras_masking.clue.metrics import longest_common_substring_length
+from keras_masking.clue.metrics import mixed_segmentation
+from keras_masking.clue.metrics import word_tokenize
+
+
+# === Accuracy ===
+def test_accuracy_counts_missing_predictions_as_wrong():
+    gold = {"a": "1", "b": "0", "c": "1", "d": "0"}
+    assert accuracy({"a": "1", "b": "1", "c": "1"}, gold) == 0.5  # d missing, b wrong
+    assert accuracy([2, 0, 1], [2, 1, 1]) == pytest.approx(2 / 3)
+    # Label strings are compared as they are: "1" is not 1.
+    assert accuracy({"a": 1}, {"a": "1"}) == 0.0
+
+
+def test_accuracy_bad_input_is_named():
+    with pytest.raises(ValueError, match=r"accuracy: 1 predictions for ids that have no gold.*'z'"):
+        accuracy({"a": "1", "z": "0"}, {"a": "1"})
+    with pytest.raises(ValueError, match=r"accuracy: 2 predictions for 3 gold labels"):
+        accuracy([1, 2], [1, 2, 3])
+    with pytest.raises(ValueError, match=r"accuracy: no gold examples"):
+        accuracy({}, {})
+    with pytest.raises(ValueError, match=r"accuracy expects two dicts.*list and dict"):
+        accuracy([1], {"a": 1})
+
+
+# === Entity F1 ===
+def test_entity_f1_micro_per_type_and_macro_by_hand():
+    gold = {
+        "s1": [("name", 0, 1), ("address", 4, 6)],
+        "s2": [("name", 2, 3)],
+        "s3": [],
+    }
+    predicted = {
+        "s1": [("name", 0, 1), ("address", 4, 5), ("organization", 7, 8), ("name", 0, 1)],
+        "s3": [("name", 0, 0)],
+    }  # s2 predicts nothing; the duplicate ("name", 0, 1) counts once
+    scores = entity_f1(predicted, gold, types=("name", "address", "organization", "book"))
+    # Predicted: {name 0-1, address 4-5, organization 7-8, name 0-0} = 4; gold 3; tp 1.
+    assert (scores["true_positives"], scores["predicted"], scores["gold"]) == (1, 4, 3)
+    assert scores["precision"] == pytest.approx(1 / 4)
+    assert scores["recall"] == pytest.approx(1 / 3)
+    assert scores["f1"] == pytest.approx(2 * (1 / 4) * (1 / 3) / (1 / 4 + 1 / 3))
+    name = scores["per_type"]["name"]  # tp 1 of 2 predicted, 2 gold
+    assert (name["precision"], name["recall"], name["f1"], name["support"]) == (0.5, 0.5, 0.5, 2)
+    assert scores["per_type"]["address"] == {
+        "f1": 0.0,
+        "precision": 0.0,
+        "recall": 0.0,
+        "support": 1,
+    }
+    assert scores["per_type"]["book"]["support"] == 0
+    # Macro over the types seen (name, address, organization), not "book".
+    assert scores["macro_f1"] == pytest.approx(0.5 / 3)
+
+
+def test_entity_f1_needs_exact_boundaries_and_type():
+    gold = {0: [("name", 3, 5)]}
+    for wrong in [("name", 3, 4), ("name", 2, 5), ("book", 3, 5)]:
+        assert entity_f1({0: [wrong]}, gold)["f1"] == 0.0
+    assert entity_f1({0: [["name", 3, 5]]}, gold)["f1"] == 1.0  # a JSON list is a triple too
+    assert entity_f1({}, {0: []})["f1"] == 0.0  # nothing to find, nothing found
+
+
+def test_entity_f1_bad_input_names_the_example():
+    with pytest.raises(ValueError, match=r"example 's9' has a predicted entity \('name', 1\)"):
+        entity_f1({"s9": [("name", 1)]}, {"s9": []})
+    with pytest.raises(ValueError, match=r"example 's1' has a gold entity"):
+        entity_f1({}, {"s1": [("name", "0", 1)]})
+    with pytest.raises(ValueError, match=r"entity_f1: 1 predictions for ids .*'x'"):
+        entity_f1({"x": []}, {"s1": []})
+
+
+# === CMRC2018 ===
+def test_cmrc2018_scores_by_hand():
+    gold = {
+        "q1": ["北京大学"],
+        "q2": [("1998年", 3), ("1998年8月", 3)],  # SpanExample answers
+        "q3": ["Beijing Olympics"],
+        "q4": ["上海"],
+        "q5": ["《红楼梦》"],
+    }
+    predictions = {
+        "q1": "大学北京",  # LCS 2 of 4 segments: F1 0.5 (a bag of words would give 1)
+        "q2": "1998年8月",  # equals the second answer: EM 1, F1 1
+        "q3": "the beijing olympics",  # [the, beijing, olympics] vs [beijing, olympics]
+        "q5": "红楼梦",  # 《》 removed: EM 1
+        "unknown": "ignored",  # as the official script: ids not in the gold are ignored
+    }  # q4 unanswered: 0
+    scores = cmrc2018_scores(predictions, gold)
+    f1_q3 = 2 * (2 / 3) * 1 / (2 / 3 + 1)
+    assert scores["em"] == pytest.approx(100 * 2 / 5)
+    assert scores["f1"] == pytest.approx(100 * (0.5 + 1 + f1_q3 + 0 + 1) / 5)
+    assert (scores["total"], scores["missing"]) == (5, 1)
+
+
+def test_cmrc2018_punctuation_is_the_official_list():
+    # Removed: the official list (Chinese punctuation, - : _ * ^ / \ ~ ` + =).
+    assert cmrc2018_exact_match(["“你好”！"], "你好")
+    assert cmrc2018_exact_match(["a-b"], "ab")
+    assert cmrc2018_exact_match(["ABC"], " abc ")  # lowercased and stripped
+    # Kept: ASCII , . ! ? and a lone "…" (the official list holds "……", never one char).
+    assert not cmrc2018_exact_match(["a,b"], "ab")
+    assert not cmrc2018_exact_match(["你好…"], "你好")
+    assert not cmrc2018_exact_match(["hello!"], "hello")
+
+
+def test_cmrc2018_f1_uses_the_longest_common_substring_and_the_best_answer():
+    # Segments: 上 海 交 通 大 学 / 交 通 大 学 位 于: LCS 4, P = R = 4/6.
+    assert cmrc2018_f1(["上海交通大学"], "交通大学位于") == pytest.approx(4 / 6)
+    # Common characters in another order do not count beyond the longest run.
+    assert cmrc2018_f1(["今天天气"], "天气今天") == pytest.approx(0.5)
+    assert cmrc2018_f1(["北京", "北京大学"], "北京大学") == 1.0  # max over the answers
+    assert cmrc2018_f1(["北京"], "上海") == 0.0
+    assert cmrc2018_f1(["。"], "，") == 0.0  # only punctuation: nothing left
+
+
+def test_mixed_segmentation_and_word_tokenize():
+    assert mixed_segmentation("在2008年Beijing Olympics，") == [
+        "在",
+        "2008",
+        "年",
+        "beijing",
+        "olympics",
+        "，",
+    ]
+    assert mixed_segmentation("在2008年，", remove_punctuation=True) == ["在", "2008", "年"]
+    assert mixed_segmentation("a-b") == ["a", "-", "b"]  # "-" is in the official list
+    assert word_tokenize("It's 3.14, U.S. (ok)...") == [
+        "It",
+        "'s",
+        "3.14",
+        ",",
+        "U.S",
+        ".",
+        "(",
+        "ok",
+        ")",
+        "...",
+    ]
+    assert word_tokenize("1,000 won't") == ["1,000", "wo", "n't"]
+
+
+def test_longest_common_substring_equals_brute_force():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        a = list(rng.integers(0, 3, rng.integers(0, 8)))
+        b = list(rng.integers(0, 3, rng.integers(0, 8)))
+        brute = max(
+            [0]
+            + [
+                j - i
+                for i, j in itertools.combinations(range(len(a) + 1), 2)
+                if any(a[i:j] == b[k : k + j - i] for k in range(len(b)))
+            ]
+        )
+        assert longest_common_substring_length(a, b) == brute
+
+
+def test_cmrc2018_bad_input():
+    with pytest.raises(ValueError, match=r"question 'q7' has no gold answer"):
+        cmrc2018_scores({}, {"q7": []})
+    with pytest.raises(ValueError, match=r"no gold questions"):
+        cmrc2018_scores({}, {})
+    with pytest.raises(ValueError, match=r"expects two dicts .* list and dict"):
+        cmrc2018_scores(["a"], {"q": ["a"]})

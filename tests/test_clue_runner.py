@@ -1,0 +1,409 @@
+"""keras_masking.clue.finetune and `keras-masking clue`, end to end on a tiny model."""
+
+import json
+import os
+import shutil
+import zipfile
+
+import clue_fixtures
+import keras
+import numpy as np
+import pytest
+from clue_helpers import VOCABULARY
+
+import keras_masking
+from keras_masking.cli import main
+from keras_masking.clue import MethodPlan
+from keras_masking.clue import WarmupLinearDecay
+from keras_masking.clue import check_submission
+from keras_masking.clue import fine_tuning_optimizer
+from keras_masking.clue import finetune
+from keras_masking.clue import read_split
+from keras_masking.clue.decoding import decode_predictions
+from keras_masking.clue.decoding import score
+from keras_masking.clue.encoding import encode_examples
+
+SETTINGS = dict(epochs=2, batch_size=4, max_length=24, learning_rate=3e-3)
+
+
+@pytest.fixture(scope="module")
+def preset(tmp_path_factory):
+    return clue_fixtures.tiny_preset(
+        tmp_path_factory.mktemp("model") / "preset", max_sequence_length=64
+    )
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    for write in clue_fixtures.WRITERS.values():
+        write(root)
+    return root
+
+
+def _weights(model):
+    return [np.asarray(v.numpy()) for v in model.weights]
+
+
+def _cli(task, data, output, preset, *extra, **settings):
+    options = {**SETTINGS, **settings}
+    argv = ["clue", task, "--data-dir", str(data), "--output-dir", str(output)]
+    argv += ["--preset", str(preset), "--quiet"]
+    argv += ["--epochs", str(options["epochs"]), "--batch-size", str(options["batch_size"])]
+    argv += ["--max-length", str(options["max_length"]), "--lr", str(options["learning_rate"])]
+    return main(argv + list(extra))
+
+
+# === One task of each kind, from the command line ===
+KINDS = {
+    "eprstmt": ("eprstmt_predict.json", "fewclue", 24),
+    "c3": ("c311_predict.json", "clue", 48),
+    "chid": ("chidf_predict.json", "fewclue", 24),
+    "cmrc2018": ("cmrc2018_predict.json", "clue", 48),
+    "cluener": ("cluener_predict.json", "clue", 24),
+}
+
+
+@pytest.fixture(scope="module")
+def cli_runs(data, preset, tmp_path_factory):
+    """Every kind's run through `keras-masking clue`: {task: (exit code, output, folder)}."""
+    runs = tmp_path_factory.mktemp("runs")
+    done = {}
+    for task, (_, _, max_length) in KINDS.items():
+        code = _cli(task, data, runs / task, preset, max_length=max_length, epochs=1)
+        done[task] = code
+    return runs, done
+
+
+@pytest.mark.parametrize("task", sorted(KINDS))
+def test_each_kind_runs_from_the_command_line_to_a_valid_submission(task, cli_runs, data):
+    runs, codes = cli_runs
+    submission, benchmark, _ = KINDS[task]
+    output = runs / task
+    assert codes[task] == 0
+    record = json.loads((output / "run.json").read_text(encoding="utf-8"))
+    assert record["status"] == "finished" and record["failure"] is None
+    assert record["arguments"]["task"] == task and record["arguments"]["benchmark"] == benchmark
+    assert record["submission"] == submission
+    assert len(record["epochs"]) == 1 and record["best"]["epoch"] == 1
+    assert record["best"]["score"] == record["epochs"][0]["dev"]["score"]
+    assert record["epochs"][0]["dev"]["metric"] == keras_masking.clue.get_task(task).metric
+    train = record["data"]["train"]
+    assert train["examples"] > 0 and all(len(f["sha256"]) == 64 for f in train["files"])
+    assert record["versions"]["backend"] == keras.config.backend()
+    test = read_split(data, task, "test")
+    assert check_submission(output / submission, task, benchmark, test) == []
+    assert not [name for name in os.listdir(output) if ".partial" in name]
+
+
+@pytest.fixture(scope="module")
+def plain_run(data, preset, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plain") / "run"
+    return finetune("eprstmt", data, folder, preset=preset, verbose=0, **SETTINGS)
+
+
+def test_reported_scores_are_those_of_the_returned_model(plain_run, data):
+    result = plain_run
+    tokenizer = keras_masking.data.bert_tokenizer(VOCABULARY)
+    for split, reported in (("dev", result.best_score), ("test_public", result.test_public)):
+        examples = read_split(data, "eprstmt", split).examples
+        encoded = encode_examples("eprstmt", examples, tokenizer, SETTINGS["max_length"])
+        logits = result.model.predict(encoded.features, verbose=0)
+        scores = score(
+            "eprstmt", decode_predictions("eprstmt", logits, encoded, examples), examples
+        )
+        expected = reported if split == "dev" else reported["score"]
+        assert scores["score"] == pytest.approx(expected)
+    best = max(result.history, key=lambda entry: entry["dev"]["score"])
+    assert result.best_epoch == best["epoch"]
+    # The submission holds the returned model's test predictions, as label strings.
+    test = read_split(data, "eprstmt", "test").examples
+    encoded = encode_examples("eprstmt", test, tokenizer, SETTINGS["max_length"])
+    predicted = decode_predictions(
+        "eprstmt", result.model.predict(encoded.features, verbose=0), encoded, test
+    )
+    lines = result.submission_path.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"id": example.id, "label": predicted[example.id]} for example in test
+    ]
+
+
+# === Resuming ===
+class _Interrupt(keras.callbacks.Callback):
+    def __init__(self, after):
+        super().__init__()
+        self.after, self.ended = after, 0
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.ended += 1
+        if self.ended == self.after:
+            raise KeyboardInterrupt
+
+
+# DropToken (attention mode, as ASA needs), ASA and the embedding correction
+# together: their random draws and their evidence must survive a resume.
+RESUMED = dict(SETTINGS, epochs=3, drop_token=0.3, asa=0.5, correct_embeddings=True)
+
+
+@pytest.fixture(scope="module")
+def interrupted(data, preset, tmp_path_factory):
+    """A run stopped inside its second epoch (after its weights changed)."""
+    folder = tmp_path_factory.mktemp("interrupted") / "run"
+    with pytest.raises(KeyboardInterrupt):
+        finetune(
+            "eprstmt", data, folder, preset=preset, verbose=0, callbacks=[_Interrupt(2)], **RESUMED
+        )
+    return folder
+
+
+def test_an_interrupted_run_resumes_to_the_weights_of_an_uninterrupted_one(
+    interrupted, data, preset, tmp_path
+):
+    record = json.loads((interrupted / "run.json").read_text(encoding="utf-8"))
+    assert record["status"] == "running" and len(record["epochs"]) == 1
+    cut = tmp_path / "cut"
+    shutil.copytree(interrupted, cut)
+    resumed = finetune("eprstmt", data, cut, preset=preset, verbose=0, **RESUMED)
+    whole = finetune("eprstmt", data, tmp_path / "whole", preset=preset, verbose=0, **RESUMED)
+    assert [e["loss"] for e in resumed.history] == [e["loss"] for e in whole.history]
+    for actual, expected in zip(_weights(resumed.model), _weights(whole.model)):
+        np.testing.assert_array_equal(actual, expected)
+    name = "eprstmt_predict.json"
+    assert (cut / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+    # Every method shows it is on.
+    for entry in resumed.history:
+        assert 0.0 < entry["methods"]["drop_share"] < 0.6
+        assert 0.0 <= entry["methods"]["masked_fraction"] <= 1.0
+        assert "masked_fraction_0" in entry["methods"]
+    assert resumed.record["methods"] == ["correct_embeddings", "drop_token", "asa"]
+    assert resumed.record["model"]["embedding_correction"]["corrected_rows"] > 0
+
+
+def test_a_finished_run_is_not_redone_and_other_arguments_are_refused(plain_run, data, preset):
+    first = plain_run
+    folder = first.record_path.parent
+    modified = first.record_path.stat().st_mtime_ns
+    counter = _Interrupt(after=10**9)
+    again = finetune(
+        "eprstmt", data, folder, preset=preset, verbose=0, callbacks=[counter], **SETTINGS
+    )
+    assert counter.ended == 0  # no epoch was trained
+    assert first.record_path.stat().st_mtime_ns == modified
+    assert again.best_score == first.best_score
+    for actual, expected in zip(_weights(again.model), _weights(first.model)):
+        np.testing.assert_array_equal(actual, expected)
+    with pytest.raises(
+        ValueError,
+        match=r"other arguments \(epochs: 2 there, 3 now; "
+        r"learning_rate: 0.003 there, 0.001 now\)",
+    ):
+        finetune(
+            "eprstmt", data, folder, preset=preset, verbose=0,
+            **dict(SETTINGS, epochs=3, learning_rate=1e-3),
+        )  # fmt: skip
+    assert first.record_path.stat().st_mtime_ns == modified
+
+
+def test_corrupt_or_foreign_run_folders_are_errors_never_a_fresh_start(
+    interrupted, data, preset, tmp_path
+):
+    kwargs = dict(preset=preset, verbose=0, **RESUMED)
+    folder = tmp_path / "run"
+    shutil.copytree(interrupted, folder)
+    state = folder / "resume_state.npz"
+    state.write_bytes(state.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"resume_state.npz: a corrupt resume state file"):
+        finetune("eprstmt", data, folder, **kwargs)
+    (folder / "run.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"run.json: a corrupt run record"):
+        finetune("eprstmt", data, folder, **kwargs)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"holds files but no run.json"):
+        finetune("eprstmt", data, foreign, **kwargs)
+    assert sorted(os.listdir(foreign)) == ["notes.txt"]
+
+
+class _PoisonWeights(keras.callbacks.Callback):
+    """Makes every weight NaN when the second epoch's training begins."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def on_train_begin(self, logs=None):
+        self.calls += 1
+        if self.calls == 2:
+            for variable in self.model.trainable_variables:
+                variable.assign(np.full(variable.shape, np.nan, variable.dtype))
+
+
+def test_a_nan_loss_stops_the_run_records_why_and_keeps_the_best_weights(data, preset, tmp_path):
+    result = finetune(
+        "eprstmt", data, tmp_path / "run", preset=preset, verbose=0,
+        callbacks=[_PoisonWeights()], **dict(SETTINGS, epochs=3),
+    )  # fmt: skip
+    assert result.status == "failed"
+    assert "loss became nan in epoch 2" in result.record["failure"]
+    assert len(result.history) == 1 and result.best_epoch == 1
+    assert all(np.isfinite(w).all() for w in _weights(result.model))
+    assert result.submission_path.is_file()  # from the best (finite) weights
+    record = json.loads(result.record_path.read_text(encoding="utf-8"))
+    assert record["status"] == "failed"
+
+
+# === Methods ===
+def test_parameter_efficient_runs_train_only_their_parameters(data, preset, tmp_path):
+    kwargs = dict(preset=preset, verbose=0, **dict(SETTINGS, epochs=1))
+    fl = finetune("eprstmt", data, tmp_path / "fl", fl_tuning=8, **kwargs)
+    hidden = 16
+    add_ffn = 1 * (2 * hidden * 8 + 8 + hidden)  # one layer: W1', b1', W2', b2'
+    head = hidden * 2 + 2
+    assert fl.record["model"]["trainable_parameters"] == add_ffn + head
+    assert fl.history[0]["methods"]["trainable_parameters"] == add_ffn + head
+    best = np.load(fl.record_path.parent / "best_weights.npz")
+    assert sum(best[name].size for name in best.files if name != "manifest") == add_ffn + head
+    lora = finetune("eprstmt", data, tmp_path / "lora", lora=2, **kwargs)
+    total = lora.record["model"]["total_parameters"]
+    assert head < lora.record["model"]["trainable_parameters"] < total / 4
+
+
+@pytest.mark.parametrize(
+    "methods, message",
+    [
+        (dict(exlm_k=4, drop_token=0.1), "--exlm-k and --drop-token do not combine"),
+        (dict(exlm_k=4, correct_embeddings=True), "--exlm-k and --correct-embeddings"),
+        (dict(exlm_k=4, asa=0.5), "--exlm-k and --asa do not combine"),
+        (dict(fl_tuning=8, lora=4), "--fl-tuning and --lora do not combine"),
+        (dict(prefix_tuning=8, fl_tuning=8), "--fl-tuning and --prefix-tuning"),
+        (dict(drop_token=1.0), r"drop_token in \[0.0, 1.0\)"),
+        (dict(fl_tuning=2.5), "fl_tuning"),
+    ],
+)
+def test_combinations_that_make_no_sense_are_refused_before_loading(methods, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        # The preset and data do not exist: the refusal comes first.
+        finetune("eprstmt", tmp_path / "no_data", tmp_path / "run", preset=tmp_path / "none",
+                 **methods)  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
+def test_asa_is_refused_for_entities_and_drop_token_keeps_positions_for_token_tasks():
+    with pytest.raises(ValueError, match="--asa does not apply to cluener"):
+        MethodPlan(asa=0.5).check("cluener")
+    assert MethodPlan(drop_token=0.1).drop_token_mode("cmrc2018") == "attention"
+    assert MethodPlan(drop_token=0.1).drop_token_mode("tnews") == "gather"
+    assert MethodPlan(drop_token=0.1, asa=0.5).drop_token_mode("tnews") == "attention"
+
+
+# === Bad models and vocabularies ===
+def test_a_vocabulary_that_does_not_fit_the_model_is_refused(data, tmp_path):
+    small = clue_fixtures.tiny_preset(tmp_path / "small", vocabulary_size=len(VOCABULARY) - 1)
+    with pytest.raises(
+        ValueError,
+        match=rf"has {len(VOCABULARY)} tokens but the model "
+        rf"{len(VOCABULARY) - 1}",
+    ):
+        finetune("eprstmt", data, tmp_path / "a", preset=small, **SETTINGS)  # fmt: skip
+    other = tmp_path / "vocab.txt"
+    other.write_text("\n".join(reversed(VOCABULARY)) + "\n", encoding="utf-8")
+    fits = clue_fixtures.tiny_preset(tmp_path / "fits")
+    with pytest.raises(ValueError, match="differs from the preset's own vocabulary"):
+        finetune("eprstmt", data, tmp_path / "b", preset=fits, vocab=other, **SETTINGS)
+    missing = tmp_path / "missing.txt"
+    missing.write_text("\n".join(VOCABULARY[1:]) + "\n", encoding="utf-8")
+    bare = tmp_path / "bare"
+    clue_fixtures.tiny_preset(bare, vocabulary_size=len(VOCABULARY) - 1)
+    (bare / "vocab.txt").unlink()
+    with pytest.raises(ValueError, match=r"lacks \['\[PAD\]'\]"):
+        finetune("eprstmt", data, tmp_path / "c", preset=bare, vocab=missing, **SETTINGS)
+    with pytest.raises(
+        ValueError,
+        match=r"max_length=64 is longer than the model's position "
+        r"table \(max_sequence_length=32\)",
+    ):
+        finetune("eprstmt", data, tmp_path / "d", preset=fits, **dict(SETTINGS, max_length=64))
+    for name in "abcd":
+        assert not (tmp_path / name).exists()
+
+
+def test_missing_files_are_named(data, preset, tmp_path):
+    with pytest.raises(FileNotFoundError, match="--preset .*: no such folder"):
+        finetune("eprstmt", data, tmp_path / "run", preset=tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match="--checkpoint .*: no such file or folder"):
+        finetune("eprstmt", data, tmp_path / "run", checkpoint=tmp_path / "model.ckpt")
+    with pytest.raises(FileNotFoundError, match="eprstmt"):
+        finetune("eprstmt", tmp_path / "empty", tmp_path / "run", preset=preset)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_command_line_refuses_bad_flags_with_exit_code_2(capsys, tmp_path):
+    base = ["clue", "tnews", "--data-dir", "d", "--output-dir", "o"]
+    assert main(base) == 2  # no model
+    assert main(base + ["--preset", "p", "--checkpoint", "c"]) == 2
+    assert main(base + ["--preset", "p", "--fl-tuning", "8", "--lora", "4"]) == 2
+    assert main(base + ["--preset", "p", "--drop-token", "1.5"]) == 2
+    assert main(base + ["--preset", "p", "--epochs", "0"]) == 2
+    error = capsys.readouterr().err
+    assert "--drop-token" in error and "--epochs" in error
+    assert main(base + ["--preset", str(tmp_path / "p")]) == 1
+    assert "no such folder" in capsys.readouterr().err
+
+
+# === Submissions ===
+def test_submit_checks_every_file_and_builds_the_zip(cli_runs, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for task in ("c3", "cluener", "cmrc2018"):
+        shutil.copytree(cli_runs[0] / task, runs / task)
+    assert main(["clue", "submit", str(runs), "--team", "lab", "--date", "20261201"]) == 0
+    archive = runs / "submit_lab_20261201.zip"
+    assert sorted(zipfile.ZipFile(archive).namelist()) == [
+        "c311_predict.json",
+        "cluener_predict.json",
+        "cmrc2018_predict.json",
+    ]
+    archive.unlink()
+    # An id the test split does not have is caught, and nothing is written.
+    broken = runs / "c3" / "c311_predict.json"
+    lines = broken.read_text(encoding="utf-8").splitlines()
+    record = json.loads(lines[0])
+    record["id"] = "no such id"
+    broken.write_text("\n".join([json.dumps(record)] + lines[1:]) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["clue", "submit", str(runs), "--team", "lab", "--date", "20261201"]) == 1
+    assert "c311_predict.json" in capsys.readouterr().err
+    assert not archive.exists()
+    # CLUE and FewCLUE runs do not go in one zip.
+    shutil.copytree(cli_runs[0] / "eprstmt", runs / "eprstmt")
+    broken.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["clue", "submit", str(runs), "--team", "lab", "--date", "20261201"]) == 1
+    assert "mix CLUE and FewCLUE" in capsys.readouterr().err
+
+
+# === The optimizer ===
+def test_the_schedule_warms_up_then_decays_linearly():
+    schedule = WarmupLinearDecay(1.0, total_steps=10, warmup_steps=4)
+    values = [float(schedule(step)) for step in range(12)]
+    expected = [0, 0.25, 0.5, 0.75, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0, 0.0]
+    np.testing.assert_allclose(values, expected, atol=1e-6)
+    assert (
+        WarmupLinearDecay.from_config(schedule.get_config()).get_config() == schedule.get_config()
+    )
+    with pytest.raises(ValueError, match="warmup_steps smaller than total_steps"):
+        WarmupLinearDecay(1.0, total_steps=4, warmup_steps=4)
+
+
+def test_weight_decay_skips_biases_and_layer_norm():
+    layer_norm = keras.layers.LayerNormalization()
+    dense = keras.layers.Dense(2)
+    model = keras.Sequential([keras.Input((2,)), dense, layer_norm])
+    for variable in model.trainable_variables:
+        variable.assign(np.ones(variable.shape, "float32"))
+    optimizer = fine_tuning_optimizer(0.5, total_steps=10, warmup_proportion=0.0, weight_decay=0.1)
+    zero = [np.zeros(v.shape, "float32") for v in model.trainable_variables]
+    optimizer.apply_gradients(zip(zero, model.trainable_variables))
+    # With zero gradients, AdamW only decays: w <- w - lr * wd * w = 1 - 0.5 * 0.1.
+    assert np.allclose(dense.kernel.numpy(), 0.95)
+    for variable in (dense.bias, layer_norm.gamma, layer_norm.beta):
+        assert np.allclose(variable.numpy(), 1.0), variable.path
