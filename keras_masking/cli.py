@@ -1,7 +1,7 @@
 """The ``keras-masking`` command line.
 
 Subcommands:
-    demo      the end-to-end demo on real weights (see `keras_masking.demo`).
+    demo      every method end to end on real Chinese text (see `keras_masking.demo`).
     convert   a Google-layout TF checkpoint -> a keras-hub preset folder.
     inspect   list a TF checkpoint's variables and what family it looks like.
     correct-embeddings
@@ -335,7 +335,7 @@ def build_parser():
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser("demo", help="run the real-weights demo", add_help=False)
+    commands.add_parser("demo", help="every method on real Chinese text", add_help=False)
 
     convert = commands.add_parser("convert", help="TF checkpoint -> keras-hub preset")
     convert.add_argument("config", metavar="CONFIG", help="bert_config.json")

