@@ -26,7 +26,6 @@ import numbers
 import os
 import pathlib
 import re
-import tempfile
 import zipfile
 from collections.abc import Mapping
 
@@ -36,6 +35,7 @@ from keras_masking.clue.examples import IdiomPassage
 from keras_masking.clue.examples import SpanExample
 from keras_masking.clue.examples import TextExample
 from keras_masking.clue.readers import ClueSplit
+from keras_masking.clue.run_folder import write_atomically
 from keras_masking.clue.tasks import TASKS
 from keras_masking.clue.tasks import check_benchmark
 from keras_masking.clue.tasks import get_task
@@ -355,7 +355,7 @@ def write_submission(output_dir, task, benchmark, predictions, test_split):
     output_dir = pathlib.Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / name
-    _write_atomically(path, text.encode("utf-8"))
+    write_atomically(path, lambda file: file.write(text))
     logger.info("Wrote %s (%d predictions).", path, len(expected))
     return path
 
@@ -385,22 +385,6 @@ def _submission_text(task, benchmark, predictions, expected):
             record = {"id": key, "label": label}
         lines.append(json.dumps(record, ensure_ascii=False))
     return "\n".join(lines) + "\n"
-
-
-def _write_atomically(path, data):
-    path = pathlib.Path(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
 
 
 # === Checking ===
@@ -740,19 +724,12 @@ def build_submission_zip(files, zip_path):
         )
     zip_path = pathlib.Path(zip_path)
     zip_path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(
-        prefix=f".{zip_path.name}.", suffix=".tmp", dir=zip_path.parent
-    )
-    os.close(handle)
-    try:
-        with zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+
+    def write_archive(file):
+        with zipfile.ZipFile(file, "w", compression=zipfile.ZIP_DEFLATED) as archive:
             for path in paths:
                 archive.write(path, arcname=path.name)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, zip_path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+
+    write_atomically(zip_path, write_archive, mode="wb")
     logger.info("Wrote %s (%d files).", zip_path, len(paths))
     return zip_path

@@ -1,10 +1,10 @@
 """The demo's results: a Markdown table, a JSON file and two PNG plots."""
 
 import json
-import os
 import pathlib
 import statistics
-import uuid
+
+from keras_masking.clue.run_folder import write_atomically
 
 TASK_TITLES = {"eprstmt": "review sentiment (accuracy %)", "cluener": "entities (F1 %)"}
 
@@ -115,21 +115,9 @@ def markdown_table(summary, pretraining, settings, machine):
     return "\n".join(lines) + "\n"
 
 
-def _replace(path, write):
-    path = pathlib.Path(path)
-    temporary = path.with_name(f".{path.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return path
-
-
 def write_text(path, text):
     """Writes a UTF-8 file through a temporary name."""
-    return _replace(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+    return write_atomically(path, lambda file: file.write(text))
 
 
 def plot_learning_curves(rows, path):
@@ -153,39 +141,27 @@ def plot_learning_curves(rows, path):
         axis.set_ylabel("dev score")
         axis.legend(fontsize=7)
     figure.tight_layout()
-    _replace(path, lambda temporary: figure.savefig(temporary, format="png", dpi=100))
+    write_atomically(path, lambda file: figure.savefig(file, format="png", dpi=100), mode="wb")
     pyplot.close(figure)
     return pathlib.Path(path)
 
 
 def plot_masked_fraction(rows, path):
-    """ASA's masked share per layer and epoch (PNG), from its runs' evidence."""
-    import matplotlib
+    """ASA's masked share per layer and epoch (PNG), from its runs' evidence.
 
-    matplotlib.use("Agg")
+    The runs' per-epoch ``masked_fraction_<layer>`` figures (averaged over
+    seeds) drawn by `keras_masking.methods.plot_masked_fractions`.
+    """
     from matplotlib import pyplot
 
-    figure, axis = pyplot.subplots(figsize=(6, 4))
-    for row in rows:
-        layers = sorted(
-            int(key.rsplit("_", 1)[1])
-            for key in row["evidence"][0]
-            if key.startswith("masked_fraction_")
-        )
-        if not layers:
-            continue
-        for epoch, evidence in enumerate(row["evidence"], start=1):
-            shares = [evidence[f"masked_fraction_{layer}"] for layer in layers]
-            axis.plot(layers, shares, marker="o", label=f"{row['method']} seed {row['seed']}, "
-                      f"epoch {epoch}")  # fmt: skip
-    layers = sorted({int(key.rsplit("_", 1)[1]) for row in rows for evidence in row["evidence"]
-                     for key in evidence if key.startswith("masked_fraction_")})  # fmt: skip
-    axis.set_xticks(layers)
-    axis.set_xlabel("layer")
-    axis.set_ylabel("masked share of attention pairs")
-    axis.set_title("ASA: what the adversary masks, per layer")
-    axis.legend(fontsize=7)
-    figure.tight_layout()
-    _replace(path, lambda temporary: figure.savefig(temporary, format="png", dpi=100))
+    from keras_masking.methods import plot_masked_fractions
+
+    epochs = min(len(row["evidence"]) for row in rows)
+    names = [name for name in rows[0]["evidence"][0] if name.startswith("masked_fraction_")]
+    history = {
+        name: [statistics.mean(row["evidence"][e][name] for row in rows) for e in range(epochs)]
+        for name in names
+    }
+    figure = plot_masked_fractions(history, path, title="ASA: what the adversary masks, per layer")
     pyplot.close(figure)
     return pathlib.Path(path)
