@@ -173,7 +173,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--torch-python", default=None)
+    parser.add_argument(
+        "--sizes", default=None, help="comma-separated BxTxN, e.g. 64x21x84 (default: all three)"
+    )
     args = parser.parse_args()
+    sizes = SIZES
+    if args.sizes:
+        sizes = tuple(tuple(int(v) for v in size.split("x")) for size in args.sizes.split(","))
     print(f"backend={keras.config.backend()} (median of {args.rounds} runs, forward + backward)")
     rate = multiply_add_rate(args.rounds)
     print(f"matrix-product rate: {rate / 1e9:.1f} G multiply-adds/s")
@@ -183,7 +189,7 @@ def main():
     )
     columns = "  ours vs torch  ours vs naive  ours / floor  ours / FLOP time  floor / FLOP time"
     print(header + columns)
-    for batch, steps, vertices in SIZES:
+    for batch, steps, vertices in sizes:
         match, edges, (output_length, target_length) = inputs(batch, steps, vertices)
         arguments = [ops.convert_to_tensor(v) for v in (match, edges, output_length, target_length)]
         ours = compiled_value_and_grad(dag_loss)

@@ -17,11 +17,14 @@ Subpackages:
 
 from keras_masking import callbacks
 from keras_masking import clue
+from keras_masking import data
+from keras_masking import distribution
 from keras_masking import layers
 from keras_masking import losses
 from keras_masking import methods
 from keras_masking import models
 from keras_masking import ops
+from keras_masking import optimizers
 from keras_masking import utils
 from keras_masking.methods import correct_mlm_embeddings
 from keras_masking.methods import fl_tune

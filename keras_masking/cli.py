@@ -258,6 +258,7 @@ def _clue(args):
         benchmark=args.benchmark,
         few_shot=args.few_shot,
         verbose=0 if args.quiet else 1,
+        data_parallel=args.data_parallel,
     )
     if result.status != "finished":
         print(f"{PROG} clue: failed: {result.record['failure']}", file=sys.stderr)
@@ -476,6 +477,11 @@ def _add_clue_parser(commands):
     training.add_argument("--seed", type=_count, default=0)
     training.add_argument("--benchmark", choices=("clue", "fewclue"), help="default: detected")
     training.add_argument("--few-shot", type=_few_shot, default="all", help="all or 0..4")
+    training.add_argument(
+        "--data-parallel",
+        action="store_true",
+        help="train on every device with the backend's data-parallel engine",
+    )
     clue.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -505,7 +511,7 @@ def main(argv=None):
 
     Example:
     ```python
-    main(["--version"])  # prints "keras-masking 0.1.0", returns 0
+    main(["--version"])  # prints "keras-masking 0.2.0", returns 0
     ```
     """
     argv = sys.argv[1:] if argv is None else [str(argument) for argument in argv]

@@ -29,6 +29,7 @@ from conftest import tiny_backbone_kwargs
 from keras import ops
 
 import keras_masking
+from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers import AddFFN
 from keras_masking.layers import AttentionAdversary
 from keras_masking.layers import AttentionUnits
@@ -541,6 +542,12 @@ CASES = {
         lambda: (hidden_states(), np.array([[0, 3, 5], [1, 2, 2]], "int32")),
         mixed_dtype="float32",
     ),
+    "ReplicaDropout": Case(
+        lambda: ReplicaDropout(0.0),
+        lambda: (hidden_states(),),
+        make_random=lambda: ReplicaDropout(0.5, seed=3),
+        weightless=True,
+    ),
     "RestoreDroppedTokens": Case(
         lambda: RestoreDroppedTokens(),
         lambda: (_KEPT, _KEEP),
@@ -671,17 +678,23 @@ def _registered_classes():
 def test_every_registered_class_has_a_contract_case():
     registered = _registered_classes()
     # Losses have their own tests: DAGLoss below, the CLUE losses in tests/test_clue_heads.py;
-    # the learning-rate schedule in tests/test_clue_runner.py.
+    # the learning-rate schedule in tests/test_clue_runner.py; the optimizer in
+    # tests/test_optimizers.py.
     losses = {"DAGLoss", "MultilabelCategoricalCrossentropy", "SpanCrossentropy"}
     # String preprocessing has its own tests in tests/test_text_classifier.py.
     preprocessing = {"TransformerTextClassifierPreprocessor", "TransformerTokenizer"}
     covered = {name.split("-")[0] for name in CASES} | losses | preprocessing
-    covered |= {"WarmupLinearDecay"}
+    covered |= {"WarmupLinearDecay", "AdamW"}
     assert set(registered) == covered, (
         f"without a contract case: {sorted(set(registered) - covered)}; "
         f"cases of no registered class: {sorted(covered - set(registered))}"
     )
-    kinds = (keras.layers.Layer, keras.losses.Loss, keras.optimizers.schedules.LearningRateSchedule)
+    kinds = (
+        keras.layers.Layer,
+        keras.losses.Loss,
+        keras.optimizers.schedules.LearningRateSchedule,
+        keras.optimizers.Optimizer,
+    )
     for name, cls in registered.items():
         assert issubclass(cls, kinds), name
     # ... and every public layer, model and loss is registered.

@@ -13,6 +13,7 @@ import keras
 
 from keras_masking.clue.encoding import DEFAULT_NUM_CHOICES
 from keras_masking.clue.tasks import get_task
+from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.global_pointer import GlobalPointer
 from keras_masking.layers.multiple_choice import ChoiceLogits
 from keras_masking.layers.multiple_choice import FlattenChoices
@@ -122,7 +123,7 @@ def build_task_model(task, encoder, num_labels=None, max_length=None, **options)
         flatten = FlattenChoices(name="flatten_choices")
         flat = {key: flatten(inputs[key]) for key in _SEQUENCE_INPUTS}
         pooled = encoder({key: flat[key] for key in wanted})["pooled_output"]
-        pooled = keras.layers.Dropout(dropout, name="choice_dropout")(pooled)
+        pooled = ReplicaDropout(dropout, name="choice_dropout")(pooled)
         scores = keras.layers.Dense(1, name="choice_score")(pooled)
         logits = ChoiceLogits(name="choice_logits")(scores, inputs["choice_mask"])
         return keras.Model(inputs, logits, name=name)
@@ -137,7 +138,7 @@ def build_task_model(task, encoder, num_labels=None, max_length=None, **options)
                 )
             num_labels = len(task.labels)
         _check_count("num_labels", num_labels)
-        pooled = keras.layers.Dropout(dropout, name="classifier_dropout")(outputs["pooled_output"])
+        pooled = ReplicaDropout(dropout, name="classifier_dropout")(outputs["pooled_output"])
         logits = keras.layers.Dense(num_labels, dtype="float32", name="logits")(pooled)
     elif task.kind == "span":
         logits = keras.layers.Dense(2, name="span_logits")(outputs["sequence_output"])

@@ -8,6 +8,7 @@ skips biases and LayerNorm scales and offsets.
 import keras
 from keras import ops
 
+from keras_masking.optimizers.adamw import AdamW
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 
@@ -81,7 +82,8 @@ def fine_tuning_optimizer(
             one step (Keras' ``gradient_accumulation_steps``).
 
     Returns:
-        A `keras.optimizers.AdamW`.
+        A `keras_masking.optimizers.AdamW` (Keras' AdamW, with exact
+        updates of embedding rows on TensorFlow).
 
     Example:
     >>> optimizer = fine_tuning_optimizer(2e-5, total_steps=100)
@@ -96,7 +98,7 @@ def fine_tuning_optimizer(
     total_steps = check_int("total_steps", total_steps, minimum=1)
     warmup_steps = min(int(warmup_proportion * total_steps), total_steps - 1)
     schedule = WarmupLinearDecay(learning_rate, total_steps, warmup_steps)
-    optimizer = keras.optimizers.AdamW(
+    optimizer = AdamW(
         learning_rate=schedule,
         weight_decay=weight_decay,
         gradient_accumulation_steps=accumulation if accumulation > 1 else None,

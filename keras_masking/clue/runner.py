@@ -40,6 +40,10 @@ from keras_masking.clue.readers import read_task_splits
 from keras_masking.clue.run_folder import RunFolder
 from keras_masking.clue.submission import write_submission
 from keras_masking.clue.tasks import get_task
+from keras_masking.distribution.engines import data_parallel_engine
+from keras_masking.distribution.engines import engine_scope
+from keras_masking.distribution.engines import replicas_in_sync
+from keras_masking.distribution.replicas import in_tf_distribute_scope
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.xla_cpu import disable_xla_cpu_fusion_emitters
@@ -115,6 +119,7 @@ def finetune(
     verbose=1,
     callbacks=None,
     jit_compile=True,
+    data_parallel=False,
 ):
     """Fine-tunes a CLUE or FewCLUE task and writes its submission file.
 
@@ -160,8 +165,23 @@ def finetune(
         callbacks: extra Keras callbacks for every epoch's ``fit``.
         jit_compile: True (XLA, one compile per run) or False (no XLA:
             TensorFlow's graph mode, JAX's op-by-op execution; a faster start
-            for tiny models). Results agree to float rounding, so a resumed
-            run may change it.
+            for tiny models). On JAX results agree to float rounding. On
+            TensorFlow, XLA and graph mode draw different random numbers
+            from the same seed (TensorFlow's stateless generators pick
+            another algorithm under XLA), so runs with random draws
+            (dropout, DropToken, ASA's noise) differ between the two, each
+            reproducible; the record's ``compile`` says which ran. Under a
+            `tf.distribute` strategy the steps are compiled without XLA
+            whatever it says (TensorFlow cannot XLA-compile a step over
+            mirrored variables).
+        data_parallel: True: build and train under the backend's own
+            data-parallel engine over every device (`keras.distribution`'s
+            DataParallel on JAX; `tf.distribute`'s MirroredStrategy on
+            TensorFlow, MultiWorkerMirroredStrategy when ``TF_CONFIG`` is
+            set): see `keras_masking.distribution.data_parallel_engine`.
+            ``batch_size`` stays the global batch. A run also trains under an
+            engine whose scope the caller entered. The record's
+            ``distribution`` says which engine and how many replicas ran.
 
     Returns:
         A `FinetuneResult`.
@@ -180,6 +200,14 @@ def finetune(
     result.best_score, result.submission_path  # dev accuracy (%), tnewsf_predict.json
     ```
     """
+    if not isinstance(data_parallel, bool):
+        raise ValueError(
+            f"Expected data_parallel to be True or False. Received: {data_parallel!r}."
+        )
+    if data_parallel:
+        options = dict(locals(), data_parallel=False)
+        with engine_scope(data_parallel_engine()):
+            return finetune(**options)
     task = get_task(task)
     plan = MethodPlan(
         correct_embeddings=correct_embeddings,
@@ -249,11 +277,16 @@ def finetune(
     fresh = earlier is None or (
         earlier.get("status") != "finished" and not folder.state_path.exists()
     )
+    # TensorFlow cannot XLA-compile a step over mirrored variables (Keras'
+    # "auto" turns XLA off under tf.distribute too).
+    jit_compile = jit_compile and not in_tf_distribute_scope()
     run = _build(task, plan, backbone, tokenizer, splits, encoded, settings, fresh, jit_compile)
     record = {
         "keras_masking": __version__,
         "arguments": arguments,
         "versions": _versions(),
+        "distribution": _distribution_record(),
+        "compile": {"jit_compile": jit_compile},
         "data": data_record,
         "model": {
             "backbone": backbone.get_config() | {"name": backbone.name},
@@ -612,6 +645,20 @@ def _evaluate(task, run, encoded, split, settings):
 
 
 # === Records ===
+def _distribution_record():
+    """The data-parallel engine in scope and its replicas."""
+    if keras.config.backend() == "tensorflow":
+        import tensorflow as tf
+
+        engine = tf.distribute.get_strategy() if tf.distribute.has_strategy() else None
+    else:
+        engine = keras.distribution.distribution()
+    return {
+        "engine": None if engine is None else type(engine).__name__,
+        "replicas": replicas_in_sync(engine) if engine is not None else 1,
+    }
+
+
 def _versions():
     import keras_hub
 

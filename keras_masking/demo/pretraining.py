@@ -27,6 +27,7 @@ import uuid
 import keras
 import numpy as np
 
+from keras_masking.optimizers.adamw import AdamW
 from keras_masking.version import __version__
 
 CACHE_VARIABLE = "KERAS_MASKING_CACHE"
@@ -129,7 +130,7 @@ def _pretrain_mlm(settings, tokenizer, train, held_out, progress):
     masker = _bert_masker(tokenizer, settings.sequence_length)
     inputs, labels, weights = _masked(masker, train)
     masked_lm.compile(
-        optimizer=keras.optimizers.AdamW(1e-3, weight_decay=0.01),
+        optimizer=AdamW(1e-3, weight_decay=0.01),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         jit_compile=settings.jit_compile,
@@ -163,7 +164,7 @@ def _pretrain_2d(settings, tokenizer, train, held_out, objective, progress):
         seed=settings.seed,
     )
     pretrainer.compile(
-        optimizer=keras.optimizers.AdamW(1e-3, weight_decay=0.01),
+        optimizer=AdamW(1e-3, weight_decay=0.01),
         jit_compile=settings.jit_compile,
     )
     history = pretrainer.fit(

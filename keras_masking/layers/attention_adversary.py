@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_masking.distribution.random import batch_uniform
 from keras_masking.ops.gradient_reversal import reverse_gradient
 from keras_masking.ops.gradient_reversal import straight_through_step
 
@@ -116,8 +117,8 @@ class AttentionAdversary(keras.layers.Layer):
         scores = self.scores(hidden, padding_mask)
         noise = None
         if self.noise and training:
-            uniform = keras.random.uniform(
-                ops.shape(scores), minval=1e-7, maxval=1.0 - 1e-7, seed=self.seed_generator
+            uniform = batch_uniform(
+                ops.shape(scores), self.seed_generator, minval=1e-7, maxval=1.0 - 1e-7
             )
             noise = ops.log(uniform) - ops.log(1.0 - uniform)
         mask = straight_through_step(scores, threshold_noise=noise)

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_masking.distribution.random import batch_uniform
 from keras_masking.ops.attention_masks import large_negative
 from keras_masking.ops.token_dropping import batched_gather
 from keras_masking.ops.token_dropping import check_drop_rate
@@ -299,8 +300,10 @@ class DropToken(keras.layers.Layer):
         keep_length = self.keep_length(length)
         if self.mode == "gather":
             self._check_protected_fit(protected, length, keep_length)
-        noise = keras.random.uniform((batch, length), dtype="float32", seed=self.seed_generator)
-        rounding = keras.random.uniform((batch,), dtype="float32", seed=self.seed_generator)
+        # Per-example draws: replicas of a data-parallel step draw their own
+        # rows of the global batch's draws (see `batch_uniform`).
+        noise = batch_uniform((batch, length), self.seed_generator)
+        rounding = batch_uniform((batch,), self.seed_generator)
         keep = sample_keep_mask(real, real & ~protected, self.rate, keep_length, noise, rounding)
         if self.mode == "attention":
             dtype = keras.backend.standardize_dtype(hidden.dtype)

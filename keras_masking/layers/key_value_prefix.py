@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
@@ -203,7 +204,7 @@ class KeyValuePrefix(keras.layers.Layer):
         self.reparameterize = reparameterize
         self.hidden_units = hidden_units
         self.layer_index = layer_index
-        self.prefix_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.prefix_dropout = ReplicaDropout(self.dropout, dtype=self.dtype_policy)
         if self.reparameterize and encoder is None:
             encoder = PrefixEncoder(
                 length, width, 1, hidden_units, dtype=self.dtype_policy, name="prefix_encoder"

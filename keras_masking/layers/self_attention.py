@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import clone_initializer
 from keras_masking.ops.attention_masks import apply_replacing_mask
 from keras_masking.ops.attention_masks import padding_mask_to_bias
@@ -136,7 +137,7 @@ class SelfAttention(keras.layers.Layer):
         self.key = projection("key")
         self.value = projection("value")
         self.attention_output = None
-        self.probability_dropout = keras.layers.Dropout(
+        self.probability_dropout = ReplicaDropout(
             self.dropout, dtype=self.dtype_policy, name="probability_dropout"
         )
         self.relative_table = None

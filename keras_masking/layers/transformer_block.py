@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.feed_forward import FeedForward
 from keras_masking.layers.self_attention import SelfAttention
 
@@ -100,7 +101,7 @@ class TransformerBlock(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.self_attention = None
-        self.attention_output_dropout = keras.layers.Dropout(
+        self.attention_output_dropout = ReplicaDropout(
             self.dropout, dtype=self.dtype_policy, name="attention_dropout"
         )
         self.attention_layer_norm = keras.layers.LayerNormalization(
@@ -115,7 +116,7 @@ class TransformerBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="feed_forward",
         )
-        self.feed_forward_dropout = keras.layers.Dropout(
+        self.feed_forward_dropout = ReplicaDropout(
             self.dropout, dtype=self.dtype_policy, name="feed_forward_dropout"
         )
         self.feed_forward_layer_norm = keras.layers.LayerNormalization(

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import clone_initializer
 from keras_masking.utils.eager_checks import check_ids_in_range
 
@@ -93,7 +94,7 @@ class TransformerEmbedding(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="layer_norm",
         )
-        self.embedding_dropout = keras.layers.Dropout(
+        self.embedding_dropout = ReplicaDropout(
             self.dropout, dtype=self.dtype_policy, name="embedding_dropout"
         )
 

@@ -5,6 +5,7 @@ import copy
 import keras
 from keras import ops
 
+from keras_masking.distribution.replicas import replica_share
 from keras_masking.layers.attention_adversary import AttentionAdversary
 from keras_masking.losses.asa_divergence import ASA_TASKS
 from keras_masking.losses.asa_divergence import asa_divergence
@@ -268,18 +269,38 @@ class ASATrainer(keras.Model):
         if not _is_training_output(y_pred):
             return super().compute_loss(x, y, y_pred, sample_weight, training)
         task_loss = super().compute_loss(x, y, y_pred["clean"], sample_weight, training)
-        mask_term = self.mask_term(y_pred)
+        # Keras scales its compiled task loss for tf.distribute replicas; the
+        # divergence and the mask term are means over this replica's rows,
+        # so they enter as its share of the global means.
+        rows = self._rows(y_pred)
+        mask_term = replica_share(self.mask_term(y_pred), rows)
         # The value is task + divergence (the official log); the gradient also
         # carries the mask term, which reaches the adversaries only.
         shown_zero = mask_term - ops.stop_gradient(mask_term)
-        return ops.cast(task_loss, "float32") + self.divergence(y_pred) + shown_zero
+        divergence = replica_share(self.divergence(y_pred), self._divergence_rows(y_pred))
+        return ops.cast(task_loss, "float32") + divergence + shown_zero
+
+    @staticmethod
+    def _rows(y_pred):
+        """The rows the mask term divides by (the encoder's batch)."""
+        return ops.shape(y_pred["masks"][0])[0]
+
+    @staticmethod
+    def _divergence_rows(y_pred):
+        """The examples the divergence is a mean over (the task outputs' batch)."""
+        return ops.shape(keras.tree.flatten(y_pred["clean"])[0])[0]
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         if not _is_training_output(y_pred):
             result = super().compute_metrics(x, y, y_pred, sample_weight)
             return {name: value for name, value in result.items() if name not in self._asa_names}
-        self.divergence_tracker.update_state(self.divergence(y_pred))
-        self.mask_term_tracker.update_state(self.mask_term(y_pred))
+        # Weighted by the rows each averages over: replicas add up exactly.
+        self.divergence_tracker.update_state(
+            self.divergence(y_pred), sample_weight=self._divergence_rows(y_pred)
+        )
+        self.mask_term_tracker.update_state(
+            self.mask_term(y_pred), sample_weight=self._rows(y_pred)
+        )
         for tracker, mask in zip(self.masked_fraction_trackers, y_pred["masks"]):
             fraction, pairs = masked_fraction(mask, y_pred["padding_mask"])
             tracker.update_state(fraction, sample_weight=pairs)

@@ -6,6 +6,10 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_masking.distribution.random import batch_randint
+from keras_masking.distribution.random import batch_uniform
+from keras_masking.distribution.replicas import in_tf_distribute_scope
+from keras_masking.distribution.replicas import replica_share
 from keras_masking.layers.dag_transition import DAGTransition
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.layers.masked_lm_head import MaskedLMHead
@@ -44,6 +48,25 @@ def _real_rank(padding_mask):
     """int32 ``(B, L)``: each token's position among the row's real tokens."""
     real = ops.cast(ops.cast(padding_mask, "bool"), "int32")
     return ops.maximum(ops.cumsum(real, axis=1) - 1, 0)
+
+
+def _averaged_ids_as_integers(inputs):
+    """The building call's symbolic float inputs, read as int32 ids.
+
+    Under `tf.distribute`, Keras' TensorFlow trainer builds a model that is
+    not built yet from the replicas' MEAN of the first batch, which turns
+    integer ids into floats. Only that call's symbolic tensors, and only
+    under a strategy, are read so; every later call (the training step's
+    trace among them) is checked as it is.
+    """
+    if not isinstance(inputs, dict) or not in_tf_distribute_scope():
+        return inputs
+    return {
+        name: ops.cast(value, "int32")
+        if "float" in str(getattr(value, "dtype", "")) and concrete_value(value) is None
+        else value
+        for name, value in inputs.items()
+    }
 
 
 def _weighted_mean(values, weights):
@@ -96,7 +119,10 @@ class ExLMPretrainer(keras.Model):
     ``impossible`` (share of examples whose alignment cannot exist, by
     `dag_alignment_feasible`; their loss is 0, as in the official code) and
     ``overflow`` (share of examples left out because they hold more than
-    ``max_special_tokens`` special tokens; 0 for MLM).
+    ``max_special_tokens`` special tokens; 0 for MLM). Each is weighted by
+    what it averages over (masked states, masked targets, examples), so an
+    epoch's value is the mean over all of them, and a data-parallel step
+    reports what one device reports on the same global batch.
 
     Outputs of a call (ExLM): ``match`` ``(B, T, N)`` (the emission
     log-probs ``log P_u(y_i)``), ``log_transitions`` ``(B, N, N)``,
@@ -104,7 +130,8 @@ class ExLMPretrainer(keras.Model):
     (the target ids), ``vertex_slots`` ``(B, N)`` (each vertex's slot in the
     expanded sequence), ``picked`` ``(B, L)`` (the tokens masked in this
     call), ``target_is_mask`` ``(B, T)``, ``overflow`` ``(B,)``,
-    ``state_entropy`` ``(B, N)`` and ``entropy``. MLM: ``logits``,
+    ``state_entropy`` ``(B, N)``, ``state_is_mask`` ``(B, N)`` (the states
+    of picked tokens, which ``entropy`` averages) and ``entropy``. MLM: ``logits``,
     ``labels``, ``label_mask``, ``picked`` and ``overflow``.
 
     Args:
@@ -194,6 +221,7 @@ class ExLMPretrainer(keras.Model):
         self.aligned_entropy_tracker = keras.metrics.Mean(name="aligned_entropy")
         self.impossible_tracker = keras.metrics.Mean(name="impossible")
         self.overflow_tracker = keras.metrics.Mean(name="overflow")
+        self._building_call = False
 
     # === Sizes (static, from the input length) ===
     def max_picked(self, length):
@@ -233,6 +261,7 @@ class ExLMPretrainer(keras.Model):
             )
             self.transition.build((None, None, self.backbone.hidden_dim))
         self.built = True
+        self._building_call = True
 
     # === Masking ===
     def special_mask(self, token_ids, padding_mask):
@@ -256,10 +285,12 @@ class ExLMPretrainer(keras.Model):
         length = token_ids.shape[1]
         count = ops.sum(ops.cast(candidates, "float32"), axis=1)
         batch = ops.shape(token_ids)[0]
-        rounding = keras.random.uniform((batch,), seed=self.seed_generator)
+        # Per-example draws: replicas of a data-parallel step draw their own
+        # rows of the global batch's draws (see `batch_uniform`).
+        rounding = batch_uniform((batch,), self.seed_generator)
         picks = ops.floor(self.mask_rate * count + rounding)
         picks = ops.clip(picks, ops.minimum(count, 1.0), float(self.max_picked(length)))
-        noise = keras.random.uniform(ops.shape(token_ids), seed=self.seed_generator)
+        noise = batch_uniform(ops.shape(token_ids), self.seed_generator)
         noise = ops.take_along_axis(noise, _real_rank(padding_mask), axis=1)
         score = ops.where(candidates, noise, 2.0)
         rank = ops.argsort(ops.argsort(score, axis=1), axis=1)
@@ -270,11 +301,9 @@ class ExLMPretrainer(keras.Model):
         masked = ops.where(picked, self.mask_token_id, token_ids)
         if self.replacement == "mask":
             return masked
-        draw = keras.random.uniform(ops.shape(token_ids), seed=self.seed_generator)
+        draw = batch_uniform(ops.shape(token_ids), self.seed_generator)
         vocabulary = self.backbone.vocabulary_size
-        random_ids = keras.random.randint(
-            ops.shape(token_ids), 0, vocabulary, dtype="int32", seed=self.seed_generator
-        )
+        random_ids = batch_randint(ops.shape(token_ids), 0, vocabulary, self.seed_generator)
         if padding_mask is not None:  # per real token, as the picks
             rank = _real_rank(padding_mask)
             draw = ops.take_along_axis(draw, rank, axis=1)
@@ -285,6 +314,9 @@ class ExLMPretrainer(keras.Model):
 
     # === Forward ===
     def call(self, inputs, training=False):
+        if self._building_call:
+            self._building_call = False
+            inputs = _averaged_ids_as_integers(inputs)
         token_ids, padding_mask, segment_ids = check_backbone_inputs(inputs, self.backbone)
         token_ids = ops.cast(token_ids, "int32")
         padding_mask = ops.cast(ops.cast(padding_mask, "bool"), "int32")
@@ -400,6 +432,7 @@ class ExLMPretrainer(keras.Model):
             "overflow": self._special_overflow(token_ids, padding_mask),
             "entropy": _weighted_mean(entropies, mask_state),
             "state_entropy": entropies,
+            "state_is_mask": mask_state,
             "target_is_mask": ops.take_along_axis(picked, target_index, axis=1) & live_target,
         }
 
@@ -451,7 +484,9 @@ class ExLMPretrainer(keras.Model):
             losses = keras.losses.sparse_categorical_crossentropy(
                 y_pred["labels"], y_pred["logits"], from_logits=True
             )
-            return ops.sum(losses * weights) / ops.maximum(ops.sum(weights), 1.0)
+            count = ops.sum(weights)
+            # Under tf.distribute, this replica's share of the global mean.
+            return replica_share(ops.sum(losses * weights) / ops.maximum(count, 1.0), count)
         target_length = self._loss_target_length(y_pred)
         log_likelihood = dag_loss(
             y_pred["match"],
@@ -460,22 +495,28 @@ class ExLMPretrainer(keras.Model):
             target_length,
         )
         lengths = ops.cast(ops.maximum(target_length, 1), "float32")
-        return -ops.mean(log_likelihood / lengths)
+        return replica_share(-ops.mean(log_likelihood / lengths), ops.shape(lengths)[0])
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        # Each mean is weighted by what it averages over (masked states,
+        # masked targets, examples), so that the means of the replicas of a
+        # tf.distribute step add up to the mean over the global batch.
         overflow = ops.cast(y_pred["overflow"], "float32")
+        examples = ops.cast(ops.shape(overflow)[0], "float32")
         if self.objective == "mlm":
             entropy = prediction_entropy(y_pred["logits"], y_pred["label_mask"])
-            aligned, impossible = entropy, 0.0
+            entropy_count = ops.sum(ops.cast(y_pred["label_mask"], "float32"))
+            aligned, aligned_count, impossible = entropy, entropy_count, 0.0
         else:
             entropy = y_pred["entropy"]
+            entropy_count = ops.sum(ops.cast(y_pred["state_is_mask"], "float32"))
             feasible = dag_alignment_feasible(y_pred["output_length"], y_pred["target_length"])
             impossible = ops.mean(ops.cast(~feasible, "float32") * (1.0 - overflow))
-            aligned = self.aligned_entropy(y_pred)
-        self.entropy_tracker.update_state(entropy)
-        self.aligned_entropy_tracker.update_state(aligned)
-        self.impossible_tracker.update_state(impossible)
-        self.overflow_tracker.update_state(ops.mean(overflow))
+            aligned, aligned_count = self._aligned_entropy_and_count(y_pred)
+        self.entropy_tracker.update_state(entropy, sample_weight=entropy_count)
+        self.aligned_entropy_tracker.update_state(aligned, sample_weight=aligned_count)
+        self.impossible_tracker.update_state(impossible, sample_weight=examples)
+        self.overflow_tracker.update_state(ops.mean(overflow), sample_weight=examples)
         return super().compute_metrics(x, y, y_pred, sample_weight)
 
     def aligned_entropy(self, y_pred):
@@ -506,6 +547,10 @@ class ExLMPretrainer(keras.Model):
         value = pretrainer.aligned_entropy(y_pred)
         ```
         """
+        return self._aligned_entropy_and_count(y_pred)[0]
+
+    def _aligned_entropy_and_count(self, y_pred):
+        """`aligned_entropy` and the number of masked targets it averages."""
         target_length = y_pred["target_length"]
         if "overflow" in y_pred:
             target_length = self._loss_target_length(y_pred)
@@ -517,7 +562,8 @@ class ExLMPretrainer(keras.Model):
         )
         per_target = ops.sum(posterior * y_pred["state_entropy"][:, None, :], axis=2)
         feasible = ops.sum(posterior, axis=(1, 2)) > 0
-        return _weighted_mean(per_target, y_pred["target_is_mask"] & feasible[:, None])
+        weights = y_pred["target_is_mask"] & feasible[:, None]
+        return _weighted_mean(per_target, weights), ops.sum(ops.cast(weights, "float32"))
 
     def get_config(self):
         return {

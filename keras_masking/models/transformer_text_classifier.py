@@ -3,6 +3,7 @@
 import keras
 import keras_hub
 
+from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.models.transformer_text_classifier_preprocessor import (
@@ -112,7 +113,7 @@ class TransformerTextClassifier(keras_hub.models.TextClassifier):
         # === Layers ===
         self.backbone = backbone
         self.preprocessor = preprocessor
-        self.output_dropout = keras.layers.Dropout(
+        self.output_dropout = ReplicaDropout(
             dropout, dtype=backbone.dtype_policy, name="classifier_dropout"
         )
         self.output_dense = keras.layers.Dense(

@@ -1,0 +1,492 @@
+"""Pretraining batches streamed from sharded text files, as a `tf.data.Dataset`.
+
+For corpora that do not fit in memory: the files are read line by line
+(`tf.data.TextLineDataset`, interleaved over the files), each line is
+tokenized and cut into windows of ``sequence_length - 2`` tokens, each window
+becomes ``[CLS] window [SEP]`` padded to ``sequence_length``, and windows are
+shuffled through a bounded buffer and batched. Every batch is full and has a
+static shape, so a compiled training step compiles once.
+
+* ``objective="exlm"``: the batches are the inputs of
+  `keras_masking.models.ExLMPretrainer`, which masks inside the model (its
+  ``objective="mlm"`` too): a dict of ``token_ids``, ``segment_ids`` and
+  ``padding_mask``.
+* ``objective="mlm"``: BERT's masking is applied here, for
+  `keras_masking.models.TransformerMaskedLM`: ``(x, labels, sample_weight)``.
+
+The pipeline is deterministic under a seed: the same arguments give the same
+batches in the same order, and the masking of a batch depends only on the
+seed and the batch's index. ``dataset.skip(n)`` therefore continues exactly
+where a run that trained ``n`` steps stopped, which is how a pretraining
+resumes.
+
+On several hosts, each host reads its own files: ``num_shards`` hosts, the
+host ``shard_index`` reading every ``num_shards``-th file of the sorted list
+(`text_shard_files`).
+"""
+
+import os
+
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
+
+OBJECTIVES = ("exlm", "mlm")
+_GLOB_CHARACTERS = "*?["
+_LINES_PER_TOKENIZER_CALL = 256
+
+
+def text_shard_files(files, num_shards=1, shard_index=0):
+    """The files one shard (host) reads: every ``num_shards``-th of the sorted list.
+
+    Args:
+        files: a path or glob pattern (``"corpus/*.txt"``), or a list of
+            them. Patterns are expanded with `tf.io.gfile.glob`, so remote
+            file systems that TensorFlow reads work too.
+        num_shards: int >= 1, the number of shards (hosts) the files are
+            split across.
+        shard_index: int in ``[0, num_shards)``, this shard's index.
+
+    Returns:
+        A sorted list of paths. The lists of the ``num_shards`` shards are
+        disjoint and together hold every file.
+
+    Raises:
+        ValueError: no file is given, a pattern matches nothing, a path does
+            not exist, the shard arguments are out of range, or there are
+            fewer files than shards (a shard would read nothing).
+
+    Example:
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in "abc":
+    ...     _ = (folder / f"{name}.txt").write_text("今天天气很好\\n", encoding="utf-8")
+    >>> [pathlib.Path(path).name for path in text_shard_files(str(folder / "*.txt"), 2, 0)]
+    ['a.txt', 'c.txt']
+    """
+    num_shards = check_int("num_shards", num_shards, minimum=1)
+    shard_index = check_int("shard_index", shard_index, minimum=0)
+    if shard_index >= num_shards:
+        raise ValueError(
+            f"Expected shard_index in [0, {num_shards - 1}] (num_shards={num_shards}). "
+            f"Received: shard_index={shard_index}."
+        )
+    paths = _expand_files(files)
+    if len(paths) < num_shards:
+        raise ValueError(
+            f"Got {len(paths)} file(s) for num_shards={num_shards}: each shard reads whole "
+            "files, so there must be at least as many files as shards. Split the corpus into "
+            f"at least {num_shards} files, or use fewer shards. Files: {paths[:5]}."
+        )
+    return paths[shard_index::num_shards]
+
+
+def text_shard_dataset(
+    files,
+    tokenizer,
+    sequence_length,
+    batch_size,
+    *,
+    objective="exlm",
+    shuffle_buffer=10_000,
+    seed=None,
+    num_shards=1,
+    shard_index=0,
+    repeat=True,
+    mask_rate=None,
+    mask_token_rate=None,
+    random_token_rate=None,
+    max_predictions=None,
+    cycle_length=4,
+):
+    """Full, fixed-shape pretraining batches streamed from text files.
+
+    Each non-empty line is tokenized and cut into windows of at most
+    ``sequence_length - 2`` tokens (a long line gives several windows, none
+    is cut away); each window becomes ``[CLS] window [SEP]`` padded with
+    [PAD] to ``sequence_length``. Windows are shuffled through a buffer of
+    ``shuffle_buffer`` windows (the file order is shuffled too) and batched
+    with ``drop_remainder=True``: every batch has exactly ``batch_size`` rows.
+
+    With ``objective="mlm"`` the batch is masked as BERT masks: in each row,
+    ``round(mask_rate * n)`` of its ``n`` real non-special tokens (at least
+    one, at most ``max_predictions``) are picked at random; a picked token
+    becomes [MASK] with probability ``mask_token_rate``, a random vocabulary
+    token with probability ``random_token_rate``, and stays as it is
+    otherwise. Special tokens ([CLS], [SEP], [PAD], [MASK]) are never
+    picked. The draws are stateless, made from ``seed``, the batch's index
+    and ``shard_index``, so they do not depend on how the pipeline runs.
+
+    Args:
+        files: a path or glob pattern, or a list of them (see
+            `text_shard_files`). UTF-8 text, one passage per line.
+        tokenizer: a keras-hub WordPiece tokenizer with [CLS], [SEP], [PAD]
+            and [MASK] tokens (a `keras_masking.models.TransformerTokenizer`
+            or `keras_hub.tokenizers.BertTokenizer`), or a vocabulary path
+            accepted by `keras_masking.data.bert_tokenizer`.
+        sequence_length: int >= 3, tokens per row, [CLS] and [SEP] included.
+        batch_size: int >= 1, rows per batch (per host: with several
+            shards each host's dataset gives its own part of the batch).
+        objective: ``"exlm"`` (inputs of `ExLMPretrainer`, which masks
+            itself) or ``"mlm"`` (BERT-masked inputs, labels and weights for
+            `TransformerMaskedLM`).
+        shuffle_buffer: int >= 0, windows held for shuffling; 0 reads the
+            files in order, one after the other.
+        seed: int >= 0 or None. The shuffling and masking seed; with None a
+            seed is drawn once, so the dataset is not reproducible across
+            processes. Pass a seed to resume with ``dataset.skip``.
+        num_shards: int >= 1, hosts the files are split across.
+        shard_index: int in ``[0, num_shards)``, this host's files.
+        repeat: bool. True repeats the files forever (training with
+            ``steps_per_epoch``); False reads them once.
+        mask_rate: float in (0, 1), share of tokens picked (MLM only;
+            default 0.15).
+        mask_token_rate: float in [0, 1], share of the picked tokens
+            replaced by [MASK] (MLM only; default 0.8).
+        random_token_rate: float in [0, 1], share of the picked tokens
+            replaced by a random token (MLM only; default 0.1).
+            ``mask_token_rate + random_token_rate`` must be at most 1.
+        max_predictions: int in ``[1, sequence_length]``, masked positions
+            per row (MLM only; default ``max(1, round(mask_rate *
+            sequence_length))``).
+        cycle_length: int >= 1, files read at once (interleaved line by
+            line).
+
+    Returns:
+        A `tf.data.Dataset`. For ``"exlm"`` each element is a dict of int32
+        ``(batch_size, sequence_length)`` tensors ``token_ids``,
+        ``segment_ids`` (zeros) and ``padding_mask``. For ``"mlm"`` it is
+        ``(x, labels, sample_weight)``: ``x`` the same dict with the masked
+        ``token_ids`` and int32 ``mask_positions`` ``(batch_size, P)``,
+        ``labels`` the int32 original ids at those positions ``(batch_size,
+        P)`` and ``sample_weight`` float32 ``(batch_size, P)`` (0 for the
+        padding positions of a row with fewer picks), ``P =
+        max_predictions``.
+
+    Raises:
+        ValueError: an argument is out of range (it is named), a file or
+            pattern is missing, the files are all empty, or there are fewer
+            files than shards.
+
+    Example:
+    ```python
+    import pathlib
+    from keras_masking.data import bert_tokenizer, text_shard_dataset
+
+    pathlib.Path("corpus").mkdir(exist_ok=True)
+    for index in range(2):
+        pathlib.Path(f"corpus/part-{index}.txt").write_text(
+            "今天天气很好\\n北京是中国的首都\\n" * 8, encoding="utf-8"
+        )
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer = bert_tokenizer(special + list("今天气很好北京是中国的首都"))
+    dataset = text_shard_dataset(
+        "corpus/*.txt", tokenizer, sequence_length=16, batch_size=4, objective="mlm", seed=0
+    )
+    masked_lm = keras_masking.models.TransformerMaskedLM(backbone)  # absolute positions
+    masked_lm.compile(
+        optimizer="adam",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        weighted_metrics=[],
+    )
+    masked_lm.fit(dataset, steps_per_epoch=2, epochs=1)
+    # Resuming after 2 steps: the batches an uninterrupted run would see next.
+    masked_lm.fit(dataset.skip(2), steps_per_epoch=2, epochs=2, initial_epoch=1)
+    ```
+    """
+    sequence_length = check_int("sequence_length", sequence_length, minimum=3)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    if objective not in OBJECTIVES:
+        raise ValueError(f"Expected objective in {OBJECTIVES}. Received: objective={objective!r}.")
+    shuffle_buffer = check_int("shuffle_buffer", shuffle_buffer, minimum=0)
+    if seed is not None:
+        seed = check_int("seed", seed, minimum=0, maximum=2**31 - 1)
+    if not isinstance(repeat, bool):
+        raise ValueError(f"Expected True or False for repeat. Received: repeat={repeat!r}.")
+    cycle_length = check_int("cycle_length", cycle_length, minimum=1)
+    masking = _check_masking(
+        objective, sequence_length, mask_rate, mask_token_rate, random_token_rate, max_predictions
+    )
+    paths = text_shard_files(files, num_shards, shard_index)
+    _check_not_all_empty(paths)
+    tokenizer = _check_tokenizer(tokenizer, objective)
+    if seed is None:
+        import random
+
+        seed = random.SystemRandom().randrange(2**31)
+
+    import tensorflow as tf
+
+    lines = _read_lines(
+        paths, shuffle=shuffle_buffer > 0, seed=seed, repeat=repeat, cycle=cycle_length
+    )
+    windows = (
+        lines.batch(_LINES_PER_TOKENIZER_CALL)
+        .map(
+            lambda text: _windows(tokenizer(text), sequence_length - 2),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        .unbatch()
+    )
+    if shuffle_buffer > 0:
+        windows = windows.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    special = _special_ids(tokenizer)
+    batches = windows.ragged_batch(batch_size, drop_remainder=True).map(
+        lambda rows: _pack(rows, special, batch_size, sequence_length),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if objective == "mlm":
+        masker = _BertMasking(
+            **masking,
+            special_ids=sorted(set(special.values())),
+            mask_token_id=special["mask"],
+            vocabulary_size=int(tokenizer.vocabulary_size()),
+            seed=seed,
+            num_shards=int(num_shards),
+            shard_index=int(shard_index),
+        )
+        batches = batches.enumerate().map(
+            masker, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+    options = tf.data.Options()
+    options.deterministic = True
+    if num_shards > 1:
+        # The files are already split per host: tf.distribute must not shard again.
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+# === Arguments ===
+def _expand_files(files):
+    import tensorflow as tf
+
+    if isinstance(files, (str, os.PathLike)):
+        files = [files]
+    if not isinstance(files, (list, tuple)) or not files:
+        raise ValueError(
+            "Expected files as a path, a glob pattern or a non-empty list of them. "
+            f"Received: files={files!r}."
+        )
+    paths = []
+    for entry in files:
+        if not isinstance(entry, (str, os.PathLike)):
+            raise ValueError(f"Expected each file as a path or pattern. Received: {entry!r}.")
+        entry = os.fspath(entry)
+        if any(character in entry for character in _GLOB_CHARACTERS):
+            matched = [path for path in tf.io.gfile.glob(entry) if not tf.io.gfile.isdir(path)]
+            if not matched:
+                raise ValueError(f"files: the pattern {entry!r} matches no file.")
+            paths.extend(matched)
+        elif not tf.io.gfile.exists(entry):
+            raise ValueError(f"files: no file at {entry!r}.")
+        elif tf.io.gfile.isdir(entry):
+            raise ValueError(
+                f"files: {entry!r} is a folder; pass its files, e.g. {entry.rstrip('/')}/*.txt."
+            )
+        else:
+            paths.append(entry)
+    return sorted(set(paths))
+
+
+def _check_not_all_empty(paths):
+    import tensorflow as tf
+
+    # Repeating files that hold nothing would wait forever for a first batch.
+    if all(tf.io.gfile.stat(path).length == 0 for path in paths):
+        raise ValueError(f"files: every file is empty ({paths[:5]}).")
+
+
+def _check_masking(objective, length, mask_rate, mask_token_rate, random_token_rate, predictions):
+    given = {
+        "mask_rate": mask_rate,
+        "mask_token_rate": mask_token_rate,
+        "random_token_rate": random_token_rate,
+        "max_predictions": predictions,
+    }
+    if objective != "mlm":
+        named = [name for name, value in given.items() if value is not None]
+        if named:
+            raise ValueError(
+                f"{', '.join(named)} apply to objective='mlm' only: with objective='exlm' the "
+                "batches are unmasked and ExLMPretrainer masks them (set its mask_rate). "
+                f"Received: {', '.join(f'{name}={given[name]!r}' for name in named)}."
+            )
+        return None
+    mask_rate = check_float(
+        "mask_rate", 0.15 if mask_rate is None else mask_rate, 0.0, 1.0, True, True
+    )
+    mask_token_rate = check_float(
+        "mask_token_rate", 0.8 if mask_token_rate is None else mask_token_rate, 0.0, 1.0
+    )
+    random_token_rate = check_float(
+        "random_token_rate", 0.1 if random_token_rate is None else random_token_rate, 0.0, 1.0
+    )
+    if mask_token_rate + random_token_rate > 1.0 + 1e-9:
+        raise ValueError(
+            "Expected mask_token_rate + random_token_rate <= 1. Received: "
+            f"mask_token_rate={mask_token_rate}, random_token_rate={random_token_rate}."
+        )
+    if predictions is None:
+        predictions = max(1, round(mask_rate * length))
+    predictions = check_int("max_predictions", predictions, minimum=1, maximum=length)
+    return {
+        "mask_rate": mask_rate,
+        "mask_token_rate": mask_token_rate,
+        "random_token_rate": random_token_rate,
+        "max_predictions": predictions,
+    }
+
+
+def _check_tokenizer(tokenizer, objective):
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from keras_masking.data.tokenization import bert_tokenizer
+
+        tokenizer = bert_tokenizer(os.fspath(tokenizer))
+    needed = ("cls_token_id", "sep_token_id", "pad_token_id")
+    if objective == "mlm":
+        needed += ("mask_token_id",)
+    missing = [name for name in needed if getattr(tokenizer, name, None) is None]
+    if missing or not callable(tokenizer) or not hasattr(tokenizer, "vocabulary_size"):
+        raise ValueError(
+            "Expected a keras-hub WordPiece tokenizer with [CLS], [SEP], [PAD] and [MASK] "
+            "tokens (e.g. keras_masking.data.bert_tokenizer('vocab.txt')), or a vocabulary "
+            f"path. Received: tokenizer={tokenizer!r:.80} (missing: {missing})."
+        )
+    return tokenizer
+
+
+def _special_ids(tokenizer):
+    return {
+        "cls": int(tokenizer.cls_token_id),
+        "sep": int(tokenizer.sep_token_id),
+        "pad": int(tokenizer.pad_token_id),
+        "mask": None if tokenizer.mask_token_id is None else int(tokenizer.mask_token_id),
+    }
+
+
+# === Pipeline ===
+def _read_lines(paths, shuffle, seed, repeat, cycle):
+    """The files' lines, interleaved line by line over ``cycle`` files at once."""
+    import tensorflow as tf
+
+    names = tf.data.Dataset.from_tensor_slices(paths)
+    if shuffle:
+        names = names.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        names = names.repeat()
+    return names.interleave(
+        tf.data.TextLineDataset,
+        cycle_length=min(cycle, len(paths)),
+        block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+
+
+def _windows(token_ids, width):
+    """Each line's tokens cut into consecutive windows of at most ``width``.
+
+    ``token_ids`` is ragged ``(lines, None)``; the result is ragged
+    ``(windows, None)``, the windows of each line in order, none for an
+    empty line.
+    """
+    import tensorflow as tf
+
+    token_ids = tf.cast(token_ids, tf.int32)
+    lengths = tf.cast(token_ids.row_lengths(), tf.int32)
+    counts = (lengths + width - 1) // width
+    line = tf.repeat(tf.range(tf.shape(lengths)[0]), counts)
+    start = tf.ragged.range(counts).flat_values * width
+    window_lengths = tf.minimum(width, tf.gather(lengths, line) - start)
+    return tf.RaggedTensor.from_row_lengths(token_ids.flat_values, window_lengths)
+
+
+def _pack(rows, special, batch_size, length):
+    """``[CLS] row [SEP]``, padded to ``length``: the dict of model inputs."""
+    import tensorflow as tf
+
+    column = tf.ones([batch_size, 1], tf.int32)
+
+    def ragged(ids):
+        return tf.RaggedTensor.from_tensor(ids, row_splits_dtype=rows.row_splits.dtype)
+
+    framed = tf.concat([ragged(column * special["cls"]), rows, ragged(column * special["sep"])], 1)
+    token_ids = framed.to_tensor(default_value=special["pad"], shape=[batch_size, length])
+    padding_mask = tf.sequence_mask(framed.row_lengths(), length, dtype=tf.int32)
+    return {
+        "token_ids": tf.ensure_shape(token_ids, [batch_size, length]),
+        "segment_ids": tf.zeros([batch_size, length], tf.int32),
+        "padding_mask": tf.ensure_shape(padding_mask, [batch_size, length]),
+    }
+
+
+class _BertMasking:
+    """BERT's masking of one batch, with stateless draws keyed by its index."""
+
+    def __init__(
+        self,
+        mask_rate,
+        mask_token_rate,
+        random_token_rate,
+        max_predictions,
+        special_ids,
+        mask_token_id,
+        vocabulary_size,
+        seed,
+        num_shards,
+        shard_index,
+    ):
+        self.mask_rate = mask_rate
+        self.mask_token_rate = mask_token_rate
+        self.random_token_rate = random_token_rate
+        self.max_predictions = max_predictions
+        self.special_ids = special_ids
+        self.mask_token_id = mask_token_id
+        self.vocabulary_size = vocabulary_size
+        self.seed = seed
+        self.num_shards = num_shards
+        self.shard_index = shard_index
+
+    def __call__(self, index, inputs):
+        import tensorflow as tf
+
+        token_ids, padding_mask = inputs["token_ids"], inputs["padding_mask"]
+        shape = tf.shape(token_ids)
+        length = token_ids.shape[1]
+        # One stream of draws per batch and host, whatever runs before it.
+        stream = tf.cast(index, tf.int64) * self.num_shards + self.shard_index
+        seeds = tf.random.experimental.stateless_split(
+            tf.stack([tf.constant(self.seed, tf.int64), stream]), num=4
+        )
+        candidates = tf.cast(padding_mask, tf.bool)
+        for special_id in self.special_ids:
+            candidates &= token_ids != special_id
+        count = tf.reduce_sum(tf.cast(candidates, tf.float32), axis=1)
+        picks = tf.clip_by_value(
+            tf.round(self.mask_rate * count), tf.minimum(count, 1.0), float(self.max_predictions)
+        )
+        noise = tf.random.stateless_uniform(shape, seeds[0])
+        score = tf.where(candidates, noise, 2.0)
+        rank = tf.argsort(tf.argsort(score, axis=1, stable=True), axis=1, stable=True)
+        picked = candidates & (tf.cast(rank, tf.float32) < picks[:, None])
+        # Picked positions first, in order, then the others.
+        positions = tf.range(length, dtype=tf.int32)[None, :]
+        order = tf.argsort(tf.where(picked, positions, positions + length), axis=1, stable=True)
+        mask_positions = order[:, : self.max_predictions]
+        weights = tf.gather(picked, mask_positions, batch_dims=1)
+        mask_positions = tf.where(weights, mask_positions, 0)
+        labels = tf.where(weights, tf.gather(token_ids, mask_positions, batch_dims=1), 0)
+        draw = tf.random.stateless_uniform(shape, seeds[1])
+        random_ids = tf.random.stateless_uniform(
+            shape, seeds[2], minval=0, maxval=self.vocabulary_size, dtype=tf.int32
+        )
+        replaced = tf.where(draw < self.mask_token_rate, self.mask_token_id, token_ids)
+        random_band = (draw >= self.mask_token_rate) & (
+            draw < self.mask_token_rate + self.random_token_rate
+        )
+        replaced = tf.where(random_band, random_ids, replaced)
+        x = dict(inputs)
+        x["token_ids"] = tf.where(picked, replaced, token_ids)
+        x["mask_positions"] = mask_positions
+        return x, labels, tf.cast(weights, tf.float32)

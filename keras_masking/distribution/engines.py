@@ -1,0 +1,112 @@
+"""data_parallel_engine: the backend's own data-parallel engine, one per process."""
+
+import contextlib
+import json
+import os
+
+import keras
+
+_ENGINES = {}
+
+
+def data_parallel_engine():
+    """Keras' data-parallel engine of the running backend, over every device.
+
+    * JAX: `keras.distribution.DataParallel` over
+      `keras.distribution.list_devices()` (every process's devices after
+      ``jax.distributed.initialize``).
+    * TensorFlow: `tf.distribute.MultiWorkerMirroredStrategy` when
+      ``TF_CONFIG`` names a cluster, else `tf.distribute.MirroredStrategy`
+      over the local GPUs (without one, over every logical CPU device:
+      one unless ``tf.config.set_logical_device_configuration`` made more).
+
+    The engine is made once per process and returned again on later calls
+    (TensorFlow's collectives take one strategy per process). Enter its
+    ``scope()`` to build, compile and fit; Keras splits each global batch.
+
+    Returns:
+        A `keras.distribution.DataParallel` or a `tf.distribute.Strategy`.
+
+    Raises:
+        ValueError: on a backend without a data-parallel engine here (torch).
+
+    Example:
+
+    >>> engine = data_parallel_engine()
+    >>> engine is data_parallel_engine()
+    True
+    """
+    backend = keras.config.backend()
+    if backend in _ENGINES:
+        return _ENGINES[backend]
+    if backend == "jax":
+        engine = keras.distribution.DataParallel(devices=keras.distribution.list_devices())
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        cluster = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}").get("cluster")
+        if cluster:
+            engine = tf.distribute.MultiWorkerMirroredStrategy()
+        else:
+            devices = tf.config.list_logical_devices("GPU")
+            devices = devices or tf.config.list_logical_devices("CPU")
+            engine = tf.distribute.MirroredStrategy([device.name for device in devices])
+    else:
+        raise ValueError(
+            "Expected the jax or tensorflow backend for data-parallel training. "
+            f"Received: backend={backend!r}."
+        )
+    _ENGINES[backend] = engine
+    return engine
+
+
+def engine_scope(engine):
+    """``engine.scope()``, or a scope that does nothing when ``engine`` is None.
+
+    Args:
+        engine: a `keras.distribution.Distribution`, a `tf.distribute.Strategy`
+            or None.
+
+    Returns:
+        A context manager.
+
+    Example:
+
+    >>> with engine_scope(None):
+    ...     pass
+    """
+    return contextlib.nullcontext() if engine is None else engine.scope()
+
+
+def replicas_in_sync(engine=None):
+    """How many replicas a step runs on under ``engine`` (or the one in scope).
+
+    Args:
+        engine: a `keras.distribution.Distribution`, a `tf.distribute.Strategy`
+            or None (the engine in scope: `keras.distribution.distribution()`
+            on JAX, `tf.distribute.get_strategy()` on TensorFlow).
+
+    Returns:
+        int >= 1.
+
+    Example:
+
+    >>> replicas_in_sync() >= 1
+    True
+    """
+    if engine is None:
+        if keras.config.backend() == "tensorflow":
+            import tensorflow as tf
+
+            engine = tf.distribute.get_strategy()
+        else:
+            engine = keras.distribution.distribution()
+    if engine is None:
+        return 1
+    if hasattr(engine, "num_replicas_in_sync"):
+        return int(engine.num_replicas_in_sync)
+    mesh = getattr(engine, "device_mesh", None)
+    if mesh is None:
+        return 1
+    batch_axis = getattr(engine, "batch_dim_name", mesh.axis_names[0])
+    return int(mesh.shape[list(mesh.axis_names).index(batch_axis)])
