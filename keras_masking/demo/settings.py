@@ -62,7 +62,7 @@ class DemoSettings:
 
     Example:
     >>> DemoSettings.quick().epochs, DemoSettings().epochs, DemoSettings().entity_epochs
-    (1, 3, 6)
+    (1, 3, 12)
     """
 
     model_size: str = "small"
@@ -71,7 +71,7 @@ class DemoSettings:
     entity_length: int = 48
     batch_size: int = 32
     epochs: int = 3
-    entity_epochs: int = 6
+    entity_epochs: int = 12
     sentiment_sizes: tuple = (2000, 400, 800)
     entity_sizes: tuple = (1200, 300, 500)
     seeds: int = 1
