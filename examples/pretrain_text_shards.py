@@ -377,15 +377,16 @@ def engine(args):
     if keras.config.backend() == "tensorflow":
         import tensorflow as tf
 
-        if os.environ.get("TF_CONFIG"):
-            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        # MultiWorkerMirroredStrategy when TF_CONFIG names a cluster, else MirroredStrategy.
+        strategy = keras_masking.distribution.data_parallel_engine()
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             resolver = strategy.cluster_resolver
             cluster = resolver.cluster_spec().as_dict()
             hosts = [("chief", 0)] * ("chief" in cluster)
             hosts += [("worker", index) for index in range(len(cluster.get("worker", ())))]
             index = hosts.index((resolver.task_type, resolver.task_id))
         else:
-            strategy, hosts, index = tf.distribute.MirroredStrategy(), [None], 0
+            hosts, index = [None], 0
         return Engine(
             scope=strategy.scope,
             jit_compile=False,

@@ -68,25 +68,9 @@ def data_parallel():
     return keras_masking.distribution.data_parallel_engine()
 
 
-class _Scope:
-    """``engine.scope()`` for both engines (None: one device)."""
-
-    def __init__(self, engine):
-        self.engine = engine
-
-    def __enter__(self):
-        if self.engine is not None:
-            self.scope = self.engine.scope()
-            self.scope.__enter__()
-
-    def __exit__(self, *args):
-        if self.engine is not None:
-            self.scope.__exit__(*args)
-
-
 def one_step(method, dropout, engine):
     """Builds the method's model under ``engine`` and takes one `fit` step."""
-    with _Scope(engine):
+    with keras_masking.distribution.engine_scope(engine):
         model, before, after, logs = fit_one_step(method, dropout)
     if BACKEND == "jax" and isinstance(engine, keras.distribution.ModelParallel):
         LAYOUTS.update(
@@ -288,7 +272,7 @@ def timing(steps=20):
     """Steps/s of a DropToken classifier on one device and data-parallel on two."""
     rates = {}
     for name, engine in (("1 device", None), ("2 devices", data_parallel())):
-        with _Scope(engine):
+        with keras_masking.distribution.engine_scope(engine):
             keras.utils.set_random_seed(0)
             encoder = keras_masking.with_drop_token(
                 backbone(0.1, num_layers=2, hidden_dim=64, num_heads=4, intermediate_dim=256),

@@ -72,6 +72,8 @@ def main():
     from distribution_models import features
     from distribution_models import randomize
 
+    import keras_masking
+
     warnings.filterwarnings("ignore")
     keras.config.disable_traceback_filtering()
     engine = strategy
@@ -84,8 +86,7 @@ def main():
     for method in args.methods.split(","):
         # `steps` global batches: the method's batch, with other token ids.
         x, y = None, None
-        scope = engine.scope() if engine is not None else _NoScope()
-        with scope:
+        with keras_masking.distribution.engine_scope(engine):
             keras.utils.set_random_seed(0)
             model, x, y, weights, callbacks = build(method, 0.0)
             randomize(model)
@@ -112,14 +113,6 @@ def main():
         results[method] = {name: float(values[-1]) for name, values in history.items()}
     print(json.dumps({"index": args.index, "processes": args.processes, "logs": results}))
     return 0
-
-
-class _NoScope:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *args):
-        return False
 
 
 if __name__ == "__main__":

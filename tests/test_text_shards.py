@@ -200,7 +200,7 @@ def test_mlm_labels_are_the_original_tokens(corpus, tokenizer):
         (dict(repeat=1), "repeat"),
         (dict(mask_rate=0.2), "objective='mlm' only"),
         (dict(objective="mlm", mask_rate=1.5), "mask_rate"),
-        (dict(objective="mlm", mask_token_rate=0.8, random_token_rate=0.3), "<= 1"),
+        (dict(objective="mlm", mask_token_rate=0.8, random_token_rate=0.3), "exceed 1"),
         (dict(objective="mlm", max_predictions=9), "max_predictions"),
         (dict(tokenizer=object()), "WordPiece tokenizer"),
         (dict(files="empty.txt"), "every file is empty"),

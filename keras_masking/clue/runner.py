@@ -41,6 +41,7 @@ from keras_masking.clue.run_folder import RunFolder
 from keras_masking.clue.submission import write_submission
 from keras_masking.clue.tasks import get_task
 from keras_masking.distribution.engines import data_parallel_engine
+from keras_masking.distribution.engines import engine_in_scope
 from keras_masking.distribution.engines import engine_scope
 from keras_masking.distribution.engines import replicas_in_sync
 from keras_masking.distribution.replicas import in_tf_distribute_scope
@@ -647,15 +648,10 @@ def _evaluate(task, run, encoded, split, settings):
 # === Records ===
 def _distribution_record():
     """The data-parallel engine in scope and its replicas."""
-    if keras.config.backend() == "tensorflow":
-        import tensorflow as tf
-
-        engine = tf.distribute.get_strategy() if tf.distribute.has_strategy() else None
-    else:
-        engine = keras.distribution.distribution()
+    engine = engine_in_scope()
     return {
         "engine": None if engine is None else type(engine).__name__,
-        "replicas": replicas_in_sync(engine) if engine is not None else 1,
+        "replicas": replicas_in_sync(engine),
     }
 
 

@@ -27,6 +27,7 @@ host ``shard_index`` reading every ``num_shards``-th file of the sorted list
 
 import os
 
+from keras_masking.ops.embedding_correction import validate_masking_rates
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 
@@ -313,20 +314,12 @@ def _check_masking(objective, length, mask_rate, mask_token_rate, random_token_r
                 f"Received: {', '.join(f'{name}={given[name]!r}' for name in named)}."
             )
         return None
-    mask_rate = check_float(
-        "mask_rate", 0.15 if mask_rate is None else mask_rate, 0.0, 1.0, True, True
+    mask_rate, mask_token_rate, random_token_rate = validate_masking_rates(
+        0.15 if mask_rate is None else mask_rate,
+        0.8 if mask_token_rate is None else mask_token_rate,
+        0.1 if random_token_rate is None else random_token_rate,
     )
-    mask_token_rate = check_float(
-        "mask_token_rate", 0.8 if mask_token_rate is None else mask_token_rate, 0.0, 1.0
-    )
-    random_token_rate = check_float(
-        "random_token_rate", 0.1 if random_token_rate is None else random_token_rate, 0.0, 1.0
-    )
-    if mask_token_rate + random_token_rate > 1.0 + 1e-9:
-        raise ValueError(
-            "Expected mask_token_rate + random_token_rate <= 1. Received: "
-            f"mask_token_rate={mask_token_rate}, random_token_rate={random_token_rate}."
-        )
+    mask_rate = check_float("mask_rate", mask_rate, 0.0, 1.0, True, True)
     if predictions is None:
         predictions = max(1, round(mask_rate * length))
     predictions = check_int("max_predictions", predictions, minimum=1, maximum=length)

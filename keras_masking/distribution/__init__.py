@@ -5,7 +5,7 @@ Every model of this package trains unchanged under Keras' own engines:
 `tf.distribute` strategies on TensorFlow (see docs/distributed.md). This
 module holds what makes that exact:
 
-* `data_parallel_engine`, `engine_scope`, `replicas_in_sync`: the
+* `data_parallel_engine`, `engine_scope`, `engine_in_scope`, `replicas_in_sync`: the
   backend's own data-parallel engine, made once per process.
 * `transformer_layout_map`: the `ModelParallel` layout of a
   `TransformerBackbone`.
@@ -18,6 +18,7 @@ module holds what makes that exact:
 
 from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.distribution.engines import data_parallel_engine
+from keras_masking.distribution.engines import engine_in_scope
 from keras_masking.distribution.engines import engine_scope
 from keras_masking.distribution.engines import replicas_in_sync
 from keras_masking.distribution.layout import transformer_layout_map

@@ -78,13 +78,31 @@ def engine_scope(engine):
     return contextlib.nullcontext() if engine is None else engine.scope()
 
 
+def engine_in_scope():
+    """The data-parallel engine whose scope is entered, or None.
+
+    Returns:
+        `keras.distribution.distribution()` on JAX; on TensorFlow the
+        `tf.distribute` strategy in scope (None for the default strategy).
+
+    Example:
+
+    >>> engine_in_scope() is None
+    True
+    """
+    if keras.config.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.distribute.get_strategy() if tf.distribute.has_strategy() else None
+    return keras.distribution.distribution()
+
+
 def replicas_in_sync(engine=None):
     """How many replicas a step runs on under ``engine`` (or the one in scope).
 
     Args:
         engine: a `keras.distribution.Distribution`, a `tf.distribute.Strategy`
-            or None (the engine in scope: `keras.distribution.distribution()`
-            on JAX, `tf.distribute.get_strategy()` on TensorFlow).
+            or None (the engine in scope, `engine_in_scope`).
 
     Returns:
         int >= 1.
@@ -95,12 +113,7 @@ def replicas_in_sync(engine=None):
     True
     """
     if engine is None:
-        if keras.config.backend() == "tensorflow":
-            import tensorflow as tf
-
-            engine = tf.distribute.get_strategy()
-        else:
-            engine = keras.distribution.distribution()
+        engine = engine_in_scope()
     if engine is None:
         return 1
     if hasattr(engine, "num_replicas_in_sync"):
