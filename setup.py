@@ -29,6 +29,8 @@ setup(
         "tensorflow-text>=2.21",
         "numpy>=1.26",
         "regex",
+        # CMRC2018's official F1 tokenises with NLTK's word tokenizer (no data download).
+        "nltk>=3.8",
     ],
     extras_require={
         "jax": ["jax>=0.10"],

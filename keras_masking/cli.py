@@ -13,7 +13,12 @@ Subcommands:
               check every run's submission file and build CLUE's zip.
 
 Outputs are written to a temporary folder next to OUTPUT and renamed when
-complete, so an interrupted run (a full disk, Ctrl-C) leaves no OUTPUT folder.
+complete, so an interrupted run (a full disk, Ctrl-C) leaves no OUTPUT folder;
+``convert`` and ``correct-embeddings`` first check that OUTPUT's disk has room
+(the model's weights, from the model or the input),
+and a temporary folder left by a process that died (a crash inside h5py on a
+full disk) is removed by the next write to the same OUTPUT. ``clue`` keeps its
+run folder when interrupted (run the same command to resume) and says so.
 An OUTPUT that exists and is not empty, or that is the input folder or inside
 it, is refused before anything is read. Errors end in one line on stderr:
 exit code 2 for a bad command line, 1 for a run that failed.
@@ -30,6 +35,7 @@ keras-masking --version
 """
 
 import argparse
+import errno
 import math
 import os
 import shutil
@@ -114,12 +120,22 @@ def _check_output_folder(output, input_folders):
     return absolute
 
 
-def _write_folder(output, write):
+def _write_folder(output, write, needed_bytes=None):
     """Runs ``write(folder)`` on a temporary folder next to ``output``, then
     renames it to ``output``; on any failure the temporary folder is removed.
+
+    Args:
+        output: the absolute output folder.
+        write: a callable taking the temporary folder.
+        needed_bytes: optional estimate of what ``write`` writes: a disk with
+            less free space (plus a margin) is refused before anything is
+            written.
     """
     parent = os.path.dirname(output)
     os.makedirs(parent, exist_ok=True)
+    _remove_stale_partials(output)
+    if needed_bytes is not None:
+        _check_free_space(parent, needed_bytes, output)
     partial = os.path.join(
         parent, f".{os.path.basename(output)}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     )
@@ -132,6 +148,96 @@ def _write_folder(output, write):
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+
+
+def _remove_stale_partials(output):
+    """Removes the temporary folders of ``output`` whose process has died.
+
+    A process killed while writing (h5py segfaults when the disk fills up)
+    cannot clean up; its ``.NAME.partial-PID-XXXX`` folder goes with the next
+    write to the same output.
+    """
+    parent, name = os.path.split(output)
+    prefix = f".{name}.partial-"
+    for entry in os.listdir(parent):
+        if not entry.startswith(prefix):
+            continue
+        pid = entry[len(prefix) :].split("-")[0]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+
+
+def _process_alive(pid):
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process
+    return True
+
+
+# Free space asked beyond the estimate: HDF5's and the JSON files' overhead.
+SPACE_MARGIN = 1.05
+SPACE_SLACK = 16 * 2**20
+
+
+def _check_free_space(folder, needed_bytes, output):
+    needed = int(needed_bytes * SPACE_MARGIN) + SPACE_SLACK
+    free = shutil.disk_usage(folder).free
+    if free < needed:
+        raise OSError(
+            errno.ENOSPC,
+            f"Not enough free space to write OUTPUT {output!r}: it needs about "
+            f"{_megabytes(needed)}, its disk has {_megabytes(free)} free",
+        )
+
+
+def _megabytes(count):
+    return f"{count / 2**20:.1f} MiB"
+
+
+def _weight_bytes(model):
+    """The bytes of ``model``'s weights (what its preset's weights file holds)."""
+    import numpy as np
+
+    return sum(
+        int(np.prod(variable.shape)) * np.dtype(variable.dtype).itemsize
+        for variable in model.weights
+    )
+
+
+def _files_bytes(folder):
+    """The bytes of the files under ``folder`` (a preset: its copy's size)."""
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(folder)
+        for name in names
+    )
+
+
+def _checkpoint_bytes(prefix):
+    """The bytes of a TF checkpoint's model variables (its training state left
+    out), from its index; None when the index cannot be read (the reader then
+    says why)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_masking.models.google_checkpoint_layout import is_training_state
+
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        shapes = reader.get_variable_to_shape_map()
+        dtypes = reader.get_variable_to_dtype_map()
+    except Exception:  # TF raises several error types here
+        return None
+    return sum(
+        int(np.prod(shape)) * dtypes[name].size
+        for name, shape in shapes.items()
+        if not is_training_state(name)
+    )
 
 
 def _checkpoint_prefix(path, argument, expected="a TF checkpoint prefix, folder or .index file"):
@@ -163,7 +269,7 @@ def _convert(args):
         with_mlm=args.with_mlm,
         strict=not args.lenient,
     )
-    _write_folder(output, model.save_to_preset)
+    _write_folder(output, model.save_to_preset, needed_bytes=_weight_bytes(model))
     print(f"Wrote a {type(model).__name__} preset to {args.output}")
 
 
@@ -206,7 +312,7 @@ def _correct_embeddings(args):
                 correct_preset_embeddings(args.input, folder, args.tied_output, **settings)
             )
 
-        _write_folder(output, write)
+        _write_folder(output, write, needed_bytes=_files_bytes(args.input))
         rows = records[0].corrected_rows
     else:
         prefix = _checkpoint_prefix(
@@ -223,15 +329,57 @@ def _correct_embeddings(args):
                 **settings,
             )
 
-        _write_folder(output, write)
+        _write_folder(output, write, needed_bytes=_checkpoint_bytes(prefix))
         rows = "all selectable"
     print(f"Corrected {rows} embedding rows; wrote {args.output}")
 
 
 def _clue(args):
-    from keras_masking.clue import finetune
+    from keras_masking import clue
 
-    result = finetune(
+    try:
+        result = _finetune(clue.finetune, args)
+    except KeyboardInterrupt:
+        print(f"{PROG} clue: interrupted; {_kept_run(args.output_dir)}", file=sys.stderr)
+        raise SystemExit(130) from None
+    if result.status != "finished":
+        print(
+            f"{PROG} clue: failed: {result.record['failure']}; record {result.record_path}",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
+    best = f"best dev {result.best_score:.2f} at epoch {result.best_epoch}"
+    written = f"; submission {result.submission_path}" if result.submission_path else ""
+    print(f"{args.task}: {best}{written}; record {result.record_path}")
+
+
+def _kept_run(output_dir):
+    """What an interrupted ``clue`` left in its run folder."""
+    import json
+
+    from keras_masking.clue.run_folder import RunFolder
+
+    folder = RunFolder(output_dir)
+    if not folder.record_path.is_file():
+        return "no output was written."
+    try:
+        record = json.loads(folder.record_path.read_text(encoding="utf-8"))
+        finished = len(record.get("epochs") or [])
+        epochs = record["arguments"]["epochs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"kept {output_dir}, whose run.json cannot be read."
+    if record.get("status") == "finished":
+        return f"kept {output_dir}: the run had finished."
+    if finished and folder.state_path.is_file():
+        return (
+            f"kept {output_dir}: run.json and the resume state after epoch {finished} of "
+            f"{epochs}; run the same command to resume."
+        )
+    return f"kept {output_dir}: run.json, no finished epoch; the same command starts it again."
+
+
+def _finetune(finetune, args):
+    return finetune(
         args.task,
         args.data_dir,
         args.output_dir,
@@ -260,12 +408,6 @@ def _clue(args):
         verbose=0 if args.quiet else 1,
         data_parallel=args.data_parallel,
     )
-    if result.status != "finished":
-        print(f"{PROG} clue: failed: {result.record['failure']}", file=sys.stderr)
-        raise SystemExit(1)
-    best = f"best dev {result.best_score:.2f} at epoch {result.best_epoch}"
-    written = f"; submission {result.submission_path}" if result.submission_path else ""
-    print(f"{args.task}: {best}{written}; record {result.record_path}")
 
 
 def _clue_submit(args):
@@ -485,6 +627,15 @@ def _add_clue_parser(commands):
     clue.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _date(text):
+    from keras_masking.clue.submit import check_date
+
+    try:
+        return check_date(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def build_submit_parser():
     """The ``keras-masking clue submit`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -493,8 +644,14 @@ def build_submit_parser():
     )
     parser.add_argument("runs_dir", metavar="RUNS_DIR", help="folder holding the run folders")
     parser.add_argument("--team", default="team", help="team name in the zip's name")
-    parser.add_argument("--date", help="YYYYMMDD in the zip's name (default: today)")
-    parser.add_argument("--output", help="the zip (default: RUNS_DIR/submit_TEAM_DATE.zip)")
+    parser.add_argument("--date", type=_date, help="YYYYMMDD in the zip's name (default: today)")
+    parser.add_argument(
+        "--output",
+        help=(
+            "the zip (default: RUNS_DIR/submit_TEAM_DATE.zip; FewCLUE: "
+            "RUNS_DIR/fewclue_submit_examples.zip)"
+        ),
+    )
     return parser
 
 

@@ -99,6 +99,18 @@ def build(method, dropout, optimizer=None):
     elif method == "asa":
         model = keras_masking.with_asa(classifier(backbone(dropout)), tau=0.5, noise=True, seed=5)
         compile_classifier(model)
+    elif method == "asa_regression":  # the divergence's softmax runs over the global batch
+        encoder = backbone(dropout)
+        head = keras.layers.Dense(1, name="head")(encoder(encoder.input)["pooled_output"])
+        model = keras_masking.with_asa(keras.Model(encoder.input, head), tau=0.5)
+        _compile(model, loss="mse")
+        y = np.array([[0.5], [-1.0], [2.0], [0.3]], "float32")
+    elif method == "asa_tokens":  # the divergence sums over positions / B
+        encoder = backbone(dropout)
+        head = keras.layers.Dense(3, name="head")(encoder(encoder.input)["sequence_output"])
+        model = keras_masking.with_asa(keras.Model(encoder.input, head), tau=0.5)
+        _compile(model, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        y = (np.arange(BATCH * LENGTH).reshape(BATCH, LENGTH) % 3).astype("int32")
     elif method == "fl_tuning":
         model = classifier(backbone(dropout))
         keras_masking.fl_tune(model, units=4)
@@ -190,8 +202,16 @@ def randomize(model, scale=0.3):
         variable.assign(value.astype("float32"))
 
 
-#: The default run: every method at least once, composed where they compose.
-METHODS = ("drop_token", "asa+drop_token+fl_tuning", "peft", "masked_lm", "exlm")
+#: The default run: every method at least once, composed where they compose,
+#: and ASA's regression (its divergence's softmax couples the batch's rows).
+METHODS = (
+    "drop_token",
+    "asa+drop_token+fl_tuning",
+    "asa_regression",
+    "peft",
+    "masked_lm",
+    "exlm",
+)
 #: Each method alone, and ExLMPretrainer's MLM objective (the slow test).
 ALL_METHODS = (
     "plain",
@@ -200,6 +220,8 @@ ALL_METHODS = (
     "drop_token+embedding_correction",
     "asa",
     "asa+drop_token+fl_tuning",
+    "asa_regression",
+    "asa_tokens",
     "fl_tuning",
     "prefix_tuning",
     "lora",

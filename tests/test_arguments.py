@@ -59,3 +59,10 @@ def test_unbounded_sides_read_as_infinities():
     with pytest.raises(ValueError, match=r"Expected tau in \[0.0, inf\]"):
         check_float("tau", -1, minimum=0.0)
     assert check_float("tau", 1e9, minimum=0.0) == 1e9
+
+
+@pytest.mark.parametrize("value", [float("inf"), -float("inf"), np.float32(np.inf)])
+def test_infinities_are_refused_unless_allowed(value):
+    with pytest.raises(ValueError, match=r"Expected a finite number for tau\. Received: tau=-?inf"):
+        check_float("tau", value, minimum=-float("inf"))
+    assert check_float("tau", value, allow_infinite=True) == float(value)

@@ -41,8 +41,10 @@ def test_gradient_reversal_is_identity_forward_and_minus_alpha_backward(alpha):
     np.testing.assert_allclose(grad, -alpha * upstream, rtol=1e-6)
     restored = GradientReversal.from_config(layer.get_config())
     assert restored.alpha == alpha
-    with pytest.raises(ValueError, match="alpha"):
+    with pytest.raises(ValueError, match=r"Expected alpha in \[0.0, inf\]"):
         GradientReversal(alpha=-1.0)
+    with pytest.raises(ValueError, match="Expected a finite number for alpha"):
+        GradientReversal(alpha=float("inf"))
 
 
 def test_straight_through_step_is_binary_with_the_sigmoid_gradient():
@@ -136,6 +138,10 @@ def test_adversary_init_config_and_mixed_precision():
     )
     with pytest.raises(ValueError, match="alpha"):
         AttentionAdversary(alpha=-0.5)
+    with pytest.raises(ValueError, match="Expected a finite number for alpha"):
+        AttentionAdversary(alpha=float("inf"))
+    with pytest.raises(ValueError, match="Expected a finite number for initializer_range"):
+        AttentionAdversary(initializer_range=float("inf"))
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_bfloat16")
     try:
@@ -674,6 +680,9 @@ def test_combinations_that_make_no_sense_are_refused():
     model = _classifier(backbone)
     for kwargs, message in [
         ({"tau": -1.0}, r"Expected tau in \[0.0, inf\]. Received: tau=-1.0"),
+        ({"tau": float("inf")}, r"Expected a finite number for tau. Received: tau=inf"),
+        ({"alpha": float("inf")}, r"Expected a finite number for alpha. Received: alpha=inf"),
+        ({"alpha": np.float32(np.inf)}, "Expected a finite number for alpha"),
         ({"tau": float("nan")}, "Expected a number for tau"),
         ({"tau": True}, "Expected a number for tau"),
         ({"alpha": "1"}, "Expected a number for alpha. Received: alpha='1'"),
@@ -699,21 +708,32 @@ def test_combinations_that_make_no_sense_are_refused():
 
 
 def test_drop_token_attention_mode_is_attacked_with_its_dropping_kept():
+    """With adversaries that keep every real pair, the adversarial pass is the
+    DropToken encoder's own training pass: its second draw of dropped tokens,
+    applied on top of the adversaries' masks."""
     keras.utils.set_random_seed(2)
     backbone = TransformerBackbone(**tiny_backbone_kwargs())
     encoder = keras_masking.with_drop_token(backbone, 0.3, mode="attention", seed=3)
     model = keras.Model(
         encoder.input, keras.layers.Dense(2)(encoder(encoder.input)["pooled_output"])
     )
+    _large_kernels(model, seed=5)
     trainer = keras_masking.with_asa(model)
     _keep_every_real_pair(trainer)
     features = random_features(batch=2, length=8)
-    outputs = trainer(features, training=True)
+    state = encoder.drop_token.seed_generator.state
+    start = np.asarray(state.numpy())
+    outputs = trainer(features, training=True)  # draws: clean, then adversarial
     assert len(outputs["masks"]) == 2
-    # The adversary keeps every real pair: the adversarial pass differs from
-    # the clean one by its own (independent) token dropping only.
-    dropped = model(features, training=True)
-    assert not np.allclose(dropped, model(features, training=False), atol=1e-4)
+    state.assign(start)
+    clean = np.asarray(model(features, training=True))
+    dropped = np.asarray(model(features, training=True))
+    np.testing.assert_allclose(np.asarray(outputs["clean"]), clean, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(outputs["adversarial"]), dropped, atol=1e-5)
+    # The draws dropped tokens (the passes differ from a pass that drops none).
+    undropped = np.asarray(model(features, training=False))
+    assert np.abs(dropped - undropped).max() > 1e-2
+    assert np.abs(dropped - clean).max() > 1e-2
 
 
 def _trainable_changes(trainer, features, labels):
@@ -816,6 +836,23 @@ def test_a_batch_of_one_and_mixed_precision():
         keras.config.set_dtype_policy(previous)
 
 
+def test_a_regression_batch_of_one_warns_that_its_divergence_is_zero(caplog):
+    labels = np.array([[0.5], [-1.0], [2.0]], "float32")
+    for batch in (2, 1):
+        trainer, _, features = _tiny_trainer(task_model=_regressor)
+        trainer.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="keras_masking"):
+            subset = {name: value[:batch] for name, value in features.items()}
+            logs = trainer.fit(subset, labels[:batch], batch_size=batch, verbose=0).history
+        if batch == 1:
+            assert logs["divergence"] == [0.0]
+            assert "batch of 1 row it is exactly 0" in caplog.text
+        else:
+            assert logs["divergence"][0] > 0.0
+            assert "exactly 0" not in caplog.text
+
+
 def test_saving_keeps_adversaries_in_the_trainer_only(tmp_path):
     trainer, model, features = _tiny_trainer()
     hidden = trainer.backbone.hidden_dim
@@ -838,12 +875,31 @@ def test_saving_keeps_adversaries_in_the_trainer_only(tmp_path):
     assert inference.count_params() == model.count_params()
 
 
+def _decayed(optimizer, variables):
+    """The paths of ``variables`` that ``optimizer`` decays."""
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
+    return {v.path for v in variables if optimizer._use_weight_decay(v)}
+
+
+def _no_decay_names(variables):
+    return {v.path for v in variables if v.path.endswith(("bias", "gamma", "beta"))}
+
+
 def test_with_asa_keeps_the_task_models_compile_configuration():
     trainer, model, features = _tiny_trainer()
-    model.compile(optimizer=keras.optimizers.Adam(3e-5), loss=CE, metrics=["accuracy"])
+    optimizer = keras_masking.clue.optimization.fine_tuning_optimizer(
+        1e-3, total_steps=10, weight_decay=0.1
+    )
+    model.compile(optimizer=optimizer, loss=CE, metrics=["accuracy"], jit_compile=False)
     trainer = keras_masking.with_asa(model)
-    assert trainer.compiled and isinstance(trainer.optimizer, keras.optimizers.Adam)
-    np.testing.assert_allclose(float(trainer.optimizer.learning_rate), 3e-5)
+    # The optimizer itself, with the settings its config does not hold.
+    assert trainer.optimizer is optimizer
+    assert trainer.get_compile_config() == model.get_compile_config()
+    assert trainer.loss is CE and trainer.jit_compile is False
+    variables = trainer.trainable_variables
+    excluded = _no_decay_names(variables)
+    assert len(excluded) >= 20  # every bias and LayerNorm of 2 layers and the adversaries
+    assert _decayed(trainer.optimizer, variables) == {v.path for v in variables} - excluded
     labels = np.array([0, 1, 2])
     outputs = trainer(features, training=True)
     result = trainer.compute_metrics(features, labels, outputs)
@@ -851,6 +907,29 @@ def test_with_asa_keeps_the_task_models_compile_configuration():
     trainer.reset_metrics()
     evaluated = trainer.compute_metrics(features, labels, trainer(features, training=False))
     assert "accuracy" in evaluated and "divergence" not in evaluated
+
+
+def test_with_asa_after_the_task_model_trained_keeps_its_optimizer_settings(caplog):
+    """A built optimizer cannot take the adversaries' variables: the trainer
+    gets a new one of the same configuration and exclusions (a loss-scaled
+    one included), and says so."""
+    for scaled in (False, True):
+        _, model, features = _tiny_trainer()
+        optimizer = keras_masking.clue.optimization.fine_tuning_optimizer(1e-3, total_steps=10)
+        if scaled:
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        model.compile(optimizer=optimizer, loss=CE, metrics=["accuracy"], jit_compile=False)
+        model.fit(features, np.array([0, 1, 2]), verbose=0)
+        with caplog.at_level("WARNING", logger="keras_masking"):
+            trainer = keras_masking.with_asa(model)
+        assert "start from 0" in caplog.text
+        assert trainer.optimizer is not optimizer and type(trainer.optimizer) is type(optimizer)
+        assert trainer.optimizer.get_config() == optimizer.get_config()
+        variables = trainer.trainable_variables
+        expected = {v.path for v in variables} - _no_decay_names(variables)
+        assert _decayed(trainer.optimizer, variables) == expected
+        history = trainer.fit(features, np.array([0, 1, 2]), verbose=0).history
+        assert np.isfinite(history["loss"][0])
 
 
 def test_noise_is_a_named_option():

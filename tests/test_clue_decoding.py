@@ -102,14 +102,43 @@ def test_cmrc2018_decoding_takes_the_best_valid_span_of_all_windows():
     logits[0, 0, :] = 40.0  # [CLS]: no answer is never predicted
     predictions = decode_predictions("cmrc2018", logits, encoded, examples)
     assert predictions == {"q1": "上海", "q2": "北京"}
-    # With max_answer_length 30 a long span (4 to 11, total 7) would win; with 2 it cannot.
-    logits[1, 4, 0], logits[1, 11, 1] = 3.5, 3.5
-    assert decode_predictions("cmrc2018", logits, encoded, examples)["q1"] == "很好北京是中国的"
+    # With max_answer_length 30 a long span (6 to 11, total 6.5) would win; with 2 it cannot.
+    logits[1, 11, 1] = 4.5
+    assert decode_predictions("cmrc2018", logits, encoded, examples)["q1"] == "北京是中国的"
     short = decode_predictions("cmrc2018", logits, encoded, examples, max_answer_length=2)
     assert short["q1"] == "上海"
     parts = score("cmrc2018", {"q1": "上海", "q2": "北"}, examples)
     assert parts["score"] == parts["em"] == 50.0
     assert parts["f1"] == pytest.approx(100 * (1 + 2 * 1 * 0.5 / 1.5) / 2)
+
+
+def test_cmrc2018_windows_start_answers_only_where_a_token_has_the_most_context():
+    examples, encoded = _span_split()
+    # 20 characters, windows of 8 tokens every 4: [0, 8), [4, 12), [8, 16), [12, 20);
+    # run_squad.py's score min(left, right) + 0.01 * length gives character 4 to
+    # window 0 (3 vs 0), 6 to window 1 (2 vs 1), 11 to window 2, 19 to window 3.
+    first = 4  # [CLS] 他 说 [SEP]: the context starts at position 4 of every window
+    owner = {4: 0, 5: 0, 6: 1, 7: 1, 8: 1, 9: 1, 10: 2, 11: 2, 19: 3}
+    for char, window in owner.items():
+        row_starts = [w * 4 for w in range(4)]
+        for row, start in enumerate(row_starts):
+            if start <= char < start + 8:
+                expected = row == window
+                assert encoded.meta["max_context"][row, first + char - start] == expected
+    assert not encoded.meta["max_context"][:, :first].any()  # question, [CLS], [SEP]
+    logits = np.full((5, 13, 2), -10.0, "float32")
+    logits[4, 4, 0], logits[4, 5, 1] = 1.0, 1.0
+    logits[3, 8, 0], logits[3, 9, 1] = 3.0, 3.0  # 上海 in window 3: total 6
+    # 很好 (characters 4-5) scores 40 in window 1, where 很 has no left context: not an
+    # answer start there (window 0 holds it); in window 0 it scores 2.
+    logits[1, 4, 0], logits[1, 5, 1] = 20.0, 20.0
+    logits[0, 8, 0], logits[0, 9, 1] = 1.0, 1.0
+    assert decode_predictions("cmrc2018", logits, encoded, examples)["q1"] == "上海"
+    logits[0, 8, 0], logits[0, 9, 1] = 4.0, 4.0  # now window 0's 很好 beats 上海
+    assert decode_predictions("cmrc2018", logits, encoded, examples)["q1"] == "很好"
+    # Only starts are restricted: 北 (6, window 1's) to 的 (11, window 2's).
+    logits[1, 6, 0], logits[1, 11, 1] = 30.0, 30.0
+    assert decode_predictions("cmrc2018", logits, encoded, examples)["q1"] == "北京是中国的"
 
 
 # === Entities ===
@@ -136,13 +165,86 @@ def test_entity_decoding_reads_positive_scores_as_character_spans():
         EntityExample("s2", "北京", (("address", 0, 1),)),
     ]
     parts = score("cluener", predictions, gold)
-    # tp 2 (company, s2 address) of 3 predicted and 3 gold.
-    assert parts["score"] == parts["f1"] == pytest.approx(100 * 2 / 3)
+    # Official: company F1 1, address P 1 R 1/2 F1 2/3, game 0; the 7 types with no
+    # entity on either side are left out (score.py divides by zero there).
+    assert parts["score"] == parts["macro_f1"] == pytest.approx(100 * (1 + 2 / 3) / 3)
+    assert parts["metric"] == "cluener"
+    # Span-exact micro F1 beside it: tp 2 (company, s2 address) of 3 predicted and 3 gold.
+    assert parts["span_f1"] == pytest.approx(100 * 2 / 3)
     assert parts["per_type"]["game"]["precision"] == 0.0
     assert parts["per_type"]["address"]["recall"] == 50.0
     assert parts["per_type"]["book"]["support"] == 0
     with pytest.raises(ValueError, match=r"Expected entity scores \(rows, 10, 12, 12\)"):
         decode_predictions("cluener", scores[:, :3], encoded, examples)
+
+
+def _official_cluener(pre_lines, gold_lines):
+    """A naive transcription of CLUENER2020's score.py (get_f1_score), with the
+    zero divisions it would raise read as 0 for a type with entities on one
+    side, and a type with none on either side left out (no score there)."""
+    labels = ["address", "book", "company", "game", "government", "movie", "name",
+              "organization", "position", "scene"]  # fmt: skip
+    total, scored = 0, 0
+    for label in labels:
+        tp = fp = fn = 0
+        for pre, gold in zip(pre_lines, gold_lines):
+            pre = pre["label"].get(label, {}).keys()
+            gold = gold["label"].get(label, {}).keys()
+            for i in pre:
+                if i in gold:
+                    tp += 1
+                else:
+                    fp += 1
+            for i in gold:
+                if i not in pre:
+                    fn += 1
+        if tp + fp + fn == 0:
+            continue
+        scored += 1
+        p = tp / (tp + fp) if tp + fp else 0.0
+        r = tp / (tp + fn) if tp + fn else 0.0
+        total += 2 * p * r / (p + r) if p + r else 0.0
+    return total / scored
+
+
+def _cluener_line(example, entities):
+    label = {}
+    for kind, start, end in entities:
+        label.setdefault(kind, {}).setdefault(example.text[start : end + 1], []).append(
+            [start, end]
+        )
+    return {"id": example.id, "label": label}
+
+
+def test_cluener_score_is_the_official_one_by_entity_text():
+    rng = np.random.default_rng(0)
+    texts = ["北京人在北京上海", "小明去北京大学", "浙商银行北京分行", "电影游戏电影"]
+    types = ("address", "name", "company", "organization", "movie", "game", "book", "scene")
+    examples, predictions = [], {}
+    for index, text in enumerate(texts * 3):
+
+        def entities(count):
+            found = set()
+            for _ in range(count):
+                start = int(rng.integers(0, len(text) - 1))
+                end = int(rng.integers(start, min(len(text), start + 3)))
+                found.add((str(rng.choice(types)), start, end))
+            return sorted(found)
+
+        examples.append(EntityExample(index, text, tuple(entities(3))))
+        predictions[index] = entities(3)
+    # The same text at another position: the official score counts it, the span one does not.
+    examples.append(EntityExample("x", "北京人在北京", (("address", 0, 1),)))
+    predictions["x"] = [("address", 4, 5)]
+    parts = score("cluener", predictions, examples)
+    official = _official_cluener(
+        [_cluener_line(e, predictions[e.id]) for e in examples],
+        [_cluener_line(e, e.entities) for e in examples],
+    )
+    assert parts["score"] == pytest.approx(100 * official, abs=1e-9)
+    alone = score("cluener", {"x": predictions["x"]}, examples[-1:])
+    assert alone["per_type"]["address"]["f1"] == 100.0 and alone["span_f1"] == 0.0
+    assert alone["score"] == 100.0  # the one type with entities; the nine others have none
 
 
 # === Classification and multiple choice ===

@@ -132,8 +132,9 @@ def test_classification_labels_and_bad_input():
     mixed = [TextExample(0, "好", None, "0"), TextExample(1, "好", None, None)]
     with pytest.raises(ValueError, match=r"mixes labelled and unlabelled.*id 1"):
         encode_examples("csl", mixed, tokenizer(), 8)
-    with pytest.raises(ValueError, match=r"'csldcp' has no fixed label set: pass labels="):
-        encode_examples("csldcp", [TextExample(0, "好", None, "数学")], tokenizer(), 8)
+    # csldcp's classes are its 67 disciplines; labels= still narrows them.
+    split = encode_examples("csldcp", [TextExample(0, "好", None, "数学")], tokenizer(), 8)
+    assert split.labels.tolist() == [39] and len(split.meta["label_names"]) == 67
     split = encode_examples(
         "csldcp", [TextExample(0, "好", None, "数学")], tokenizer(), 8, labels=("物理", "数学")
     )
@@ -144,6 +145,30 @@ def test_classification_labels_and_bad_input():
         encode_examples("afqmc", [TextExample(0, "好", None, "0")], tokenizer(), 8, stride=3)
     with pytest.raises(ValueError, match=r"Expected an int for max_length. Received: max_length="):
         encode_examples("afqmc", [TextExample(0, "好", None, "0")], tokenizer(), "8")
+
+
+def test_labels_outside_the_models_classes_name_their_file_and_line(tmp_path):
+    from keras_masking.clue import read_split
+
+    folder = tmp_path / "tnews"
+    folder.mkdir()
+    lines = ['{"sentence": "好", "label": "100"}', '{"sentence": "坏", "label": "103"}']
+    (folder / "train.json").write_text(lines[0] + "\n", encoding="utf-8")
+    (folder / "dev.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    train, dev = read_split(tmp_path, "tnews", "train"), read_split(tmp_path, "tnews", "dev")
+    # A model with the classes of the training file only: dev's "103" is none of them.
+    seen = tuple(sorted({e.label for e in train.examples}))
+    with pytest.raises(
+        ValueError,
+        match=r"Example 1 \(.*dev.json:2\) has the label '103', which is not one of tnews's "
+        r"labels, the model's 1 classes \['100'\]. Expected one of them. Received: label='103'.",
+    ):
+        encode_examples("tnews", dev.examples, tokenizer(), 8, labels=seen)
+    c3 = [ChoiceExample("q", "好", "问", ("一", "二", "三", "四", "五"), 4, source="d.json: q 0")]
+    with pytest.raises(ValueError, match=r"Example 'q' \(d.json: q 0\) has 5 choices"):
+        encode_examples("c3", c3, tokenizer(), 12)
+    # The source is no part of a record's identity.
+    assert dev.examples[0] == TextExample(0, "好", None, "100")
 
 
 # === Multiple choice (C3) ===
@@ -250,6 +275,26 @@ def test_cmrc2018_windows_and_answer_targets():
     start, end = split.labels[3]
     assert context[offsets[3, start, 0] : offsets[3, end, 1]] == "上海"
     assert split.meta["max_answer_length"] == 30 and split.meta["lost_answers"] == []
+    # Each context token belongs to the window where it has the most context (run_squad.py).
+    owners = split.meta["max_context"][:, 4:12].astype(int).tolist()
+    assert owners == [
+        [1, 1, 1, 1, 1, 1, 0, 0],  # characters 0-5
+        [0, 0, 1, 1, 1, 1, 0, 0],  # 6-9
+        [0, 0, 1, 1, 1, 1, 0, 0],  # 10-13
+        [0, 0, 1, 1, 1, 1, 1, 1],  # 14-19
+    ]
+    assert split.meta["max_context"].sum() == len(context)
+
+
+def test_cmrc2018_answers_without_a_place_are_not_targets():
+    context = "今天天气很好北京是中国的首都"
+    # The first answer's text is not in the context (answer_start None): the next is used.
+    example = SpanExample("q1", context, "他说", (("上海", None), ("北京", 6)))
+    split = encode_examples("cmrc2018", [example], tokenizer(), max_length=24)
+    assert split.labels.tolist() == [[10, 11]] and split.meta["lost_answers"] == []
+    nowhere = SpanExample("q2", context, "他说", (("上海", None),))
+    split = encode_examples("cmrc2018", [nowhere, example], tokenizer(), max_length=24)
+    assert split.labels.tolist() == [[0, 0], [10, 11]] and split.meta["lost_answers"] == ["q2"]
 
 
 def test_cmrc2018_inexact_and_unlabelled():

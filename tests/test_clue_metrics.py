@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from keras_masking.clue.metrics import accuracy
+from keras_masking.clue.metrics import cluener_scores
 from keras_masking.clue.metrics import cmrc2018_exact_match
 from keras_masking.clue.metrics import cmrc2018_f1
 from keras_masking.clue.metrics import cmrc2018_scores
@@ -82,6 +83,29 @@ def test_entity_f1_bad_input_names_the_example():
         entity_f1({"x": []}, {"s1": []})
 
 
+def test_cluener_scores_compare_texts_per_line_and_average_all_types():
+    gold = {
+        "s1": [("name", "张三"), ("address", "北京"), ("address", "北京")],  # a set: once
+        "s2": [("name", "李四")],
+    }
+    predicted = {
+        "s1": [("name", "张三"), ("address", "北京市"), ("company", "北京")],
+        "s2": [("name", "张三")],  # right text, wrong line: a false positive
+    }
+    scores = cluener_scores(predicted, gold)
+    # name: tp 1, fp 1, fn 1 -> 1/2; address: fn 1 -> 0; company: fp 1 -> 0; the 7
+    # types with no entity on either side have no score (score.py divides by 0).
+    assert scores["per_type"]["name"] == {"f1": 0.5, "precision": 0.5, "recall": 0.5, "support": 2}
+    assert scores["per_type"]["address"]["support"] == 1
+    assert len(scores["per_type"]) == 10 and scores["macro_f1"] == pytest.approx(0.5 / 3)
+    assert cluener_scores({}, {"s1": []})["macro_f1"] == 0.0  # nothing to find or found
+    assert cluener_scores(predicted, gold, types=("name",))["macro_f1"] == 0.5
+    with pytest.raises(ValueError, match=r"cluener_scores: example 's1' has a predicted entity"):
+        cluener_scores({"s1": [("name", 0, 1)]}, gold)
+    with pytest.raises(ValueError, match=r"cluener_scores: 1 predictions for ids .*'s9'"):
+        cluener_scores({"s9": []}, gold)
+
+
 # === CMRC2018 ===
 def test_cmrc2018_scores_by_hand():
     gold = {
@@ -137,19 +161,130 @@ def test_mixed_segmentation_and_word_tokenize():
     ]
     assert mixed_segmentation("在2008年，", remove_punctuation=True) == ["在", "2008", "年"]
     assert mixed_segmentation("a-b") == ["a", "-", "b"]  # "-" is in the official list
+    # NLTK's own Treebank tokens, as nltk.word_tokenize gives them.
     assert word_tokenize("It's 3.14, U.S. (ok)...") == [
         "It",
         "'s",
         "3.14",
         ",",
-        "U.S",
-        ".",
+        "U.S.",
         "(",
         "ok",
         ")",
         "...",
     ]
     assert word_tokenize("1,000 won't") == ["1,000", "wo", "n't"]
+
+
+def test_word_tokenize_is_nltks_not_a_regex():
+    # Each of these differed under the earlier regex stand-in.
+    assert word_tokenize("46,600m²") == ["46,600m²"]
+    assert word_tokenize("cannot") == ["can", "not"]
+    assert word_tokenize('"hi" there') == ["``", "hi", "''", "there"]
+    assert word_tokenize("a.b.c.") == ["a.b.c", "."]
+    assert mixed_segmentation("长46,600m²", remove_punctuation=True) == ["长", "46,600m²"]
+
+
+def _official_word_tokenize(text):
+    """``nltk.word_tokenize`` when NLTK's Punkt data is installed, else its
+    word tokenizer alone (the same tokens for a one-sentence run)."""
+    import nltk
+
+    try:
+        return nltk.word_tokenize(text)
+    except LookupError:
+        from nltk.tokenize.destructive import NLTKWordTokenizer
+
+        return NLTKWordTokenizer().tokenize(text)
+
+
+def _official_cmrc2018(answers, prediction):
+    """A naive transcription of CMRC2018's cmrc2018_evaluate.py (v5), Python 3."""
+    import re
+
+    sp_char = ["-", ":", "_", "*", "^", "/", "\\", "~", "`", "+", "=",
+               "，", "。", "：", "？", "！", "“", "”", "；", "’", "《", "》", "……", "·", "、",
+               "「", "」", "（", "）", "－", "～", "『", "』"]  # fmt: skip
+
+    def mixed_segmentation(in_str, rm_punc=False):
+        in_str = str(in_str).lower().strip()
+        segs_out = []
+        temp_str = ""
+        for char in in_str:
+            if rm_punc and char in sp_char:
+                continue
+            if re.search("[\u4e00-\u9fa5]", char) or char in sp_char:
+                if temp_str != "":
+                    segs_out.extend(_official_word_tokenize(temp_str))
+                    temp_str = ""
+                segs_out.append(char)
+            else:
+                temp_str += char
+        if temp_str != "":
+            segs_out.extend(_official_word_tokenize(temp_str))
+        return segs_out
+
+    def remove_punctuation(in_str):
+        return "".join(c for c in str(in_str).lower().strip() if c not in sp_char)
+
+    def find_lcs(s1, s2):
+        m = [[0 for i in range(len(s2) + 1)] for j in range(len(s1) + 1)]
+        mmax = 0
+        for i in range(len(s1)):
+            for j in range(len(s2)):
+                if s1[i] == s2[j]:
+                    m[i + 1][j + 1] = m[i][j] + 1
+                    mmax = max(mmax, m[i + 1][j + 1])
+        return mmax
+
+    f1_scores = []
+    for ans in answers:
+        ans_segs = mixed_segmentation(ans, rm_punc=True)
+        prediction_segs = mixed_segmentation(prediction, rm_punc=True)
+        lcs_len = find_lcs(ans_segs, prediction_segs)
+        if lcs_len == 0:
+            f1_scores.append(0)
+            continue
+        precision = 1.0 * lcs_len / len(prediction_segs)
+        recall = 1.0 * lcs_len / len(ans_segs)
+        f1_scores.append((2 * precision * recall) / (precision + recall))
+    em = int(any(remove_punctuation(a) == remove_punctuation(prediction) for a in answers))
+    return max(f1_scores), em
+
+
+# Answers and predictions where word tokenizers disagree (abbreviations,
+# clitics, quotes, units, numbers, mixed scripts), with official dev answers.
+_TRICKY = [
+    (["46,600m²"], "约46,600m²"),
+    (["46,600 m²"], "46,600m²"),
+    (["U.S. Army"], "美国U.S. Army部队"),
+    (["cannot"], "can"),
+    (['"Hello" world'], "hello world"),
+    (["Dr. Smith's cat"], "smith's cat"),
+    (["光荣和ω-force"], "光荣和ω-force开发"),
+    (["39764.0"], "39764"),
+    (["(1895-1943)"], "1895"),
+    (["A.B.C."], "a.b.c"),
+    (["rock'n'roll"], "rock n roll"),
+    (["ca. 3.5km"], "3.5 km"),
+    (["I'm here…"], "i am here"),
+    (["2010年是邹游在河南建业効力的最后一个赛季", "2010年"], "2010年是邹游"),
+    (["第三续作"], "《战国无双3》"),
+]
+
+
+def test_cmrc2018_scores_equal_the_official_script_on_tricky_strings():
+    gold = {f"q{i}": answers for i, (answers, _) in enumerate(_TRICKY)}
+    predictions = {f"q{i}": prediction for i, (_, prediction) in enumerate(_TRICKY)}
+    ours = cmrc2018_scores(predictions, gold)
+    official = [_official_cmrc2018(answers, prediction) for answers, prediction in _TRICKY]
+    for (answers, prediction), (f1, em) in zip(_TRICKY, official):
+        assert cmrc2018_f1(answers, prediction) == pytest.approx(f1, abs=1e-12), prediction
+        assert cmrc2018_exact_match(answers, prediction) == em, prediction
+    assert ours["f1"] == pytest.approx(100 * sum(f1 for f1, _ in official) / len(_TRICKY), abs=1e-4)
+    assert ours["em"] == pytest.approx(100 * sum(em for _, em in official) / len(_TRICKY), abs=1e-4)
+    # Pinned, so that the comparison is not only with NLTK: 46,600m² is one token.
+    assert cmrc2018_f1(["46,600m²"], "约46,600m²") == pytest.approx(2 / 3)
 
 
 def test_longest_common_substring_equals_brute_force():

@@ -75,7 +75,7 @@ def test_the_registry_holds_every_task_of_both_benchmarks():
     assert kinds["c3"] == "multiple_choice" and kinds["chid"] == "idiom"
     assert kinds["cmrc2018"] == "span" and kinds["cluener"] == "entity"
     assert {kinds[name] for name in ("afqmc", "csldcp", "cluewsc", "csl")} == {"classification"}
-    assert get_task("cluener").metric == "entity_f1" and get_task("cmrc2018").metric == "cmrc2018"
+    assert get_task("cluener").metric == "cluener" and get_task("cmrc2018").metric == "cmrc2018"
     assert get_task("afqmc").metric == "accuracy"
 
 
@@ -89,7 +89,8 @@ def test_labels_are_the_files_strings_in_id_order():
     assert get_task("cluewsc").labels == ("true", "false")
     assert get_task("eprstmt").labels == ("Negative", "Positive")
     assert get_task("csl").labels == get_task("bustm").labels == ("0", "1")
-    assert get_task("csldcp").labels is None and get_task("c3").labels is None
+    assert len(get_task("csldcp").labels) == 67 and get_task("c3").labels is None
+    assert get_task("csldcp").labels[:3] == ("材料科学与工程", "作物学", "口腔医学")
     assert len(get_task("cluener").labels) == 10 and "organization" in get_task("cluener").labels
 
 
@@ -299,18 +300,38 @@ def test_fewclue_single_texts_pairs_and_csldcp_labels(tmp_path):
     )
     write_lines(folder / "dev_few_all.json", [{"content": "力", "label": "力学", "id": 5}])
     train = read_split(tmp_path, "csldcp", "train")
-    assert train.labels == tuple(sorted(["材料科学与工程", "力学"]))
+    # The task's 67 disciplines, not the two this training file holds.
+    assert train.labels == get_task("csldcp").labels and len(train.labels) == 67
     assert train.examples[1] == TextExample(1, "力学", None, "力学")
+    # A dev label the training file lacks is still one of the task's.
+    write_lines(folder / "dev_few_all.json", [{"content": "药", "label": "药学", "id": 5}])
     dev = read_split(tmp_path, "csldcp", "dev")
-    assert dev.labels == train.labels and dev.examples == [TextExample(5, "力", None, "力学")]
-    # the training file, read for the labels, is recorded too
-    assert [pathlib.Path(entry["path"]).name for entry in dev.files] == [
-        "train_few_all.json",
-        "dev_few_all.json",
-    ]
+    assert dev.labels == train.labels and dev.examples == [TextExample(5, "药", None, "药学")]
+    assert [pathlib.Path(entry["path"]).name for entry in dev.files] == ["dev_few_all.json"]
     write_lines(folder / "dev_few_all.json", [{"content": "化", "label": "化学", "id": 5}])
     with pytest.raises(ValueError, match=r"dev_few_all.json:1: label '化学' is not one of csldcp"):
         read_split(tmp_path, "csldcp", "dev")
+
+
+def test_csldcp_labels_are_the_tasks_full_list(tmp_path):
+    labels_all = FEWCLUE / "csldcp" / "labels_all.txt"
+    if not labels_all.exists():
+        pytest.skip("needs ../shared/data (FewCLUE's csldcp labels_all.txt)")
+    listed = [line.strip() for line in labels_all.open(encoding="utf-8") if line.strip()]
+    assert get_task("csldcp").labels == tuple(listed)  # the same names, in the same order
+    # A 200-line subset of the real training file is read with all 67 labels, and the
+    # real dev file's labels (some not in the subset) are accepted.
+    lines = (FEWCLUE / "csldcp" / "train_few_all.json").read_text(encoding="utf-8").splitlines()
+    folder = tmp_path / "csldcp"
+    folder.mkdir()
+    (folder / "train_few_all.json").write_text("\n".join(lines[:200]) + "\n", encoding="utf-8")
+    (folder / "dev_few_all.json").write_bytes(
+        (FEWCLUE / "csldcp" / "dev_few_all.json").read_bytes()
+    )
+    train = read_split(tmp_path, "csldcp", "train")
+    dev = read_split(tmp_path, "csldcp", "dev")
+    assert len({e.label for e in train.examples}) < 67 == len(train.labels) == len(dev.labels)
+    assert {e.label for e in dev.examples} - {e.label for e in train.examples}
 
 
 def test_fewclue_chid_one_blank_a_line(tmp_path):
@@ -514,6 +535,85 @@ def test_cmrc2018_squad_questions(tmp_path):
     assert read_split(tmp_path, "cmrc2018", "test").examples == [
         SpanExample("TRAIN_1_QUERY_0", "北京是中国的首都。", "首都是哪里？", None)
     ]
+
+
+CMRC2018_OFFICIAL = pathlib.Path(__file__).parent / "fixtures" / "cmrc2018_official.json"
+
+
+def _official_cmrc2018():
+    return json.loads(CMRC2018_OFFICIAL.read_text(encoding="utf-8"))
+
+
+def test_cmrc2018_official_squad_records_are_placed_by_their_text(tmp_path):
+    # Real paragraphs of CMRC2018's squad-style dev and trial files.
+    official = _official_cmrc2018()["squad_style"]
+    write_json(tmp_path / "cmrc2018" / "dev.json", official)
+    dev = read_split(tmp_path, "cmrc2018", "dev")
+    by_id = {e.id: e for e in dev.examples}
+    assert len(dev.examples) == 16  # every question is kept for scoring
+    # DEV_6_QUERY_2: answer_start 165, -1, 130; the second text is not in the context.
+    answers = by_id["DEV_6_QUERY_2"].answers
+    assert [start for _, start in answers] == [165, None, 130]
+    assert answers[1][0] == "2010年是邹游在河南建业効力的最后一个赛季更无法得到出场机会。"
+    # TRIAL_210_QUERY_0: answer_start 14 points one character late: placed at 13.
+    example = by_id["TRIAL_210_QUERY_0"]
+    assert example.answers == (("俗名龙尖", 13),)
+    assert example.context[13:17] == "俗名龙尖"
+    # DEV_101_QUERY_3: 175, 175, 174 where the texts are at 174, 174, 173.
+    assert [start for _, start in by_id["DEV_101_QUERY_3"].answers] == [174, 174, 173]
+    for e in dev.examples:
+        for text, start in e.answers:
+            assert start is None or e.context[start : start + len(text)] == text
+    assert dev.counts == {
+        "answers": 38,
+        "answers_relocated": 8,  # DEV_101_QUERY_3 x3, TRIAL_210 x5
+        "answers_unplaced": 2,  # DEV_6_QUERY_2's second and DEV_10_QUERY_2's third
+        "questions_unplaced": 0,
+    }
+    assert by_id["DEV_6_QUERY_2"].source.endswith("dev.json: question 'DEV_6_QUERY_2'")
+
+
+def test_cmrc2018_training_leaves_out_questions_it_cannot_place(tmp_path):
+    official = _official_cmrc2018()["squad_style"]
+    # A real question whose every answer is the one text missing from the context.
+    qa = official["data"][0]["paragraphs"][0]["qas"][2]
+    qa["answers"] = [dict(qa["answers"][1]) for _ in range(2)]
+    write_json(tmp_path / "cmrc2018" / "train.json", official)
+    write_json(tmp_path / "cmrc2018" / "dev.json", official)
+    train = read_split(tmp_path, "cmrc2018", "train")
+    assert "DEV_6_QUERY_2" not in [e.id for e in train.examples] and len(train) == 15
+    assert train.counts["questions_unplaced"] == train.counts["questions_dropped"] == 1
+    dev = read_split(tmp_path, "cmrc2018", "dev")  # dev keeps it: it is scored by text
+    assert len(dev) == 16 and "questions_dropped" not in dev.counts
+    from keras_masking.clue import score
+
+    kept = [e for e in dev.examples if e.id == "DEV_6_QUERY_2"]
+    text = kept[0].answers[0][0]
+    assert score("cmrc2018", {"DEV_6_QUERY_2": text}, kept)["em"] == 100.0
+
+
+def test_cmrc2018_original_layout_reads_as_the_squad_style(tmp_path):
+    official = _official_cmrc2018()
+    # CMRC2018's own files: a JSON list; CLUE's README: {"version", "data": [...]}.
+    for document in (official["original"], {"version": "1.0", "data": official["original"]}):
+        write_json(tmp_path / "cmrc2018" / "dev.json", document)
+        dev = read_split(tmp_path, "cmrc2018", "dev")
+        write_json(tmp_path / "squad" / "cmrc2018" / "dev.json", official["squad_style"])
+        squad = {e.id: e for e in read_split(tmp_path / "squad", "cmrc2018", "dev").examples}
+        assert len(dev) == 16
+        for e in dev.examples:
+            same = squad[e.id]
+            assert (e.context, e.question) == (same.context, same.question)
+            assert [text for text, _ in e.answers] == [text for text, _ in same.answers]
+        by_id = {e.id: e for e in dev.examples}
+        # DEV_10_QUERY_2's third answer is the number 39764.0 in the original file.
+        assert by_id["DEV_10_QUERY_2"].answers[2] == ("39764.0", None)
+        assert by_id["TRIAL_210_QUERY_0"].answers == (("俗名龙尖", 13),)
+        assert dev.counts["answers_unplaced"] == 2 and dev.counts["answers_relocated"] == 0
+    unlabelled = [dict(official["original"][0], qas=[{"query_id": "Q", "query_text": "?"}])]
+    write_json(tmp_path / "cmrc2018" / "test.json", unlabelled)
+    test = read_split(tmp_path, "cmrc2018", "test")
+    assert test.examples[0].id == "Q" and test.examples[0].answers is None
 
 
 # === Files, streaming, layout detection ===
@@ -792,13 +892,16 @@ def test_bad_documents_name_file_and_question(tmp_path):
     path.write_bytes(b'{"data": [\n"\xfe"]}')
     with pytest.raises(ValueError, match=r"dev.json:2: not UTF-8"):
         list(iter_examples(path, "cmrc2018"))
-    write_json(path, _squad(answer_start=1))
+    document = _squad()
+    document["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["text"] = " "
+    write_json(path, document)
     with pytest.raises(
         ValueError,
-        match=r"dev.json: question 'TRAIN_1_QUERY_0', answer 0: "
-        r"answer_start 1 does not point at the answer '北京': the context there "
-        r"reads '京是'",
+        match=r"dev.json: question 'TRAIN_1_QUERY_0', answer 0: the answer text is empty",
     ):
+        list(iter_examples(path, "cmrc2018"))
+    write_json(path, {"data": [{"title": "t", "qas": []}]})
+    with pytest.raises(ValueError, match=r"dev.json: data\[0\]: expected 'paragraphs' \(SQuAD"):
         list(iter_examples(path, "cmrc2018"))
     write_json(path, {"data": [{"paragraphs": [{"context": "c", "qas": [{"question": "q"}]}]}]})
     with pytest.raises(

@@ -22,6 +22,7 @@ from keras_masking.clue import read_split
 from keras_masking.clue.decoding import decode_predictions
 from keras_masking.clue.decoding import score
 from keras_masking.clue.encoding import encode_examples
+from keras_masking.clue.submit import submit
 
 SETTINGS = dict(epochs=2, batch_size=4, max_length=24, learning_rate=3e-3)
 
@@ -253,6 +254,148 @@ def test_a_nan_loss_stops_the_run_records_why_and_keeps_the_best_weights(data, p
     assert record["status"] == "failed"
 
 
+class _Updates(keras.callbacks.Callback):
+    """The trainable weights before and after each `fit`, and the updates applied."""
+
+    def __init__(self):
+        super().__init__()
+        self.moved, self.updates = [], []
+
+    def on_train_begin(self, logs=None):
+        self.before = [np.array(v.numpy()) for v in self.model.trainable_variables]
+
+    def on_train_end(self, logs=None):
+        after = [np.array(v.numpy()) for v in self.model.trainable_variables]
+        self.moved.append(any(not np.array_equal(a, b) for a, b in zip(self.before, after)))
+        self.updates.append(int(self.model.optimizer.iterations))
+
+
+def test_accumulation_over_more_batches_than_an_epoch_has_still_updates(data, preset, tmp_path):
+    # 16 training examples: 2 batches of 8 per epoch, accumulation 3. Every
+    # epoch ends on an update (its last group completed from its order).
+    batch_size, epochs = 8, 2
+    updates = _Updates()
+    result = finetune(
+        "eprstmt", data, tmp_path / "run", preset=preset, verbose=0, callbacks=[updates],
+        **dict(SETTINGS, batch_size=batch_size, epochs=epochs, accumulation=3),
+    )  # fmt: skip
+    assert result.status == "finished"
+    assert updates.moved == [True] * epochs
+    assert updates.updates == list(range(1, epochs + 1))
+    assert result.record["schedule"] == {
+        "batches_per_epoch": 3,
+        "updates_per_epoch": 1,
+        "updates": epochs,
+    }
+
+
+def test_a_diverging_run_fails_on_the_command_line_without_a_submission(
+    data, preset, tmp_path, capsys
+):
+    output = tmp_path / "run"
+    capsys.readouterr()
+    assert _cli("eprstmt", data, output, preset, learning_rate=1e3, epochs=2) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("keras-masking clue: failed: the training loss diverged in epoch 1")
+    record = json.loads((output / "run.json").read_text(encoding="utf-8"))
+    assert record["status"] == "failed" and "diverged in epoch 1" in record["failure"]
+    assert record["epochs"] == [] and record["best"] is None and "submission" not in record
+    assert "no epoch finished, so no submission was written" in record["failure"]
+    assert 0.1 < record["initial_loss"] < 2.0  # about ln 2: two labels
+    assert not (output / "eprstmt_predict.json").exists()
+
+
+class _PoisonOneWeightAtEnd(keras.callbacks.Callback):
+    """Makes one weight infinite at the end of the second epoch's training."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def on_train_end(self, logs=None):
+        self.calls += 1
+        if self.calls == 2:
+            variable = self.model.trainable_variables[-1]
+            variable.assign(np.full(variable.shape, np.inf, variable.dtype))
+
+
+def test_non_finite_weights_fail_the_run_even_when_the_loss_was_finite(data, preset, tmp_path):
+    result = finetune(
+        "eprstmt", data, tmp_path / "run", preset=preset, verbose=0,
+        callbacks=[_PoisonOneWeightAtEnd()], **dict(SETTINGS, epochs=2),
+    )  # fmt: skip
+    assert result.status == "failed"
+    assert "1 weight(s) became non-finite in epoch 2" in result.record["failure"]
+    assert len(result.history) == 1 and result.best_epoch == 1
+    assert all(np.isfinite(w).all() for w in _weights(result.model))
+
+
+def test_a_deleted_resume_state_is_refused_not_restarted(interrupted, data, preset, tmp_path):
+    folder = tmp_path / "run"
+    shutil.copytree(interrupted, folder)
+    (folder / "resume_state.npz").unlink()
+    before = {name: (folder / name).read_bytes() for name in os.listdir(folder)}
+    with pytest.raises(
+        ValueError, match=r"records 1 finished epoch\(s\) but resume_state.npz is missing"
+    ):
+        finetune("eprstmt", data, folder, preset=preset, verbose=0, **RESUMED)
+    assert {name: (folder / name).read_bytes() for name in os.listdir(folder)} == before
+    (folder / "best_weights.npz").unlink()
+    with pytest.raises(ValueError, match=r"resume_state.npz and best_weights.npz is missing"):
+        finetune("eprstmt", data, folder, preset=preset, verbose=0, **RESUMED)
+
+
+def test_an_interrupted_command_says_what_it_kept(
+    interrupted, data, preset, tmp_path, capsys, monkeypatch
+):
+    folder = tmp_path / "run"
+    shutil.copytree(interrupted, folder)
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(keras_masking.clue, "finetune", interrupt)
+    capsys.readouterr()
+    assert _cli("eprstmt", data, folder, preset) == 130
+    kept = capsys.readouterr().err.strip()
+    assert _cli("eprstmt", data, tmp_path / "new", preset) == 130
+    nothing = capsys.readouterr().err.strip()
+    assert "no output was written" not in kept
+    assert kept == (
+        f"keras-masking clue: interrupted; kept {folder}: run.json and the resume state after "
+        "epoch 1 of 3; run the same command to resume."
+    )
+    assert nothing == "keras-masking clue: interrupted; no output was written."
+
+
+def test_a_full_disk_during_a_run_names_the_file(data, preset, tmp_path, capsys, monkeypatch):
+    from keras_masking.clue import run_folder
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    # The run record is the first file a run writes (before it trains).
+    monkeypatch.setattr(run_folder.json, "dump", full)
+    capsys.readouterr()
+    assert _cli("eprstmt", data, tmp_path / "run", preset, epochs=1) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("keras-masking clue: error: [Errno 28] No space left on device: ")
+    assert error.endswith(f"{tmp_path / 'run' / 'run.json'}'")
+    assert os.listdir(tmp_path / "run") == []
+    # Inside np.savez (the weights), and when open() fails on the temporary name.
+    monkeypatch.setattr(run_folder.np, "savez", full)
+    with pytest.raises(OSError, match=r"No space left on device: '.*best_weights\.npz'"):
+        run_folder.RunFolder(tmp_path / "run").save_best([keras.Variable([1.0])], 1, 50.0)
+
+    def no_permission(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", os.fspath(path))
+
+    monkeypatch.setattr("builtins.open", no_permission)
+    with pytest.raises(PermissionError, match=r"Permission denied: '.*run\.json'"):
+        run_folder.write_json(tmp_path / "run" / "run.json", {})
+    assert os.listdir(tmp_path / "run") == []
+
+
 # === Methods ===
 def test_parameter_efficient_runs_train_only_their_parameters(data, preset, tmp_path):
     kwargs = dict(preset=preset, verbose=0, **dict(SETTINGS, epochs=1))
@@ -381,12 +524,88 @@ def test_submit_checks_every_file_and_builds_the_zip(cli_runs, tmp_path, capsys)
     assert "mix CLUE and FewCLUE" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "date", ["20261340", "20260229", "2026121", "２０２６１２０１", "20261201 "]
+)
+def test_submit_refuses_a_date_that_is_not_a_day(date, tmp_path, capsys):
+    assert main(["clue", "submit", str(tmp_path), "--team", "lab", "--date", date]) == 2
+    assert f"Received: date={date!r}" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"Expected date as YYYYMMDD"):
+        submit(tmp_path, team="lab", date=date)
+    assert os.listdir(tmp_path) == []
+
+
+def test_submit_zips_clue_1_0s_file_beside_1_1s(tmp_path):
+    # A finished TNEWS run whose data folder holds both test files: CLUE's
+    # baselines submit both, and each is checked against its own test file.
+    data = tmp_path / "data" / "tnews"
+    clue_fixtures.write_lines(data / "test1.0.json", [{"id": 7, "sentence": "好"}])
+    clue_fixtures.write_lines(data / "test1.1.json", [{"id": 0, "sentence": "不好"}])
+    run = tmp_path / "runs" / "tnews"
+    run.mkdir(parents=True)
+    (run / "tnews11_predict.json").write_text('{"id": 0, "label": "100"}\n', encoding="utf-8")
+    (run / "tnews10_predict.json").write_text('{"id": 7, "label": "101"}\n', encoding="utf-8")
+    record = {
+        "status": "finished",
+        "arguments": {"task": "tnews", "benchmark": "clue", "data_dir": str(tmp_path / "data")},
+        "submission": "tnews11_predict.json",
+        "submission_1.0": "tnews10_predict.json",
+    }
+    (run / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    archive, files = submit(tmp_path / "runs", team="lab", date="20261201")
+    with zipfile.ZipFile(archive) as opened:
+        assert sorted(opened.namelist()) == ["tnews10_predict.json", "tnews11_predict.json"]
+    # The 1.0 file is checked against test1.0.json: an id from 1.1 is refused.
+    archive.unlink()
+    (run / "tnews10_predict.json").write_text('{"id": 0, "label": "101"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="tnews10_predict.json"):
+        submit(tmp_path / "runs", team="lab", date="20261201")
+
+
 # === The optimizer ===
-def test_the_schedule_warms_up_then_decays_linearly():
+class _KernelSteps(keras.callbacks.Callback):
+    """The change of the one Dense kernel at every batch of `fit`."""
+
+    def on_train_begin(self, logs=None):
+        self.kernels = [np.array(self.model.layers[0].kernel.numpy())]
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.kernels.append(np.array(self.model.layers[0].kernel.numpy()))
+
+    def steps(self):
+        return [float(np.abs(b - a).max()) for a, b in zip(self.kernels, self.kernels[1:])]
+
+
+@pytest.mark.parametrize("accumulation, warmup", [(1, 0.0), (3, 0.0), (3, 2 / 6), (4, 0.5)])
+def test_the_schedule_warms_up_then_decays_linearly(accumulation, warmup):
     schedule = WarmupLinearDecay(1.0, total_steps=10, warmup_steps=4)
     values = [float(schedule(step)) for step in range(12)]
     expected = [0, 0.25, 0.5, 0.75, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0.0, 0.0]
     np.testing.assert_allclose(values, expected, atol=1e-6)
+    # Under `fit` with gradient accumulation the schedule counts updates, not
+    # batches: a constant gradient makes Adam move every weight by exactly the
+    # update's rate, so each update's step is its rate.
+    updates, peak = 6, 1e-2
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False)])
+    model.compile(
+        optimizer=fine_tuning_optimizer(
+            peak, updates, warmup_proportion=warmup, weight_decay=0.0, accumulation=accumulation
+        ),
+        loss=lambda y_true, y_pred: keras.ops.mean(y_pred),
+        jit_compile=True,
+    )
+    steps = _KernelSteps()
+    batches = updates * accumulation
+    x, y = np.ones((batches * 2, 2), "float32"), np.zeros((batches * 2, 1), "float32")
+    model.fit(x, y, batch_size=2, epochs=1, shuffle=False, verbose=0, callbacks=[steps])
+    rates = WarmupLinearDecay(peak, updates, int(warmup * updates))
+    expected = [0.0] * batches
+    for update in range(updates):
+        expected[(update + 1) * accumulation - 1] = float(rates(update))
+    np.testing.assert_allclose(steps.steps(), expected, rtol=1e-4, atol=1e-9)
+    moved = [step > 0 for step in steps.steps()[accumulation - 1 :: accumulation]]
+    assert moved == [warmup == 0.0] + [True] * (updates - 1)  # BERT's warmup starts at 0
+    assert int(model.optimizer.iterations) == updates
     assert (
         WarmupLinearDecay.from_config(schedule.get_config()).get_config() == schedule.get_config()
     )

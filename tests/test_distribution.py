@@ -31,7 +31,7 @@ from keras_masking.distribution import transformer_layout_map
 
 HERE = pathlib.Path(__file__).parent
 BACKEND = keras.config.backend()
-METHODS = ("drop_token", "asa+drop_token+fl_tuning", "peft", "masked_lm", "exlm")
+METHODS = ("drop_token", "asa+drop_token+fl_tuning", "asa_regression", "peft", "masked_lm", "exlm")
 
 
 def _run_script(script, *args, timeout=600, env=None):
@@ -80,6 +80,18 @@ def test_a_data_parallel_step_equals_the_single_device_step(two_devices, method)
     _assert_same_step(entry)
     if BACKEND == "jax":
         assert entry["dropout"] == 0.1  # even the dropout masks agree on JAX
+
+
+def test_asa_regression_takes_its_batch_softmax_over_the_global_batch(two_devices):
+    """The official regression divergence is a softmax over the batch: each
+    tf.distribute replica gathers the others' outputs (per-replica softmaxes
+    moved the weights 0.22 apart, on an update of 0.27); JAX's DataParallel
+    step is one program over the global batch."""
+    entry = _by_method(two_devices)["asa_regression"]
+    _assert_same_step(entry)
+    divergence = entry["single_logs"]["divergence"]
+    assert divergence > 0.0
+    assert entry["parallel_logs"]["divergence"] == pytest.approx(divergence, rel=1e-5)
 
 
 def test_the_metrics_that_average_add_up_across_replicas(two_devices):
@@ -211,6 +223,45 @@ def test_the_data_parallel_engine_is_made_once_per_process():
     engine = keras_masking.distribution.data_parallel_engine()
     assert engine is keras_masking.distribution.data_parallel_engine()
     assert keras_masking.distribution.replicas_in_sync(engine) >= 1
+
+
+@pytest.mark.parametrize("engine", ["x", 3, object()])
+def test_engine_scope_refuses_what_is_not_an_engine(engine):
+    with pytest.raises(
+        ValueError,
+        match=r"Expected a keras.distribution.Distribution, a tf.distribute.Strategy or None "
+        rf"for engine\. Received: engine=.* of type {type(engine).__name__}\.",
+    ):
+        keras_masking.distribution.engine_scope(engine)
+    with keras_masking.distribution.engine_scope(None):
+        assert keras_masking.distribution.replicas_in_sync() == 1
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("{cluster: 1}", r"It is not JSON \(.*\)\. Received: TF_CONFIG='\{cluster: 1\}'\."),
+        ("[1, 2]", r"to hold a JSON object\. Received: TF_CONFIG='\[1, 2\]'\."),
+        ('{"cluster": ["a:1"]}', r"cluster of TF_CONFIG to map each job name to a list"),
+        ('{"cluster": {"worker": "a:1"}}', r"cluster of TF_CONFIG to map each job name"),
+    ],
+)
+def test_malformed_tf_config_is_named(value, message, monkeypatch):
+    from keras_masking.distribution import engines
+
+    monkeypatch.setenv("TF_CONFIG", value)
+    with pytest.raises(ValueError, match=message):
+        engines.tf_config_cluster()
+    if BACKEND == "tensorflow":
+        monkeypatch.setattr(engines, "_ENGINES", {})
+        with pytest.raises(ValueError, match=r"TF_CONFIG"):
+            engines.data_parallel_engine()
+    for empty in ("", "  ", "{}", '{"task": {"type": "worker", "index": 0}}'):
+        monkeypatch.setenv("TF_CONFIG", empty)
+        assert engines.tf_config_cluster() is None
+    cluster = {"worker": ["localhost:1", "localhost:2"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster}))
+    assert engines.tf_config_cluster() == cluster
 
 
 def test_finetune_refuses_a_data_parallel_that_is_not_a_bool(tmp_path):

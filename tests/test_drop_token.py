@@ -260,6 +260,59 @@ def test_rate_schedule_changes_rates_in_fit():
         keras_masking.callbacks.DropTokenRateSchedule(final_rate=1.0, ramp_steps=5)
 
 
+@pytest.mark.parametrize("steps_per_execution", [2, 3])
+def test_rate_schedule_counts_optimizer_steps_with_steps_per_execution(steps_per_execution):
+    """8 steps an epoch, 2 or 3 a call: the schedule counts optimizer steps, not
+    executions, and each execution runs at the rate of its first step (the
+    last execution of 3 is cut short at step 8)."""
+    length = 12
+    hidden = keras.Input((length, 1))
+    mask = keras.Input((length,), dtype="int32")
+    drop = DropToken(0.5, slot_multiple=1, seed=0)
+    kept = keras.ops.sum(keras.ops.cast(drop(hidden, mask)["padding_mask"], "float32"), axis=1)
+    dense = keras.layers.Dense(1, kernel_initializer="ones", bias_initializer="zeros")
+    model = keras.Model([hidden, mask], dense(kept[:, None]))
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.0),
+        loss="mse",
+        jit_compile=True,
+        steps_per_execution=steps_per_execution,
+    )
+    schedule = keras_masking.callbacks.DropTokenRateSchedule(
+        final_rate=0.0, initial_rate=0.5, ramp_steps=6, levels=3
+    )
+    seen = []
+
+    class Spy(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append((batch, drop.rate, float(logs["loss"])))
+
+    x = [np.ones((8, length, 1), "float32"), np.ones((8, length), "int32")]
+    model.fit(x, np.zeros((8, 1)), batch_size=1, epochs=2, verbose=0, callbacks=[schedule, Spy()])
+    assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 16
+    assert schedule.step == 16
+    if steps_per_execution == 2:  # executions start at steps 0, 2, 4, 6 | 8, ...
+        assert [rate for _, rate, _ in seen[:4]] == [0.5, 0.25, 0.25, 0.0]
+        assert schedule.history == [(0, 0.5), (2, 0.25), (6, 0.0)]
+    else:  # 0, 3, 6 (two steps) | 8, 11, 14 (two steps)
+        assert [rate for _, rate, _ in seen[:3]] == [0.5, 0.25, 0.0]
+        assert schedule.history == [(0, 0.5), (3, 0.25), (6, 0.0)]
+    assert all(rate == 0.0 for _, rate, _ in seen[len(seen) // 2 :])
+    # The first epoch's running mean loss: each step kept 12 - 12 * rate tokens.
+    steps, total = 0, 0.0
+    for end, rate, mean in seen[: len(seen) // 2]:
+        done = min(end + 1, 8)  # the last execution of 3 runs 2 steps
+        total += (done - steps) * (length - length * rate) ** 2
+        steps = done
+        np.testing.assert_allclose(mean, total / steps, rtol=1e-6)
+    # A new schedule on the trained model continues from the optimizer's count.
+    later = keras_masking.callbacks.DropTokenRateSchedule(
+        final_rate=0.0, initial_rate=0.5, ramp_steps=32, levels=3
+    )
+    model.fit(x, np.zeros((8, 1)), batch_size=4, epochs=1, verbose=0, callbacks=[later])
+    assert later.history == [(16, 0.25)] and later.step == 18
+
+
 def test_keras_hub_roberta_attention_mode_matches_gather():
     hub = keras_hub.models.RobertaBackbone(**HUB_SIZES)
     randomize_weights(hub, seed=4)

@@ -271,3 +271,61 @@ def test_prediction_entropy_of_uniform_and_peaked_logits():
     peaked[0, 1, 7] = 100.0
     value = _numpy(prediction_entropy(peaked, np.array([[0, 1]])))
     assert value < 1e-6
+
+
+def _tiny_pretrainer():
+    backbone = TransformerBackbone(
+        **tiny_backbone_kwargs(position="rotary2d", custom_position_ids=True)
+    )
+    return ExLMPretrainer(backbone, k=2, mask_token_id=3, special_token_ids=(1, 2), seed=0)
+
+
+def _tiny_batches(count=3):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 64, size=(2 * count, 8)).astype("int32")
+    ids[:, 0], ids[:, -1] = 1, 2
+    return {"token_ids": ids, "padding_mask": np.ones_like(ids)}
+
+
+def test_fit_refuses_nan_weights_before_the_first_step():
+    model = _tiny_pretrainer()
+    model.compile(optimizer=keras.optimizers.SGD(1e-3))
+    model.build({key: value.shape for key, value in _tiny_batches().items()})
+    table = keras.ops.convert_to_numpy(model.backbone.token_embedding.embeddings).copy()
+    table[7, 1] = np.nan
+    model.backbone.token_embedding.embeddings.assign(table)
+    with pytest.raises(
+        ValueError,
+        match=r"Expected finite weights to train ExLMPretrainer\. Received: "
+        r"'.*token_embedding/embeddings' holds 1 NaN or infinite value",
+    ):
+        model.fit(_tiny_batches(), batch_size=2, verbose=0)
+
+
+def test_fit_stops_at_the_first_nan_loss():
+    model = _tiny_pretrainer()
+    # A step this large overflows the weights to inf: every later loss is NaN.
+    model.compile(optimizer=keras.optimizers.SGD(1e38))
+    seen = []
+    record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: seen.append(b))
+    with pytest.raises(
+        FloatingPointError,
+        match=r"ExLMPretrainer\.fit stopped: the loss is nan at epoch 1, batch 2, so the "
+        r"weights now hold NaN",
+    ):
+        model.fit(_tiny_batches(), batch_size=2, epochs=2, verbose=0, callbacks=[record])
+    assert seen == [0, 1]  # no step ran after the NaN loss
+
+
+def test_fit_and_predict_check_numpy_inputs_before_compiling():
+    model = _tiny_pretrainer()
+    model.compile(optimizer=keras.optimizers.SGD(1e-3))
+    batches = _tiny_batches()
+    bad = {**batches, "token_ids": batches["token_ids"] + 64}
+    with pytest.raises(
+        ValueError, match=r"Expected token_ids in \[0, 64\).*Received values \[65, 66, "
+    ):
+        model.fit(bad, batch_size=2, verbose=0)
+    half = {**batches, "padding_mask": batches["padding_mask"] * 0.5}
+    with pytest.raises(ValueError, match=r"padding_mask of 0s and 1s\. Received values \[0\.5\]"):
+        model.predict(half, verbose=0)

@@ -663,7 +663,7 @@ def _bad_calls():
             ),
             (
                 lambda t: t(np.ones((1, 4, 32), "float32"), slot_index=np.array([[0, 2, 4, 9]])),
-                r"slot_index must lie in \[0, 8\)",
+                r"Expected slot_index in \[0, 8\)",
             ),
             (
                 lambda t: t(np.ones((1, 4, 32), "float32"), np.array([[1, 1, 2, 0]])),

@@ -74,3 +74,125 @@ def test_model_average_equals_a_loop_over_the_same_maskings():
         keras_masking.mlm_model_average(model, features, mask_token_id=3, samples=0)
     with pytest.raises(ValueError, match="mask_token_id"):
         keras_masking.mlm_model_average(model, features, mask_token_id=64)
+
+
+# === Special tokens and models with a preprocessor ===
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+PAD, UNK, CLS, SEP, MASK = range(5)
+VOCABULARY = SPECIAL + [f"w{index}" for index in range(59)]  # 64 tokens
+
+
+def _features(batch=4, length=10):
+    """[CLS] words [SEP] [PAD]...: 7 or 8 real tokens a row."""
+    rng = np.random.default_rng(1)
+    token_ids = rng.integers(5, 64, size=(batch, length)).astype("int32")
+    padding = np.ones((batch, length), "int32")
+    for row, real in enumerate([length, length - 1] * (batch // 2)):
+        token_ids[row, 0], token_ids[row, real - 1] = CLS, SEP
+        token_ids[row, real:], padding[row, real:] = PAD, 0
+    return {
+        "token_ids": token_ids,
+        "segment_ids": np.zeros_like(token_ids),
+        "padding_mask": padding,
+    }
+
+
+def _copy_model():
+    """Outputs the one-hot of each input token: averaged, the share of each
+    token at each position over the maskings."""
+    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+    padding_mask = keras.Input((None,), dtype="int32", name="padding_mask")
+    one_hot = keras.layers.Embedding(64, 64, embeddings_initializer="identity")(token_ids)
+    outputs = one_hot * keras.ops.cast(padding_mask, "float32")[..., None]
+    return keras.Model({"token_ids": token_ids, "padding_mask": padding_mask}, outputs)
+
+
+def test_the_tokenizers_special_tokens_are_never_masked_by_default():
+    from keras_masking.data import bert_tokenizer
+
+    features = _features()
+    features.pop("segment_ids")
+    shares = keras_masking.mlm_model_average(
+        _copy_model(), features, MASK, samples=600, seed=2, tokenizer=bert_tokenizer(VOCABULARY)
+    )
+    token_ids = features["token_ids"]
+    rows, columns = np.indices(token_ids.shape)
+    kept = shares[rows, columns, token_ids]
+    special = np.isin(token_ids, [CLS, SEP])
+    np.testing.assert_array_equal(kept[special], 1.0)  # [CLS], [SEP]: never masked
+    words = (~special) & (features["padding_mask"] > 0)
+    mask_share = shares[..., MASK][words]
+    assert abs(mask_share.mean() - 0.12) < 0.01  # 15% x 80%
+    # Selected explicitly: every non-padding token, [CLS] and [SEP] too.
+    everything = keras_masking.mlm_model_average(
+        _copy_model(), features, MASK, samples=600, seed=2, unselectable_token_ids=()
+    )
+    assert abs(everything[..., MASK][special].mean() - 0.12) < 0.02
+
+
+def test_no_tokenizer_and_no_unselectable_ids_is_refused():
+    features = _features()
+    features.pop("segment_ids")
+    model = _copy_model()
+    with pytest.raises(ValueError, match="Expected unselectable_token_ids.*Received: unselectable"):
+        keras_masking.mlm_model_average(model, features, MASK, samples=2)
+    with pytest.raises(ValueError, match="Expected a tokenizer with special_token_ids"):
+        keras_masking.mlm_model_average(model, features, MASK, samples=2, tokenizer=object())
+
+
+@pytest.mark.parametrize(
+    "family", ["keras_masking", pytest.param("keras_hub", marks=pytest.mark.slow)]
+)
+def test_a_classifier_with_a_preprocessor_is_averaged_on_token_features(family):
+    import keras_hub
+
+    from keras_masking.data import bert_tokenizer
+    from keras_masking.models import TransformerTextClassifier
+    from keras_masking.models import TransformerTextClassifierPreprocessor
+
+    if family == "keras_masking":
+        preprocessor = TransformerTextClassifierPreprocessor(
+            bert_tokenizer(VOCABULARY), sequence_length=10
+        )
+        backbone = TransformerBackbone(**tiny_backbone_kwargs())
+        classifier = TransformerTextClassifier(backbone, num_classes=3, preprocessor=preprocessor)
+    else:
+        tokenizer = keras_hub.tokenizers.BertTokenizer(vocabulary=VOCABULARY)
+        preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
+            tokenizer, sequence_length=10
+        )
+        backbone = keras_hub.models.BertBackbone(
+            vocabulary_size=64,
+            num_layers=2,
+            num_heads=2,
+            hidden_dim=32,
+            intermediate_dim=64,
+            max_sequence_length=16,
+        )
+        classifier = keras_hub.models.BertTextClassifier(
+            backbone, num_classes=3, preprocessor=preprocessor
+        )
+    features = _features()
+    averaged = keras_masking.mlm_model_average(
+        classifier, features, MASK, samples=3, from_logits=True, seed=5
+    )
+    masked = sample_mlm_maskings(
+        features["token_ids"],
+        3,
+        MASK,
+        64,
+        unselectable_token_ids=[PAD, CLS, SEP, MASK],
+        padding_mask=features["padding_mask"],
+        seed=5,
+    )
+    loop = np.mean(
+        [
+            keras.ops.convert_to_numpy(
+                keras.ops.softmax(classifier({**features, "token_ids": m}, training=False))
+            )
+            for m in masked
+        ],
+        axis=0,
+    )
+    np.testing.assert_allclose(averaged, loop, atol=1e-5)
+    assert classifier.preprocessor is preprocessor  # left as it was

@@ -88,3 +88,202 @@ def test_adamw_round_trips_through_its_config_and_a_saved_model(tmp_path):
 def test_the_fine_tuning_optimizer_is_this_adamw():
     optimizer = keras_masking.clue.optimization.fine_tuning_optimizer(1e-3, total_steps=10)
     assert isinstance(optimizer, AdamW)
+
+
+# === Keras' own AdamW against ours, under every option ===
+def _one_hot_model(table):
+    """The lookup as a matmul of one-hot rows: its gradient is dense on every
+    backend, so Keras' AdamW updates it exactly (the reference)."""
+    inputs = keras.Input((3,), dtype="int32")
+    dense = keras.layers.Dense(table.shape[1], use_bias=False, name="table")
+    outputs = dense(keras.ops.one_hot(inputs, table.shape[0]))
+    model = keras.Model(inputs, outputs)
+    dense.kernel.assign(table)
+    return model
+
+
+def _table_after(model, optimizer, steps=3, batch_size=2):
+    model.compile(optimizer=optimizer, loss="mse")
+    model.fit(IDS, TARGETS, batch_size=batch_size, epochs=steps, shuffle=False, verbose=0)
+    layer = model.get_layer("table")
+    return (layer.embeddings if hasattr(layer, "embeddings") else layer.kernel).numpy()
+
+
+OPTIONS = {
+    "plain": {},
+    "amsgrad": {"amsgrad": True},
+    "ema": {"use_ema": True, "ema_momentum": 0.5},
+    "accumulation": {"gradient_accumulation_steps": 2},
+    "loss_scale_factor": {"loss_scale_factor": 8.0},
+    "loss_scale_optimizer": {},
+}
+#: What Keras' own AdamW does with the embedding's IndexedSlices on
+#: TensorFlow: a wrong update of repeated rows, the exact one (gradient
+#: accumulation sums them into a dense buffer first), or a TypeError
+#: (``loss_scale_factor`` divides the IndexedSlices).
+KERAS_ON_TENSORFLOW = {
+    "plain": "wrong",
+    "amsgrad": "wrong",
+    "ema": "wrong",
+    "accumulation": "exact",
+    "loss_scale_factor": TypeError,
+    "loss_scale_optimizer": "wrong",
+}
+
+
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_adamw_is_exact_under_every_option_where_keras_adamw_is_not(option):
+    """The reference is Keras' AdamW on dense gradients (a one-hot matmul).
+    Ours on the embedding's gradients equals it; Keras' own AdamW on the same
+    embedding does not on TensorFlow (repeated rows move too far, or it
+    fails), and is ours on JAX."""
+    start = _model().get_layer("table").embeddings.numpy()
+
+    def make(cls):
+        optimizer = cls(learning_rate=0.05, weight_decay=0.01, **OPTIONS[option])
+        if option == "loss_scale_optimizer":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=64.0)
+        return optimizer
+
+    reference = _table_after(_one_hot_model(start), make(keras.optimizers.AdamW), batch_size=1)
+    ours = _table_after(_model(), make(AdamW), batch_size=1)
+    np.testing.assert_allclose(ours, reference, atol=2e-6)
+    assert np.abs(ours - start).max() > 0.05  # the steps moved the rows
+    keras_does = KERAS_ON_TENSORFLOW[option] if keras.config.backend() == "tensorflow" else "exact"
+    if keras_does is TypeError:
+        with pytest.raises(TypeError, match="IndexedSlices"):
+            _table_after(_model(), make(keras.optimizers.AdamW), batch_size=1)
+        return
+    theirs = _table_after(_model(), make(keras.optimizers.AdamW), batch_size=1)
+    gap = np.abs(theirs - reference).max()
+    if keras_does == "wrong":
+        assert gap > 0.01, gap  # the defect this class fixes shows here
+    else:
+        assert gap < 2e-6, gap
+
+
+def test_keras_adamw_on_tensorflow_moves_a_row_looked_up_k_times_sqrt_k_too_far():
+    """Row 2 looked up k = 4 times with the same gradient: the exact first
+    Adam step moves it by the learning rate; Keras' AdamW on TensorFlow
+    moves it sqrt(4) = 2 times as far."""
+    ids = np.array([[2, 2, 2, 2]], "int32")
+
+    def step(optimizer):
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((4,), dtype="int32")
+        model = keras.Model(inputs, keras.layers.Embedding(8, 4, name="table")(inputs))
+        start = model.get_layer("table").embeddings.numpy()
+        model.compile(optimizer=optimizer, loss=lambda y, p: keras.ops.sum(p))
+        model.fit(ids, np.zeros((1, 4, 4), "float32"), verbose=0)
+        return np.abs(model.get_layer("table").embeddings.numpy() - start)[2]
+
+    ours = step(AdamW(learning_rate=0.01, weight_decay=0.0))
+    theirs = step(keras.optimizers.AdamW(learning_rate=0.01, weight_decay=0.0))
+    np.testing.assert_allclose(ours, 0.01, rtol=1e-4)
+    expected = 0.02 if keras.config.backend() == "tensorflow" else 0.01
+    np.testing.assert_allclose(theirs, expected, rtol=1e-4)
+
+
+# === Arguments ===
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"learning_rate": 0.0}, r"Expected learning_rate in \(0.0, inf\]. Received: "),
+        ({"learning_rate": -1e-3}, "learning_rate"),
+        ({"learning_rate": float("nan")}, "Expected a number for learning_rate"),
+        ({"learning_rate": "fast"}, "Expected a number > 0, a LearningRateSchedule"),
+        ({"weight_decay": -0.01}, r"Expected weight_decay in \[0.0, inf\]"),
+        ({"weight_decay": float("inf")}, "Expected a finite number for weight_decay"),
+        ({"beta_1": 1.0}, r"Expected beta_1 in \[0.0, 1.0\). Received: beta_1=1.0"),
+        ({"beta_2": 1.5}, r"Expected beta_2 in \[0.0, 1.0\)"),
+        ({"epsilon": 0.0}, r"Expected epsilon in \(0.0, inf\]. Received: epsilon=0.0"),
+        ({"epsilon": -1e-7}, "epsilon"),
+        ({"amsgrad": 1}, "Expected True or False for amsgrad"),
+        ({"use_ema": "yes"}, "Expected True or False for use_ema"),
+        ({"clipnorm": 0.0}, "clipnorm"),
+        ({"global_clipnorm": float("inf")}, "Expected a finite number for global_clipnorm"),
+        ({"clipvalue": -1.0}, "clipvalue"),
+        ({"loss_scale_factor": 0.0}, "loss_scale_factor"),
+        ({"ema_momentum": 1.5}, r"Expected ema_momentum in \[0.0, 1.0\]"),
+        ({"ema_overwrite_frequency": 0}, "ema_overwrite_frequency"),
+        ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps"),
+        ({"gradient_accumulation_steps": 2.5}, "Expected an integer for gradient_accumulation"),
+    ],
+)
+def test_adamw_refuses_arguments_that_cannot_train(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        AdamW(**kwargs)
+
+
+def test_adamw_accepts_schedules_numpy_numbers_and_one_accumulation_step():
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
+    assert AdamW(learning_rate=schedule).learning_rate is not None
+    optimizer = AdamW(learning_rate=np.float32(0.5), gradient_accumulation_steps=1)
+    assert optimizer.gradient_accumulation_steps is None
+    np.testing.assert_allclose(float(optimizer.learning_rate), 0.5)
+
+
+def test_epsilon_zero_would_make_rows_never_looked_up_nan():
+    """Why epsilon > 0: a row no example looked up has a zero (dense)
+    gradient, and 0 / (sqrt(0) + 0) is NaN."""
+    model = _model()
+    optimizer = keras.optimizers.AdamW(learning_rate=0.01, epsilon=0.0)
+    table = _table_after(model, optimizer, steps=1)
+    looked_up = np.unique(IDS)
+    never = np.setdiff1d(np.arange(8), looked_up)
+    assert np.isfinite(table[looked_up]).all()
+    if keras.config.backend() == "jax":  # dense gradients: NaN where never looked up
+        assert np.isnan(table[never]).all()
+    with pytest.raises(ValueError, match="epsilon"):
+        AdamW(epsilon=0.0)
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="IndexedSlices are TensorFlow's")
+def test_an_indexed_slices_row_outside_the_variable_is_refused_clearly():
+    import tensorflow as tf
+
+    table = keras.Variable(np.zeros((8, 4), "float32"), name="table")
+    optimizer = AdamW(learning_rate=0.1)
+    optimizer.build([table])
+    shape = tf.constant([8, 4])
+    sparse = tf.IndexedSlices(tf.ones((2, 4)), tf.constant([1, 9]), dense_shape=shape)
+    expected = (
+        r"Expected the rows of the IndexedSlices gradient of table in \[0, 8\)\. "
+        r"Received: indices=\[9\]\."
+    )
+    with pytest.raises(ValueError, match=expected):
+        optimizer.apply([sparse], [table])
+    negative = tf.IndexedSlices(tf.ones((1, 4)), tf.constant([-1]), dense_shape=shape)
+    with pytest.raises(ValueError, match=r"Received: indices=\[-1\]"):
+        optimizer.apply([negative], [table])
+    np.testing.assert_array_equal(table.numpy(), 0.0)  # nothing changed
+    assert int(optimizer.iterations.numpy()) == 0
+
+    @tf.function(autograph=False)  # as Keras' own steps
+    def graph_step(grad):
+        optimizer.apply([grad], [table])
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="IndexedSlices gradient of table"):
+        graph_step(sparse)
+    np.testing.assert_array_equal(table.numpy(), 0.0)
+
+
+@pytest.mark.parametrize("accumulation", [None, 2, 3])
+def test_a_schedule_is_evaluated_at_the_update_count_under_accumulation(accumulation):
+    # A constant gradient makes each Adam step equal to the rate (m_hat = g,
+    # v_hat = g**2), so the k-th update moves the weight by schedule(k).
+    schedule = keras.optimizers.schedules.PolynomialDecay(1.0, decay_steps=4, end_learning_rate=0.0)
+    optimizer = AdamW(
+        learning_rate=schedule,
+        weight_decay=0.0,
+        epsilon=1e-12,
+        gradient_accumulation_steps=accumulation,
+    )
+    variable = keras.Variable(np.zeros((1,), "float32"))
+    moves, batches = [], accumulation or 1
+    for _ in range(4):
+        before = float(variable.numpy()[0])
+        for _ in range(batches):
+            optimizer.apply([keras.ops.ones((1,))], [variable])
+        moves.append(before - float(variable.numpy()[0]))
+    np.testing.assert_allclose(moves, [1.0, 0.75, 0.5, 0.25], atol=1e-5)

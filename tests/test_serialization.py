@@ -1,6 +1,7 @@
 """model.save / keras.saving.load_model and keras-hub presets round-trip."""
 
 import json
+import re
 
 import keras
 import numpy as np
@@ -132,3 +133,52 @@ def test_compiled_training_step_runs_under_xla():
     masked_lm.fit(data, labels, epochs=15, verbose=0)
     last = masked_lm.evaluate(data, labels, verbose=0, return_dict=True)["loss"]
     assert last < first
+
+
+# === A damaged preset folder is refused, naming the file ===
+def _damaged_preset(tmp_path, name, keep):
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    preset = tmp_path / "preset"
+    backbone.save_to_preset(str(preset))
+    path = preset / name
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+    return preset, path
+
+
+@pytest.mark.parametrize("keep", [0.6, 0.01])
+def test_truncated_preset_weights_name_the_file(keep, tmp_path):
+    preset, path = _damaged_preset(tmp_path, "model.weights.h5", keep)
+    with pytest.raises(
+        ValueError,
+        match=rf"^{re.escape(str(path))}: cannot read the preset's weights; the file is "
+        r"truncated or corrupt \(OSError: .*truncated file",
+    ):
+        TransformerBackbone.from_preset(str(preset))
+    # Without the weights, the architecture still loads.
+    assert TransformerBackbone.from_preset(str(preset), load_weights=False).num_layers == 2
+
+
+@pytest.mark.parametrize("name", ["config.json", "metadata.json"])
+def test_corrupt_preset_json_names_the_file(name, tmp_path):
+    preset, path = _damaged_preset(tmp_path, name, 0.5)
+    with pytest.raises(
+        ValueError, match=rf"^{re.escape(str(path))}: not valid JSON \(.*\); the file is truncated"
+    ):
+        TransformerBackbone.from_preset(str(preset))
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"expected a JSON object\. Received: a JSON list\."):
+        TransformerBackbone.from_preset(str(preset))
+
+
+def test_preset_with_nan_weights_is_refused(tmp_path):
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    table = keras.ops.convert_to_numpy(backbone.token_embedding.embeddings).copy()
+    table[5, 2] = np.nan
+    backbone.token_embedding.embeddings.assign(table)
+    backbone.save_to_preset(str(tmp_path / "preset"))
+    with pytest.raises(
+        ValueError,
+        match=r"model.weights.h5: weight '.*token_embedding/embeddings' holds 1 NaN or infinite",
+    ):
+        TransformerBackbone.from_preset(str(tmp_path / "preset"))

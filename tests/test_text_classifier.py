@@ -209,16 +209,45 @@ def test_fit_reaches_full_accuracy_on_texts_and_pairs_with_the_mlm_correction(
         np.testing.assert_array_equal(np.asarray(variable), saved[variable.path])
 
 
-def test_save_load_and_preset_round_trips_give_equal_predictions(preprocessor, tmp_path):
+# Texts whose tokens change if a tokenizer setting is lost: lowercase (Fox), the
+# case folding (full-width Ａ and ！ are ASCII only under NFKC) and the word limit.
+SETTINGS = dict(lowercase=True, case_folding="nfkc", max_input_chars_per_word=8)
+SETTINGS_TEXTS = ["Fox IS Very GOOD！", "Ａ dog runninglyes", "THE movie，ＮＯＴ bad"]
+
+
+def _settings_ids(tokenizer):
+    return [np.asarray(ids).tolist() for ids in tokenizer(SETTINGS_TEXTS)]
+
+
+def test_settings_texts_show_each_lost_setting(vocab_file):
+    expected = [
+        _ids(["fox", "is", "very", "good", "!"]),
+        _ids(["a", "dog", "[UNK]"]),  # 11 characters: over the limit of 8
+        _ids(["the", "movie", ",", "not", "bad"]),
+    ]
+    assert _settings_ids(bert_tokenizer(vocab_file, **SETTINGS)) == expected
+    lost_settings = (
+        dict(lowercase=False), dict(case_folding="bert"), dict(max_input_chars_per_word=100)
+    )
+    for lost in lost_settings:
+        assert _settings_ids(bert_tokenizer(vocab_file, **{**SETTINGS, **lost})) != expected
+
+
+def test_save_load_and_preset_round_trips_give_equal_predictions(vocab_file, tmp_path):
+    preprocessor = TransformerTextClassifierPreprocessor(
+        bert_tokenizer(vocab_file, **SETTINGS), sequence_length=LENGTH
+    )
+    settings_ids = _settings_ids(preprocessor.tokenizer)
     classifier = _classifier(preprocessor, seed=1, activation="softmax", dropout=0.2)
-    expected = _logits(classifier, TEXTS)
+    expected = _logits(classifier, TEXTS + SETTINGS_TEXTS)
     pairs = (TEXTS[::-1], TEXTS)
     expected_pairs = np.asarray(classifier(preprocessor(x=pairs)))
 
     classifier.save(tmp_path / "classifier.keras")
     loaded = keras.saving.load_model(tmp_path / "classifier.keras")
     assert type(loaded) is TransformerTextClassifier
-    np.testing.assert_allclose(_logits(loaded, TEXTS), expected, atol=1e-6)
+    assert _settings_ids(loaded.preprocessor.tokenizer) == settings_ids
+    np.testing.assert_allclose(_logits(loaded, TEXTS + SETTINGS_TEXTS), expected, atol=1e-6)
     np.testing.assert_allclose(
         np.asarray(loaded(loaded.preprocessor(x=pairs))), expected_pairs, atol=1e-6
     )
@@ -230,8 +259,8 @@ def test_save_load_and_preset_round_trips_give_equal_predictions(preprocessor, t
     for loader in (TransformerTextClassifier, keras_hub.models.TextClassifier):
         restored = loader.from_preset(preset)
         assert type(restored) is TransformerTextClassifier
-        np.testing.assert_allclose(_logits(restored, TEXTS), expected, atol=1e-6)
-    ids = np.asarray(preprocessor(TEXTS)["token_ids"])
+        np.testing.assert_allclose(_logits(restored, TEXTS + SETTINGS_TEXTS), expected, atol=1e-6)
+    ids = np.asarray(preprocessor(TEXTS + SETTINGS_TEXTS)["token_ids"])
     for loader in (
         TransformerTextClassifierPreprocessor,
         keras_hub.models.TextClassifierPreprocessor,
@@ -239,11 +268,13 @@ def test_save_load_and_preset_round_trips_give_equal_predictions(preprocessor, t
         restored = loader.from_preset(preset)
         assert type(restored) is TransformerTextClassifierPreprocessor
         assert restored.sequence_length == LENGTH
-        np.testing.assert_array_equal(np.asarray(restored(TEXTS)["token_ids"]), ids)
+        texts = TEXTS + SETTINGS_TEXTS
+        np.testing.assert_array_equal(np.asarray(restored(texts)["token_ids"]), ids)
     for loader in (keras_hub.tokenizers.Tokenizer, keras_hub.tokenizers.BertTokenizer):
         tokenizer = loader.from_preset(preset)
         assert tokenizer.get_vocabulary() == VOCABULARY
         assert np.asarray(tokenizer("今天很好")).tolist() == _ids(list("今天很好"))
+        assert _settings_ids(tokenizer) == settings_ids
     # num_classes= builds a new head on the preset's backbone.
     fresh = TransformerTextClassifier.from_preset(preset, num_classes=5)
     assert fresh.output_dense.kernel.shape == (32, 5)

@@ -136,22 +136,65 @@ def test_files_split_across_shards(corpus, tokenizer):
     assert not read[0] & read[1]
 
 
-def test_the_same_seed_gives_the_same_batches_and_skip_continues(corpus, tokenizer):
+def _assert_same_batches(expected, got):
+    assert len(expected) == len(got)
+    for index, (a, b) in enumerate(zip(expected, got)):
+        for name in a[0]:
+            np.testing.assert_array_equal(a[0][name], b[0][name], err_msg=f"{index}: {name}")
+        np.testing.assert_array_equal(a[1], b[1], err_msg=f"batch {index}: labels")
+        np.testing.assert_array_equal(a[2], b[2], err_msg=f"batch {index}: weights")
+
+
+def _mlm(folder, tokenizer, **kwargs):
+    arguments = dict(objective="mlm", shuffle_buffer=5, seed=11)
+    arguments.update(kwargs)
+    return text_shard_dataset(str(folder / "part-*.txt"), tokenizer, 8, 4, **arguments)
+
+
+def test_skip_in_the_same_process_continues_an_uninterrupted_run(corpus, tokenizer):
+    """One dataset object, iterated again: ``skip(n)`` gives the batches from
+    the n-th on, in order, across passes over the files (24 windows, 6
+    batches a pass), and so does a new pipeline."""
     folder, _ = corpus
-
-    def batches(skip=0):
-        dataset = text_shard_dataset(
-            str(folder / "part-*.txt"), tokenizer, 8, 4, objective="mlm", shuffle_buffer=5, seed=11
+    dataset = _mlm(folder, tokenizer)
+    uninterrupted = list(dataset.take(16).as_numpy_iterator())
+    _assert_same_batches(uninterrupted, list(dataset.take(16).as_numpy_iterator()))
+    for n in (2, 7):
+        _assert_same_batches(
+            uninterrupted[n:], list(dataset.skip(n).take(16 - n).as_numpy_iterator())
         )
-        return list(dataset.skip(skip).take(4).as_numpy_iterator())
+    again = _mlm(folder, tokenizer).skip(5).take(11).as_numpy_iterator()
+    _assert_same_batches(uninterrupted[5:], list(again))
+    # Shuffled: not in file order, and the passes over the files differ.
+    rows = _rows(x for x, _, _ in uninterrupted)
+    assert rows[:24] != rows[24:48]
+    assert rows[:24] != _windows([t for f in sorted(corpus[1]) for t in corpus[1][f]], 6)
 
-    # A second pipeline, two batches on: the same batches, masked the same way.
-    first, skipped = batches(), batches(skip=2)
-    for a, b in zip(first[2:], skipped):
-        np.testing.assert_array_equal(a[0]["token_ids"], b[0]["token_ids"])
-        np.testing.assert_array_equal(a[0]["mask_positions"], b[0]["mask_positions"])
-        np.testing.assert_array_equal(a[1], b[1])
-    assert not np.array_equal(first[0][0]["token_ids"], first[2][0]["token_ids"])
+
+def test_global_seeds_do_not_change_the_batches(corpus, tokenizer):
+    import tensorflow as tf
+
+    folder, _ = corpus
+    tf.random.set_seed(1)
+    expected = list(_mlm(folder, tokenizer).take(8).as_numpy_iterator())
+    keras.utils.set_random_seed(12345)  # sets TensorFlow's global seed too
+    _assert_same_batches(expected, list(_mlm(folder, tokenizer).take(8).as_numpy_iterator()))
+    # Another seed argument does change them.
+    other = list(_mlm(folder, tokenizer, seed=12).take(8).as_numpy_iterator())
+    assert any(
+        not np.array_equal(a[0]["token_ids"], b[0]["token_ids"]) for a, b in zip(expected, other)
+    )
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+def test_shuffle_buffer_0_reads_the_files_in_order(corpus, tokenizer, repeat):
+    folder, lines = corpus
+    in_order = _windows([t for path in sorted(lines) for t in lines[path]], 6)
+    dataset = text_shard_dataset(
+        str(folder / "part-*.txt"), tokenizer, 8, 4, shuffle_buffer=0, seed=3, repeat=repeat
+    )
+    rows = _rows(dataset.take(12).as_numpy_iterator())
+    assert rows == (in_order * 2 if repeat else in_order)
 
 
 def test_mlm_labels_are_the_original_tokens(corpus, tokenizer):
@@ -203,12 +246,19 @@ def test_mlm_labels_are_the_original_tokens(corpus, tokenizer):
         (dict(objective="mlm", mask_token_rate=0.8, random_token_rate=0.3), "exceed 1"),
         (dict(objective="mlm", max_predictions=9), "max_predictions"),
         (dict(tokenizer=object()), "WordPiece tokenizer"),
-        (dict(files="empty.txt"), "every file is empty"),
+        (dict(files="empty.txt"), "'empty.txt', which holds no text"),
+        (dict(files="blank.txt"), "'blank.txt', which holds no text"),
+        (dict(files=["part-*.txt", "blank.txt"]), "'blank.txt', which holds no text"),
+        (dict(files="latin1.txt"), "'latin1.txt', which is not UTF-8 text"),
+        (dict(files=["part-*.txt", "gbk.txt"]), "'gbk.txt', which is not UTF-8 text"),
     ],
 )
 def test_bad_arguments_are_named(corpus, tokenizer, monkeypatch, change, message):
     folder, _ = corpus
     (folder / "empty.txt").write_text("")
+    (folder / "blank.txt").write_text("\n\n  \n\t\n" * 50)
+    (folder / "latin1.txt").write_text("café au lait\n", encoding="latin-1")
+    (folder / "gbk.txt").write_text("今天天气很好\n", encoding="gbk")
     monkeypatch.chdir(folder)
     arguments = dict(files="part-*.txt", tokenizer=tokenizer, sequence_length=8, batch_size=2)
     arguments.update(change)
@@ -220,6 +270,54 @@ def test_bad_arguments_are_named(corpus, tokenizer, monkeypatch, change, message
             arguments.pop("batch_size"),
             **arguments,
         )
+
+
+def test_invalid_utf8_past_the_checked_head_stops_naming_the_file(corpus, tokenizer, tmp_path):
+    import tensorflow as tf
+
+    path = tmp_path / "late-gbk.txt"
+    head = (_line(1, 30) + "\n").encode("utf-8") * 800  # 72 KB of valid lines
+    path.write_bytes(head + "北京是中国的首都\n".encode("gbk"))
+    dataset = text_shard_dataset(str(path), tokenizer, 8, 4, seed=0, repeat=False)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="late-gbk.txt"):
+        for _ in dataset:
+            pass
+
+
+def test_random_token_replacement_share(corpus, tokenizer):
+    """Of the picked positions about 80% become [MASK], about 10% a random
+    non-special token (a draw may give the token itself: 1 in 40 here), the
+    rest stay."""
+    folder, _ = corpus
+    common = dict(shuffle_buffer=9, seed=5)
+    plain = text_shard_dataset(str(folder / "part-*.txt"), tokenizer, 16, 8, **common)
+    masked = text_shard_dataset(
+        str(folder / "part-*.txt"),
+        tokenizer,
+        16,
+        8,
+        objective="mlm",
+        mask_rate=0.5,
+        max_predictions=8,
+        **common,
+    )
+    before, after = [], []
+    for original, (x, _, weights) in zip(
+        plain.take(40).as_numpy_iterator(), masked.take(40).as_numpy_iterator()
+    ):
+        live = weights > 0
+        rows, positions = np.nonzero(live)[0], x["mask_positions"][live]
+        before.append(original["token_ids"][rows, positions])
+        after.append(x["token_ids"][rows, positions])
+    before, after = np.concatenate(before), np.concatenate(after)
+    assert len(before) > 800
+    to_mask = after == MASK
+    to_random = (after != MASK) & (after != before)
+    assert 0.74 < to_mask.mean() < 0.86
+    assert 0.06 < to_random.mean() < 0.14  # 10% x 39/40
+    # Random tokens are non-special, spread over the vocabulary.
+    assert not np.isin(after[to_random], [PAD, UNK, CLS, SEP, MASK]).any()
+    assert len(set(after[to_random].tolist())) > len(VOCABULARY) // 2
 
 
 # === The example ===

@@ -12,7 +12,13 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
     """Changes the rate of every `DropToken` in the model during `fit`.
 
     The rate goes linearly from ``initial_rate`` to ``final_rate`` over
-    ``ramp_steps`` training steps, then stays. DeepSpeed's random-LTD grows
+    ``ramp_steps`` optimizer steps, then stays. Steps are counted as the
+    optimizer counts them (``model.optimizer.iterations``, read at each
+    epoch's start and end, plus the steps of each execution in between), so
+    ``steps_per_execution > 1`` counts every step, and a model that already
+    trained resumes the ramp where its optimizer stands. With
+    ``steps_per_execution > 1`` the rate changes between executions only: all
+    the steps of an execution use the rate of its first step. DeepSpeed's random-LTD grows
     the kept length during training (``initial_rate=0.5, final_rate=0``); a
     warm-up of dropping is ``initial_rate=0, final_rate=0.15``. A constant
     schedule is ``initial_rate == final_rate``.
@@ -23,11 +29,13 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
 
     Args:
         final_rate: float in [0, 1) (numpy scalars accepted).
-        ramp_steps: int >= 1, steps from the initial to the final rate.
+        ramp_steps: int >= 1, optimizer steps from the initial to the final
+            rate.
         initial_rate: float in [0, 1).
         levels: int >= 2, number of distinct rates used on the ramp.
 
     Attributes:
+        step: optimizer steps done (updated during `fit`).
         history: list of ``(step, rate)`` at each change.
 
     Example:
@@ -107,11 +115,35 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
             if previous is not None:
                 model.train_step = previous
 
+    def _read_optimizer_steps(self):
+        """Sets ``step`` from the optimizer's iteration count, when there is one.
+
+        Called where the model's variables hold the training state (on JAX
+        `fit` syncs them at each epoch's end), so the read is exact and
+        costs no per-step synchronisation.
+        """
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:
+            self.step = int(keras.ops.convert_to_numpy(optimizer.iterations))
+
     def on_train_begin(self, logs=None):
+        self._read_optimizer_steps()
         self._apply()
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self._read_optimizer_steps()
+
     def on_train_batch_begin(self, batch, logs=None):
+        self._begin = batch
         self._apply()
 
     def on_train_batch_end(self, batch, logs=None):
-        self.step += 1
+        # `fit` calls this once per execution with the index of its last
+        # step: an execution runs ``batch - begin + 1`` optimizer steps (an
+        # execution cut short by the end of the data runs fewer; the epoch's
+        # end reads the exact count back from the optimizer).
+        begin = getattr(self, "_begin", batch)
+        self.step += max(1, batch - begin + 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._read_optimizer_steps()

@@ -30,6 +30,7 @@ from keras_masking.clue.heads import build_task_model
 from keras_masking.clue.heads import task_loss
 from keras_masking.clue.method_plan import MethodPlan
 from keras_masking.clue.metrics import accuracy
+from keras_masking.clue.metrics import cluener_scores
 from keras_masking.clue.metrics import cmrc2018_scores
 from keras_masking.clue.metrics import entity_f1
 from keras_masking.clue.model_source import ModelSource

@@ -17,6 +17,7 @@ from keras_masking.clue.examples import IdiomPassage
 from keras_masking.clue.examples import SpanExample
 from keras_masking.clue.examples import TextExample
 from keras_masking.clue.metrics import accuracy
+from keras_masking.clue.metrics import cluener_scores
 from keras_masking.clue.metrics import cmrc2018_scores
 from keras_masking.clue.metrics import entity_f1
 from keras_masking.clue.tasks import get_task
@@ -44,7 +45,9 @@ def decode_predictions(task, outputs, encoded, examples, **options):
         exact maximum of the summed log-probabilities, `joint_assignment`);
         span the answer text (the span ``start <= end``, ``end - start <
         max_answer_length`` tokens, of the largest ``start + end`` logit over
-        all windows of the example, mapped to its characters); entity a
+        all windows of the example, mapped to its characters; as in BERT's
+        ``run_squad.py`` a span starts only at a token of the window where
+        that token has the most context, ``meta["max_context"]``); entity a
         list of ``(type, start, end)`` (end inclusive, characters) for every
         pair of text tokens scored > 0, sorted by position.
 
@@ -175,11 +178,16 @@ def score(task, predictions, examples):
         examples: the split's labelled records.
 
     Returns:
-        A dict with ``score`` (the main metric: accuracy; CLUENER's micro
-        F1; CMRC2018's EM, as CLUE ranks it), ``metric`` (its name) and the
-        metric's parts: accuracy ``accuracy``, ``total``; entity_f1 ``f1``,
-        ``precision``, ``recall``, ``macro_f1``, ``per_type`` and the entity
-        counts; cmrc2018 ``em``, ``f1``, ``total``, ``missing``.
+        A dict with ``score`` (the main metric: accuracy; CLUENER's official
+        score, the mean F1 over its ten types of entity TEXTS per sentence
+        (`cluener_scores`, "Overall@Macro"); CMRC2018's EM, as CLUE ranks
+        it), ``metric`` (its name) and the metric's parts: accuracy
+        ``accuracy``, ``total``; cluener ``macro_f1`` (= ``score``) and
+        ``per_type`` (official, per type), and beside them the span-exact
+        (type, start, end) scores of `entity_f1`: ``span_f1``,
+        ``span_precision``, ``span_recall`` (micro) and the entity counts
+        ``true_positives``, ``predicted``, ``gold``; cmrc2018 ``em``,
+        ``f1``, ``total``, ``missing``.
 
     Raises:
         ValueError: unlabelled examples, or records of another kind.
@@ -196,23 +204,43 @@ def score(task, predictions, examples):
     if task.metric == "cmrc2018":
         parts = cmrc2018_scores(predictions, gold)
         return {"score": parts["em"], "metric": task.metric, **parts}
-    if task.metric == "entity_f1":
-        parts = entity_f1(predictions, gold, types=task.labels)
-        percent = {key: 100.0 * parts[key] for key in ("f1", "precision", "recall", "macro_f1")}
-        per_type = {
-            name: {key: (100.0 * v if key != "support" else v) for key, v in values.items()}
-            for name, values in parts["per_type"].items()
-        }
-        counts = {key: parts[key] for key in ("true_positives", "predicted", "gold")}
-        return {
-            "score": percent["f1"],
-            "metric": task.metric,
-            **percent,
-            "per_type": per_type,
-            **counts,
-        }
+    if task.metric == "cluener":
+        return _cluener_score(task, predictions, list(examples), gold)
     value = 100.0 * accuracy(predictions, gold)
     return {"score": value, "metric": "accuracy", "accuracy": value, "total": len(gold)}
+
+
+def _cluener_score(task, predictions, examples, gold):
+    """CLUENER's official score (by entity text) with the span-exact one beside it."""
+    spans = entity_f1(predictions, gold, types=task.labels)
+    texts = {example.id: example.text for example in examples}
+
+    def by_text(entities, key):
+        text = texts[key]
+        return [(kind, text[start : end + 1]) for kind, start, end in entities]
+
+    official = cluener_scores(
+        {key: by_text(entities, key) for key, entities in predictions.items()},
+        {key: by_text(entities, key) for key, entities in gold.items()},
+        types=task.labels,
+    )
+    per_type = {
+        name: {key: (100.0 * v if key != "support" else v) for key, v in values.items()}
+        for name, values in official["per_type"].items()
+    }
+    value = 100.0 * official["macro_f1"]
+    return {
+        "score": value,
+        "metric": task.metric,
+        "macro_f1": value,
+        "per_type": per_type,
+        "span_f1": 100.0 * spans["f1"],
+        "span_precision": 100.0 * spans["precision"],
+        "span_recall": 100.0 * spans["recall"],
+        "true_positives": spans["true_positives"],
+        "predicted": spans["predicted"],
+        "gold": spans["gold"],
+    }
 
 
 # === Per kind ===
@@ -239,9 +267,11 @@ def _decode_spans(outputs, encoded, examples, max_answer_length):
     meta = encoded.meta
     offsets = meta["offsets"]
     _check_shape(outputs, offsets.shape[:2] + (2,), "(windows, length, 2)")
+    max_context = meta.get("max_context")
     best = {}  # example index -> (score, start char, end char)
     for window, index in enumerate(meta["example_index"]):
-        found = _best_span(outputs[window], offsets[window], max_answer_length)
+        starts = None if max_context is None else max_context[window]
+        found = _best_span(outputs[window], offsets[window], max_answer_length, starts)
         if found is not None and (index not in best or found[0] > best[index][0]):
             best[index] = found
     predictions = {}
@@ -254,12 +284,17 @@ def _decode_spans(outputs, encoded, examples, max_answer_length):
     return predictions
 
 
-def _best_span(logits, offsets, max_answer_length):
-    """``(score, start char, end char)`` of a window's best span, or None."""
+def _best_span(logits, offsets, max_answer_length, allowed_starts=None):
+    """``(score, start char, end char)`` of a window's best span, or None.
+
+    ``allowed_starts``: the tokens a span may start at (the window's
+    max-context tokens); None allows every context token.
+    """
     valid = offsets[:, 0] >= 0
-    if not valid.any():
+    start_valid = valid if allowed_starts is None else valid & np.asarray(allowed_starts, bool)
+    if not start_valid.any():
         return None
-    starts = np.where(valid, logits[:, 0].astype("float64"), -np.inf)
+    starts = np.where(start_valid, logits[:, 0].astype("float64"), -np.inf)
     ends = np.where(valid, logits[:, 1].astype("float64"), -np.inf)
     length = len(starts)
     best = (-np.inf, None, None)

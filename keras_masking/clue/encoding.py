@@ -80,7 +80,10 @@ class EncodedSplit:
             ``offsets`` (int32 ``(windows, max_length, 2)``: each context
             token's ``[start, end)`` characters, ``-1`` elsewhere),
             ``max_answer_length``, ``lost_answers`` and ``inexact_answers``
-            (example ids); entity ``offsets`` (as for span, for the text's
+            (example ids), ``max_context`` (bool ``(windows, max_length)``:
+            the context tokens for which the window is the one with the most
+            context, BERT's ``run_squad.py``; answers start only there);
+            entity ``offsets`` (as for span, for the text's
             tokens), ``entity_types``, ``lost_entities`` (``(id, entity,
             reason)``, reason ``"boundary"`` or ``"truncated"``).
 
@@ -189,6 +192,12 @@ def _ids(tokenizer, text):
     return tokenize_with_offsets(tokenizer, text)[0]
 
 
+def _name(example, what="Example"):
+    """``Example 'id'``, with the file and line it was read from when known."""
+    source = getattr(example, "source", None)
+    return f"{what} {example.id!r}" + (f" ({source})" if source else "")
+
+
 def _labelled(examples, field):
     """Whether the split is labelled; raises when it mixes both."""
     missing = [example.id for example in examples if getattr(example, field) is None]
@@ -248,7 +257,7 @@ def _num_choices(task, options):
 def _check_choice_count(example, count, num_choices, what):
     if count == 0 or count > num_choices:
         raise ValueError(
-            f"Example {example.id!r} has {count} {what}; expected 1 to num_choices={num_choices} "
+            f"{_name(example)} has {count} {what}; expected 1 to num_choices={num_choices} "
             "(raise num_choices for more)."
         )
 
@@ -260,8 +269,7 @@ def _check_label(example, label, count, what):
         or not 0 <= label < count
     ):
         raise ValueError(
-            f"Example {example.id!r} has the label {label!r}; expected an index into its "
-            f"{count} {what}."
+            f"{_name(example)} has the label {label!r}; expected an index into its {count} {what}."
         )
 
 
@@ -289,9 +297,11 @@ def _encode_classification(task, examples, tokenizer, special, max_length, label
         _fill(features, index, segments, max_length, special.pad)
         if labelled:
             if example.label not in label_ids:
+                shown = list(label_names[:20]) + (["..."] if len(label_names) > 20 else [])
                 raise ValueError(
-                    f"Example {example.id!r} has the label {example.label!r}, which is not one of "
-                    f"{task.name}'s labels {list(label_names)[:20]}."
+                    f"{_name(example)} has the label {example.label!r}, which is not one of "
+                    f"{task.name}'s labels, the model's {len(label_names)} classes {shown}. "
+                    f"Expected one of them. Received: label={example.label!r}."
                 )
             targets[index] = label_ids[example.label]
     meta = _meta(task, examples, label_names=label_names, truncated=truncated)
@@ -377,18 +387,18 @@ def _encode_idiom(task, examples, tokenizer, special, max_length, **options):
     for index, passage in enumerate(examples):
         if len(passage.parts) != len(passage.blank_ids) + 1:
             raise ValueError(
-                f"Passage {passage.id!r} has {len(passage.parts)} parts for "
+                f"{_name(passage, 'Passage')} has {len(passage.parts)} parts for "
                 f"{len(passage.blank_ids)} blanks; expected one part more than blanks."
             )
         _check_choice_count(passage, len(passage.candidates), num_choices, "candidates")
         if len(passage.blank_ids) > len(passage.candidates):
             raise ValueError(
-                f"Passage {passage.id!r} has {len(passage.blank_ids)} blanks but only "
+                f"{_name(passage, 'Passage')} has {len(passage.blank_ids)} blanks but only "
                 f"{len(passage.candidates)} candidates; each blank takes a different candidate."
             )
         if labelled and len(passage.labels) != len(passage.blank_ids):
             raise ValueError(
-                f"Passage {passage.id!r} has {len(passage.labels)} labels for "
+                f"{_name(passage, 'Passage')} has {len(passage.labels)} labels for "
                 f"{len(passage.blank_ids)} blanks; expected one label per blank."
             )
         rows.extend((index, blank) for blank in range(len(passage.blank_ids)))
@@ -404,7 +414,7 @@ def _encode_idiom(task, examples, tokenizer, special, max_length, **options):
         budget = max_length - 4 - longest
         if budget < 0:
             raise ValueError(
-                f"Passage {passage.id!r}: a candidate of {longest} tokens does not fit "
+                f"{_name(passage, 'Passage')}: a candidate of {longest} tokens does not fit "
                 f"max_length={max_length}; expected max_length >= {longest + 4}."
             )
         others = [other_id] * other_length
@@ -469,7 +479,7 @@ def _encode_span(task, examples, tokenizer, special, max_length, **options):
         budget = max_length - 3 - len(question)
         if budget < 1:
             raise ValueError(
-                f"Example {example.id!r}: max_length={max_length} leaves no room for the "
+                f"{_name(example)}: max_length={max_length} leaves no room for the "
                 f"context after a {len(question)}-token question; expected max_length >= "
                 f"{len(question) + 4} (or a smaller max_query_length)."
             )
@@ -488,7 +498,9 @@ def _encode_span(task, examples, tokenizer, special, max_length, **options):
             start += min(length, stride)
     features = _empty_features((len(rows), max_length))
     offsets = np.full((len(rows), max_length, 2), -1, "int32")
+    max_context = np.zeros((len(rows), max_length), bool)
     targets = np.zeros((len(rows), 2), "int32") if labelled else None
+    windows = {}  # example index -> [(row, window)]
     for row, (index, question, window_ids, spans, window, target) in enumerate(rows):
         segments = [
             ([special.cls] + question + [special.sep], 0),
@@ -498,8 +510,11 @@ def _encode_span(task, examples, tokenizer, special, max_length, **options):
         first = len(question) + 2
         if len(window):
             offsets[row, first : first + len(window)] = [spans[i] for i in window]
+        windows.setdefault(index, []).append((row, first, window))
         if labelled:
             targets[row] = target
+    for example_windows in windows.values():
+        _mark_max_context(max_context, example_windows)
     if lost or inexact:
         logger.warning(
             "%s: %d answers could not be placed on tokens (targets [CLS]), %d only "
@@ -514,6 +529,7 @@ def _encode_span(task, examples, tokenizer, special, max_length, **options):
         ids=[examples[i].id for i, *_ in rows],
         example_index=[i for i, *_ in rows],
         offsets=offsets,
+        max_context=max_context,
         max_answer_length=max_answer,
         lost_answers=lost,
         inexact_answers=inexact,
@@ -521,16 +537,43 @@ def _encode_span(task, examples, tokenizer, special, max_length, **options):
     return EncodedSplit(features, targets, meta)
 
 
+def _mark_max_context(max_context, windows):
+    """Marks each context token in the one window where it has the most context.
+
+    BERT's ``run_squad.py`` (which CLUE's CMRC2018 baseline runs): a token
+    in several overlapping windows belongs to the window where
+    ``min(tokens left of it, tokens right of it) + 0.01 * window length`` is
+    largest (the first such window on a tie); an answer may start only there.
+    """
+    for row, first, window in windows:
+        for position in window:
+            best, best_row = None, None
+            for other_row, _, other in windows:
+                if position in other:
+                    left, right = position - other.start, other.stop - 1 - position
+                    value = min(left, right) + 0.01 * len(other)
+                    if best is None or value > best:
+                        best, best_row = value, other_row
+            max_context[row, first + position - window.start] = best_row == row
+
+
 def _answer_tokens(example, spans, lost, inexact):
-    """The first and last token of the first answer, or None (counted)."""
+    """The first and last token of the first placed answer, or None (counted).
+
+    An answer whose ``answer_start`` is None (its text is not in the
+    context; see `read_split`) is skipped; an example without a placed
+    answer targets [CLS] and is counted in ``lost``.
+    """
     if not example.answers:
-        raise ValueError(
-            f"Example {example.id!r} has an empty answers tuple; expected None or answers."
-        )
-    text, start = example.answers[0]
+        raise ValueError(f"{_name(example)} has an empty answers tuple; expected None or answers.")
+    placed = [(text, start) for text, start in example.answers if start is not None]
+    if not placed:
+        lost.append(example.id)
+        return None
+    text, start = placed[0]
     if example.context[start : start + len(text)] != text or not text:
         raise ValueError(
-            f"Example {example.id!r}: the answer {text!r} is not at character {start} of the "
+            f"{_name(example)}: the answer {text!r} is not at character {start} of the "
             f"context (found {example.context[start : start + len(text)]!r})."
         )
     end = start + len(text)  # exclusive
@@ -613,19 +656,18 @@ def _encode_entity(task, examples, tokenizer, special, max_length, max_entities=
 def _check_entity(example, entity, type_ids):
     if not isinstance(entity, (tuple, list)) or len(entity) != 3:
         raise ValueError(
-            f"Example {example.id!r} has the entity {entity!r}; expected (type, start, end)."
+            f"{_name(example)} has the entity {entity!r}; expected (type, start, end)."
         )
     name, start, end = entity
     if name not in type_ids:
         raise ValueError(
-            f"Example {example.id!r} has the entity type {name!r}; expected one of "
-            f"{list(type_ids)}."
+            f"{_name(example)} has the entity type {name!r}; expected one of {list(type_ids)}."
         )
     if not (
         isinstance(start, int) and isinstance(end, int) and 0 <= start <= end < len(example.text)
     ):
         raise ValueError(
-            f"Example {example.id!r} has the entity {entity!r}; expected 0 <= start <= end < "
+            f"{_name(example)} has the entity {entity!r}; expected 0 <= start <= end < "
             f"{len(example.text)} (end inclusive)."
         )
     return name, start, end

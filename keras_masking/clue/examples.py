@@ -1,6 +1,9 @@
 """The example records the CLUE readers produce, one kind per task kind.
 
-Records are immutable. Every record has an ``id``: test splits keep the ids
+Records are immutable. Every record has an ``id`` and, when a reader made
+it, a ``source``: where it comes from (``"path:line"``, or the document /
+question of a JSON document), which error messages about it name; it does
+not take part in comparisons. Ids: test splits keep the ids
 of their files; train and dev splits use the file's id field where there is
 one, else the record's 0-based index in the split. In unlabelled splits the
 gold field (``label``, ``labels``, ``answers``, ``entities``) is None.
@@ -40,6 +43,7 @@ class TextExample:
     text_a: str
     text_b: str | None
     label: str | None
+    source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +69,7 @@ class ChoiceExample:
     question: str
     choices: tuple
     label: int | None
+    source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +102,7 @@ class IdiomPassage:
     parts: tuple
     blank_ids: tuple
     labels: tuple | None
+    source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +114,10 @@ class SpanExample:
         context: the paragraph.
         question: the question.
         answers: ``((text, char_start), ...)`` with
-            ``context[char_start:char_start + len(text)] == text``, or None.
+            ``context[char_start:char_start + len(text)] == text``, or None
+            (unlabelled). ``char_start`` is None for an answer whose text
+            is not in the context (a few in CMRC2018's official files): it
+            is scored by its text, never trained on.
 
     Example:
 
@@ -122,6 +131,7 @@ class SpanExample:
     context: str
     question: str
     answers: tuple | None
+    source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,3 +156,4 @@ class EntityExample:
     id: object
     text: str
     entities: tuple | None
+    source: str | None = dataclasses.field(default=None, compare=False, repr=False)

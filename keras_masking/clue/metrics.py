@@ -1,12 +1,13 @@
-"""CLUE's metrics as plain functions: accuracy, entity F1, CMRC2018 EM / F1.
+"""CLUE's metrics as plain functions: accuracy, CLUENER's official score and
+span-exact entity F1, CMRC2018 EM / F1.
 
 Predictions and gold answers are dicts keyed by example id (a C3 question, a
 CHID blank, a CMRC2018 question, a CLUENER sentence). The gold dict says
 which examples are scored: a missing prediction counts as wrong.
 
-Scales: `accuracy` and `entity_f1` return fractions in ``[0, 1]``;
-`cmrc2018_scores` returns percentages (``x 100``) as CMRC2018's official
-evaluation script prints them.
+Scales: `accuracy`, `cluener_scores` and `entity_f1` return fractions in
+``[0, 1]``; `cmrc2018_scores` returns percentages (``x 100``) as CMRC2018's
+official evaluation script prints them.
 """
 
 import collections
@@ -46,8 +47,10 @@ def accuracy(predictions, gold):
 def entity_f1(predicted, gold, types=None):
     """Entity-level precision, recall and F1 over exact (type, start, end) matches.
 
-    As CLUENER scores: an entity counts as found only when its type and both
-    character boundaries equal a gold entity's. Each example's entities are
+    A span-exact score, stricter than CLUENER's official one
+    (`cluener_scores`, which compares entity texts): an entity counts as
+    found only when its type and both character boundaries equal a gold
+    entity's. Each example's entities are
     a set (a duplicate counts once). Micro scores pool every example and
     type; ``per_type`` scores each type alone; ``macro_f1`` is the mean of
     the per-type F1 over the types that occur in the gold or the
@@ -115,6 +118,95 @@ def entity_f1(predicted, gold, types=None):
     return scores
 
 
+def cluener_scores(predicted, gold, types=None):
+    """CLUENER2020's official score: per-type F1 over entity TEXTS, averaged.
+
+    What CLUENER2020's ``score.py`` computes (the leaderboard's
+    "Overall@Macro"): for each sentence and each entity type, the predicted
+    entity texts (the keys of ``label[type]`` in a submission line) are
+    compared with the gold ones as sets of strings: a predicted text among
+    the gold texts is a true positive, any other a false positive, a gold
+    text not predicted a false negative; where an entity sits in the
+    sentence does not matter. Precision, recall and F1 are computed per
+    type over all sentences, and the score is the mean F1 over the types
+    (CLUENER's ten): on CLUENER's data, where every type has entities, the
+    mean over all ten, as ``score.py`` computes. A type with neither gold
+    nor predicted entities is left out of the mean (``score.py`` divides by
+    zero there and gives no score), so data with fewer types, such as a
+    corpus tagged with person, place and organisation only, is scored over
+    its own types rather than diluted by empty ones. A type with entities
+    on one side only has F1 0 and counts.
+
+    `entity_f1` is the stricter span-exact (type, start, end) micro F1.
+
+    Args:
+        predicted: dict id -> iterable of ``(type, text)`` pairs. A missing
+            id predicts nothing.
+        gold: dict id -> iterable of ``(type, text)``; its ids are the
+            sentences scored.
+        types: the types to average over (default: CLUENER's ten).
+
+    Returns:
+        A dict: ``macro_f1`` (in ``[0, 1]``; 0 when nothing is to be found
+        and nothing is predicted) and ``per_type`` (every type ->
+        ``{"f1", "precision", "recall", "support"}``, support = gold
+        entity texts of the type).
+
+    Raises:
+        ValueError: predictions for ids not in ``gold``; an entity that is
+            not a ``(type, text)`` pair (the id is named).
+
+    Example:
+    >>> gold = {"s1": [("name", "张三"), ("address", "北京")]}
+    >>> predicted = {"s1": [("name", "张三"), ("address", "北京市")]}
+    >>> scores = cluener_scores(predicted, gold, types=("name", "address"))
+    >>> scores["macro_f1"], scores["per_type"]["name"]["f1"]
+    (0.5, 1.0)
+    """
+    predicted, gold = _aligned("cluener_scores", predicted, gold)
+    if types is None:
+        from keras_masking.clue.tasks import CLUENER_TYPES
+
+        types = CLUENER_TYPES
+    types = tuple(types)
+    if not types:
+        raise ValueError("cluener_scores: expected at least one entity type. Received: types=().")
+    counts = {name: [0, 0, 0] for name in types}  # type -> [tp, fp, fn]
+    for key, entities in gold.items():
+        gold_texts = _texts_by_type(entities, key, "gold")
+        predicted_texts = _texts_by_type(predicted.get(key, ()), key, "predicted")
+        for name in types:
+            found, wanted = predicted_texts.get(name, set()), gold_texts.get(name, set())
+            counts[name][0] += len(found & wanted)
+            counts[name][1] += len(found - wanted)
+            counts[name][2] += len(wanted - found)
+    per_type = {}
+    for name, (tp, fp, fn) in counts.items():
+        per_type[name] = dict(_precision_recall_f1(tp, tp + fp, tp + fn), support=tp + fn)
+    scored = [name for name, (tp, fp, fn) in counts.items() if tp + fp + fn]
+    return {
+        "macro_f1": sum(per_type[name]["f1"] for name in scored) / len(scored) if scored else 0.0,
+        "per_type": per_type,
+    }
+
+
+def _texts_by_type(entities, key, which):
+    found = {}
+    for entity in entities:
+        if (
+            not isinstance(entity, (tuple, list))
+            or len(entity) != 2
+            or not isinstance(entity[0], str)
+            or not isinstance(entity[1], str)
+        ):
+            raise ValueError(
+                f"cluener_scores: example {key!r} has a {which} entity {entity!r}; expected a "
+                "(type, entity text) pair of strings."
+            )
+        found.setdefault(entity[0], set()).add(entity[1])
+    return found
+
+
 # The characters CMRC2018's official script (cmrc2018_evaluate.py) removes.
 # Its list also holds "……", two characters, which never equals one
 # character: a lone "…" is therefore kept, as in the official script.
@@ -142,15 +234,16 @@ def cmrc2018_scores(predictions, gold_answers):
       gold questions (a question without a prediction scores 0) and are
       multiplied by 100. Predictions for unknown ids are ignored.
 
-    The one difference: the official script tokenises non-Chinese runs with
-    ``nltk.word_tokenize``; `mixed_segmentation` uses a small rule-based
-    equivalent (see there), so no NLTK data is needed.
+    Non-Chinese runs are tokenised with NLTK's word tokenizer, as the
+    official script does (`word_tokenize`; no NLTK data download needed).
 
     Args:
         predictions: dict question id -> predicted answer text.
         gold_answers: dict question id -> the gold answers: a list of
             texts, or of ``(text, answer_start)`` pairs as `SpanExample`
-            holds them.
+            holds them (``answer_start`` None for an answer that could not
+            be placed in the context: it is scored all the same, by its
+            text, as the official script scores every answer text).
 
     Returns:
         A dict: ``em`` and ``f1`` (x 100), ``total`` (gold questions) and
@@ -176,7 +269,9 @@ def cmrc2018_scores(predictions, gold_answers):
     em_total = f1_total = 0.0
     missing = 0
     for key, answers in gold_answers.items():
-        texts = [answer[0] if isinstance(answer, (tuple, list)) else answer for answer in answers]
+        texts = [
+            str(answer[0] if isinstance(answer, (tuple, list)) else answer) for answer in answers
+        ]
         if not texts:
             raise ValueError(f"cmrc2018_scores: question {key!r} has no gold answer.")
         if key not in predictions:
@@ -274,25 +369,19 @@ def mixed_segmentation(text, remove_punctuation=False):
     return segments
 
 
-_CONTRACTION = re.compile(r"(?i)(n't|'s|'re|'ve|'ll|'d|'m)$")
-_WORD_PIECE = re.compile(
-    r"\d+(?:[.,]\d+)+"  # numbers keep inner points and commas: 3.14, 1,000
-    r"|\w+(?:\.\w+)+"  # inner points stay: u.s, e.g
-    r"|\.\.\.+"  # an ellipsis is one token
-    r"|\w+"
-    r"|\S"  # any other character alone
-)
+_WORD_TOKENIZER = None
 
 
 def word_tokenize(text):
-    """Word tokens of a non-Chinese run, standing in for ``nltk.word_tokenize``.
+    """Word tokens of a non-Chinese run: NLTK's Treebank word tokenizer.
 
-    Rules (the parts of the Penn Treebank tokenizer that matter for answer
-    spans): split on whitespace; every punctuation character is a token of
-    its own, except a ``.`` or ``,`` between digits (``3.14``, ``1,000``)
-    and a ``.`` between letters (``u.s``); ``...`` is one token; the
-    English clitics ``n't``, ``'s``, ``'re``, ``'ve``, ``'ll``, ``'d``,
-    ``'m`` are split off the word before them.
+    The official script calls ``nltk.word_tokenize``, which is
+    ``NLTKWordTokenizer().tokenize`` applied to each sentence that NLTK's
+    Punkt model (a separate data download) finds. This function applies
+    ``NLTKWordTokenizer`` to the whole run: the tokens are the same for any
+    run that Punkt reads as one sentence (every CMRC2018 answer run we have
+    seen). Abbreviations, clitics, quotes and numbers (``46,600m²``) are
+    tokenised by NLTK itself, not approximated.
 
     Args:
         text: a string.
@@ -304,15 +393,12 @@ def word_tokenize(text):
     >>> word_tokenize("don't pay $3.50, ok...")
     ['do', "n't", 'pay', '$', '3.50', ',', 'ok', '...']
     """
-    tokens = []
-    for chunk in text.split():
-        clitic = _CONTRACTION.search(chunk)
-        suffix = []
-        if clitic and clitic.start() > 0:
-            chunk, suffix = chunk[: clitic.start()], [clitic.group()]
-        tokens.extend(_WORD_PIECE.findall(chunk))
-        tokens.extend(suffix)
-    return tokens
+    global _WORD_TOKENIZER
+    if _WORD_TOKENIZER is None:
+        from nltk.tokenize.destructive import NLTKWordTokenizer
+
+        _WORD_TOKENIZER = NLTKWordTokenizer()
+    return _WORD_TOKENIZER.tokenize(text)
 
 
 def longest_common_substring_length(first, second):

@@ -2,7 +2,9 @@
 
 As BERT's fine-tuning recipe: the learning rate rises linearly from 0 over
 the warmup steps, then falls linearly to 0 at the last step; weight decay
-skips biases and LayerNorm scales and offsets.
+skips biases and LayerNorm scales and offsets. The schedule counts optimizer
+updates: with gradient accumulation (``accumulation`` batches per update) it
+advances once per update, not once per batch (`keras_masking.optimizers.AdamW`).
 """
 
 import keras
@@ -82,8 +84,9 @@ def fine_tuning_optimizer(
             one step (Keras' ``gradient_accumulation_steps``).
 
     Returns:
-        A `keras_masking.optimizers.AdamW` (Keras' AdamW, with exact
-        updates of embedding rows on TensorFlow).
+        A `keras_masking.optimizers.AdamW`: Keras' AdamW, with exact updates of embedding
+        rows on TensorFlow and the schedule evaluated at the update count (so
+        ``total_steps`` and the warmup are in updates under accumulation too).
 
     Example:
     >>> optimizer = fine_tuning_optimizer(2e-5, total_steps=100)

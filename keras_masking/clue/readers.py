@@ -105,14 +105,20 @@ class ClueSplit:
             ``"test_public"``, ``"train_0"`` .. ``"train_4"``, ``"dev_0"`` ..
         examples: the records (`TextExample`, `ChoiceExample`, ...).
         files: ``[{"path", "sha256", "records"}]`` for every file read (CHID
-            answer files and csldcp's training file, read for its labels,
-            too). ``records``: the lines of a JSON-lines file, the documents
+            answer files too). ``records``: the lines of a JSON-lines file, the documents
             of a C3 file, the questions of a CMRC2018 file, the tags of a
             CHID answer file.
         skipped: examples skipped (``"-"`` labels of OCNLI / CMNLI).
         labelled: whether the examples carry labels.
-        labels: the task's label strings (csldcp: the training split's
-            disciplines, sorted; CLUENER: its entity types), or None.
+        labels: the task's label strings (CLUENER: its entity types), or
+            None.
+        counts: what reading changed, by name (recorded in ``run.json``):
+            CMRC2018 ``answers``, ``answers_relocated`` (an ``answer_start``
+            of -1 or pointing elsewhere, placed by the answer's text),
+            ``answers_unplaced`` (the text is not in the context: scored,
+            not trained on), ``questions_unplaced`` (no answer placed) and,
+            for a training split, ``questions_dropped`` (those questions,
+            left out of training). Empty for the other tasks.
 
     Example:
 
@@ -134,6 +140,7 @@ class ClueSplit:
     skipped: int
     labelled: bool
     labels: tuple | None
+    counts: dict = dataclasses.field(default_factory=dict)
 
     def __len__(self):
         return len(self.examples)
@@ -381,12 +388,10 @@ def read_split(data_dir, task, split, benchmark=None, few_shot="all"):
     labelled = name not in ("test", "test1.0")
     files = []
     labels = task.labels
-    if task.name == "csldcp" and not name.startswith("train"):
-        labels, record = _csldcp_labels(folder, name)
-        files.append(record)
     examples = []
     skipped = 0
     seen = {}
+    counts = {}
     for path in paths:
         report = {}
         for example in iter_examples(
@@ -405,12 +410,32 @@ def read_split(data_dir, task, split, benchmark=None, few_shot="all"):
             examples.append(example)
         files.extend(report["files"])
         skipped += report["skipped"]
+        for key, value in report["counts"].items():
+            counts[key] = counts.get(key, 0) + value
+    if task.kind == "span" and labelled and name.startswith("train"):
+        # Train without the questions none of whose answers is in the context
+        # (they stay in dev splits, where every answer text is scored).
+        kept = [e for e in examples if any(start is not None for _, start in e.answers)]
+        counts["questions_dropped"] = len(examples) - len(kept)
+        if counts["questions_dropped"]:
+            logger.warning(
+                "%s %s: %d questions have no answer found in their context and are left out "
+                "of training.",
+                task.name,
+                name,
+                counts["questions_dropped"],
+            )
+        examples = kept
     if not examples:
+        dropped = counts.get("questions_dropped")
         raise ValueError(
-            f"{os.fspath(paths[0])}: no examples left after skipping {skipped} '-' labels."
+            f"{os.fspath(paths[0])}: no examples left after skipping "
+            + (
+                f"{dropped} questions without an answer in their context."
+                if dropped
+                else f"{skipped} '-' labels."
+            )
         )
-    if task.name == "csldcp" and name.startswith("train"):
-        labels = tuple(sorted({example.label for example in examples}))
     if skipped:
         logger.info("%s %s: skipped %d examples labelled '-'.", task.name, name, skipped)
     logger.info(
@@ -421,7 +446,7 @@ def read_split(data_dir, task, split, benchmark=None, few_shot="all"):
         len(examples),
         ", ".join(os.fspath(path) for path in paths),
     )
-    return ClueSplit(task, benchmark, name, examples, files, skipped, labelled, labels)
+    return ClueSplit(task, benchmark, name, examples, files, skipped, labelled, labels, counts)
 
 
 def _check_unique(seen, example_id, path):
@@ -431,19 +456,6 @@ def _check_unique(seen, example_id, path):
             f"{os.fspath(seen[example_id])}. Ids must be unique within a split."
         )
     seen[example_id] = path
-
-
-def _csldcp_labels(folder, split):
-    """The disciplines of csldcp's training file (``train_few_all.json``, else
-    the ``train_k.json`` of a ``dev_k`` split), sorted, and that file's record."""
-    names = ["train_few_all.json"] + (
-        [f"train_{split[4:]}.json"] if split.startswith("dev_") else []
-    )
-    path = _first_existing(folder, names, get_task("csldcp"), "training (for its labels)")
-    report = {}
-    records = iter_examples(path, "csldcp", labels=None, benchmark="fewclue", report=report)
-    labels = tuple(sorted({example.label for example in records}))
-    return labels, report["files"][0]
 
 
 # === Reading one file ===
@@ -468,8 +480,7 @@ def iter_examples(
         path: the file.
         task: a task name or `ClueTask`.
         labelled: whether to read (and require) labels; False for test files.
-        labels: the allowed label strings; None: the task's `labels`
-            (csldcp: any discipline).
+        labels: the allowed label strings; None: the task's `labels`.
         answers: CLUE CHID with labels: the answer file's path or a dict
             ``{tag: candidate index}``.
         require_ids: whether every record must carry an id (default: not
@@ -480,7 +491,7 @@ def iter_examples(
             (detected from the records when None).
         report: an optional dict, filled when the file is exhausted with
             ``"files"`` (``[{"path", "sha256", "records"}]``, the answer file
-            too) and ``"skipped"``.
+            too), ``"skipped"`` and ``"counts"`` (see `ClueSplit`).
 
     Yields:
         `TextExample`, `ChoiceExample`, `IdiomPassage`, `SpanExample` or
@@ -510,7 +521,7 @@ def iter_examples(
         benchmark = check_benchmark(benchmark)
     if report is None:
         report = {}
-    report.update(files=[], skipped=0)
+    report.update(files=[], skipped=0, counts={})
     context = _Context(path, task, labelled, labels, require_ids, first_index, report)
     if task.kind == "multiple_choice":
         yield from _c3_examples(context)
@@ -696,17 +707,22 @@ def _text_example(context, where, index, record):
         return _SKIP
     if name == "cluewsc":
         example_id = context.example_id(record, where, index, ("id", "idx"))
-        return TextExample(example_id, _marked_wsc_text(record, where), None, label)
+        text = _marked_wsc_text(record, where)
+        return TextExample(example_id, text, None, label, source=where)
     example_id = context.example_id(record, where, index)
     if name == "csl":
         keywords = _strings(record, "keyword", where)
         return TextExample(
-            example_id, "；".join(keywords), _field(record, "abst", where, str), label
+            example_id,
+            "；".join(keywords),
+            _field(record, "abst", where, str),
+            label,
+            source=where,
         )
     first, second = _TEXT_FIELDS[name]
     text_a = _field(record, first, where, str)
     text_b = _field(record, second, where, str) if second else None
-    return TextExample(example_id, text_a, text_b, label)
+    return TextExample(example_id, text_a, text_b, label, source=where)
 
 
 def _marked_wsc_text(record, where):
@@ -737,7 +753,7 @@ def _entity_example(context, where, index, record):
     example_id = context.example_id(record, where, index)
     text = _field(record, "text", where, str)
     if not context.labelled:
-        return EntityExample(example_id, text, None)
+        return EntityExample(example_id, text, None, source=where)
     label = _field(record, "label", where, dict, "an object {type: {entity: [[start, end]]}}")
     entities = []
     for kind, mentions in label.items():
@@ -777,7 +793,7 @@ def _entity_example(context, where, index, record):
                     )
                 entities.append((kind, start, end))
     entities.sort(key=lambda entity: (entity[1], entity[2], entity[0]))
-    return EntityExample(example_id, text, tuple(entities))
+    return EntityExample(example_id, text, tuple(entities), source=where)
 
 
 # --- CHID ---
@@ -875,7 +891,12 @@ def _clue_chid_passage(context, where, index, record, candidates, answers, answe
             labels.append(_candidate_index(answers[tag], candidates, f"{where}: blank {tag!r}"))
         labels = tuple(labels)
     return IdiomPassage(
-        context.first_index + index, candidates, tuple(parts), tuple(blank_ids), labels
+        context.first_index + index,
+        candidates,
+        tuple(parts),
+        tuple(blank_ids),
+        labels,
+        source=where,
     )
 
 
@@ -892,7 +913,7 @@ def _fewclue_chid_passage(context, where, index, record, candidates):
         answer = _field(record, "answer", where, int, "an int (a candidate index)")
         labels = (_candidate_index(answer, candidates, f"{where}: field 'answer'"),)
     parts = tuple(content.split(_FEWCLUE_BLANK))
-    return IdiomPassage(example_id, candidates, parts, (example_id,), labels)
+    return IdiomPassage(example_id, candidates, parts, (example_id,), labels, source=where)
 
 
 def _candidate_index(value, candidates, where):
@@ -955,68 +976,188 @@ def _c3_examples(context):
                 label = choices.index(answer)
             count += 1
             context.check_unique(example_id, here)
-            yield ChoiceExample(example_id, context_text, text, choices, label)
+            yield ChoiceExample(example_id, context_text, text, choices, label, source=here)
     context.report["files"].append({"path": name, "sha256": digest, "records": len(document)})
 
 
 # --- CMRC2018 ---
 def _cmrc2018_examples(context):
+    """CMRC2018 questions, from the squad-style files or the original layout.
+
+    Squad style (CLUE's download, ``squad-style-data/``): ``{"data":
+    [{"paragraphs": [{"context", "qas": [{"id", "question", "answers":
+    [{"text", "answer_start"}]}]}]}]}``. The original layout (CMRC2018's
+    ``data/`` and CLUE's README): a list (or ``{"data": [...]}``) of
+    ``{"context_id", "context_text", "qas": [{"query_id", "query_text",
+    "answers": [texts]}]}``.
+
+    Answers are placed by their text, as CLUE's baselines do: a squad
+    ``answer_start`` that points at the text is kept; one that is -1 or
+    points elsewhere (200 of the official dev's 9,657 answers) is replaced by
+    the occurrence of the text nearest to it; original-layout answers take
+    the text's first occurrence. An answer whose text is not in the context
+    keeps ``answer_start`` None: it is scored (by text) but not trained on.
+    """
     document, digest = _read_document(context.path)
     name = context.name
-    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+    articles = document.get("data") if isinstance(document, dict) else document
+    if not isinstance(articles, list):
         raise ValueError(
-            f"{name}: expected a SQuAD document {{'data': [{{'paragraphs': [...]}}]}}. "
+            f"{name}: expected a SQuAD-style document {{'data': [{{'paragraphs': [...]}}]}} or "
+            "CMRC2018's original layout, a list of {'context_id', 'context_text', 'qas'}. "
             f"Received: {_describe(document)}."
         )
+    counts = context.report["counts"]
+    counts.update(answers=0, answers_relocated=0, answers_unplaced=0, questions_unplaced=0)
+    examples = {"relocated": None, "unplaced": None}
     count = 0
-    for a_number, article in enumerate(document["data"]):
+    for a_number, article in enumerate(articles):
         where = f"{name}: data[{a_number}]"
         if not isinstance(article, dict):
             raise ValueError(f"{where}: expected a JSON object. Received: {_describe(article)}.")
+        for here, text, qas, squad in _cmrc2018_paragraphs(article, where):
+            for q_number, qa in enumerate(qas):
+                at = f"{here}.qas[{q_number}]"
+                if not isinstance(qa, dict):
+                    raise ValueError(f"{at}: expected a JSON object. Received: {_describe(qa)}.")
+                id_field, question_field = ("id", "question") if squad else _ORIGINAL_QA
+                if id_field not in qa:
+                    raise ValueError(f"{at}: missing field {id_field!r}.")
+                example_id = context.example_id(qa, at, count, (id_field,))
+                at = f"{name}: question {example_id!r}"
+                question = _field(qa, question_field, at, str)
+                answers = None
+                if context.labelled:
+                    answers, placements = _cmrc2018_answers(qa, text, at, squad, counts)
+                    for kind in placements:
+                        if examples.get(kind, example_id) is None:
+                            examples[kind] = example_id
+                    if all(start is None for _, start in answers):
+                        counts["questions_unplaced"] += 1
+                count += 1
+                context.check_unique(example_id, at)
+                yield SpanExample(example_id, text, question, answers, source=at)
+    if count == 0:
+        raise ValueError(f"{name}: the file is empty (no questions).")
+    if counts["answers_relocated"]:
+        logger.warning(
+            "%s: %d of %d answers have an answer_start that does not point at their text "
+            "(e.g. in %s); they are placed by their text.",
+            name,
+            counts["answers_relocated"],
+            counts["answers"],
+            examples["relocated"],
+        )
+    if counts["answers_unplaced"]:
+        logger.warning(
+            "%s: the text of %d of %d answers is not in its context (e.g. in %s): scored, "
+            "not trained on; %d questions have no answer in their context.",
+            name,
+            counts["answers_unplaced"],
+            counts["answers"],
+            examples["unplaced"],
+            counts["questions_unplaced"],
+        )
+    context.report["files"].append({"path": name, "sha256": digest, "records": count})
+
+
+_ORIGINAL_QA = ("query_id", "query_text")
+
+
+def _cmrc2018_paragraphs(article, where):
+    """``(where, context, qas, squad style?)`` of an article of either layout."""
+    if "paragraphs" in article:
         for p_number, paragraph in enumerate(_field(article, "paragraphs", where, list)):
             here = f"{where}.paragraphs[{p_number}]"
             if not isinstance(paragraph, dict):
                 raise ValueError(
                     f"{here}: expected a JSON object. Received: {_describe(paragraph)}."
                 )
-            text = _field(paragraph, "context", here, str)
-            for q_number, qa in enumerate(_field(paragraph, "qas", here, list)):
-                at = f"{here}.qas[{q_number}]"
-                if not isinstance(qa, dict):
-                    raise ValueError(f"{at}: expected a JSON object. Received: {_describe(qa)}.")
-                if "id" not in qa:
-                    raise ValueError(f"{at}: missing field 'id'.")
-                example_id = context.example_id(qa, at, count)
-                at = f"{name}: question {example_id!r}"
-                question = _field(qa, "question", at, str)
-                answers = _cmrc2018_answers(qa, text, at) if context.labelled else None
-                count += 1
-                context.check_unique(example_id, at)
-                yield SpanExample(example_id, text, question, answers)
-    if count == 0:
-        raise ValueError(f"{name}: the file is empty (no questions).")
-    context.report["files"].append({"path": name, "sha256": digest, "records": count})
+            yield (
+                here,
+                _field(paragraph, "context", here, str),
+                _field(paragraph, "qas", here, list),
+                True,
+            )
+    elif "context_text" in article:
+        yield (
+            where,
+            _field(article, "context_text", where, str),
+            _field(article, "qas", where, list),
+            False,
+        )
+    else:
+        raise ValueError(
+            f"{where}: expected 'paragraphs' (SQuAD style) or 'context_text' and 'qas' "
+            f"(CMRC2018's original layout). Received the fields {sorted(article)[:8]}."
+        )
 
 
-def _cmrc2018_answers(qa, text, where):
+def _cmrc2018_answers(qa, text, where, squad, counts):
     answers = _field(qa, "answers", where, list)
     if not answers:
         raise ValueError(f"{where}: field 'answers' is empty; labelled splits need an answer.")
-    spans = []
+    spans, placements = [], []
     for number, answer in enumerate(answers):
         here = f"{where}, answer {number}"
-        if not isinstance(answer, dict):
-            raise ValueError(f"{here}: expected a JSON object. Received: {_describe(answer)}.")
-        answer_text = _field(answer, "text", here, str)
-        start = _field(answer, "answer_start", here, int, "an int")
-        found = text[start : start + len(answer_text)] if start >= 0 else None
-        if not answer_text or found != answer_text:
-            raise ValueError(
-                f"{here}: answer_start {start} does not point at the answer {answer_text!r}: "
-                f"the context there reads {found!r}."
-            )
+        if squad:
+            if not isinstance(answer, dict):
+                raise ValueError(f"{here}: expected a JSON object. Received: {_describe(answer)}.")
+            answer_text = _field(answer, "text", here, str)
+            given = _field(answer, "answer_start", here, int, "an int")
+        else:
+            # The original files hold a few numbers (147.0); the official
+            # evaluation reads every answer with str().
+            if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+                raise ValueError(f"{here}: expected an answer text. Received: {_describe(answer)}.")
+            answer_text, given = str(answer), None
+        if not answer_text.strip():
+            raise ValueError(f"{here}: the answer text is empty.")
+        start = locate_answer(text, answer_text, given)
+        placement = "exact"
+        if start is None:
+            placement = "unplaced"
+        elif given is not None and start != given:
+            placement = "relocated"
+        counts["answers"] += 1
+        if placement != "exact":
+            counts[f"answers_{placement}"] += 1
         spans.append((answer_text, start))
-    return tuple(spans)
+        placements.append(placement)
+    return tuple(spans), placements
+
+
+def locate_answer(context, answer, start=None):
+    """Where ``answer`` is in ``context``: ``start`` if it points at it, else the
+    occurrence nearest to ``start`` (the first when ``start`` is None or < 0).
+
+    Args:
+        context: the paragraph.
+        answer: the answer text.
+        start: the given character offset, or None.
+
+    Returns:
+        The character offset of the answer, or None when the text does not
+        occur in the context.
+
+    Example:
+    >>> locate_answer("俗名龙尖，又名龙尖", "龙尖", 3)  # off by one: the nearest occurrence
+    2
+    >>> locate_answer("俗名龙尖", "龙鱼", -1) is None
+    True
+    """
+    if start is not None and start >= 0 and context[start : start + len(answer)] == answer:
+        return start
+    positions = []
+    position = context.find(answer)
+    while position >= 0:
+        positions.append(position)
+        position = context.find(answer, position + 1)
+    if not positions:
+        return None
+    if start is None or start < 0:
+        return positions[0]
+    return min(positions, key=lambda found: (abs(found - start), found))
 
 
 def read_task_splits(data_dir, task, benchmark=None, few_shot="all"):
@@ -1031,7 +1172,10 @@ def read_task_splits(data_dir, task, benchmark=None, few_shot="all"):
     Returns:
         A dict ``{"train", "dev"}`` of `ClueSplit`, plus ``"test"`` (no
         labels) and, for FewCLUE, ``"test_public"`` (labelled) when the
-        folder holds them.
+        folder holds them. A CLUE folder holding both ``test1.1.json`` (or
+        ``test.json``) and ``test1.0.json`` (TNEWS, CLUEWSC2020, C3, CHID)
+        gives both: ``"test"`` and ``"test1.0"``, one submission file each,
+        as CLUE's baselines write them.
 
     Raises:
         FileNotFoundError / ValueError: as `read_split`, for train and dev.
@@ -1051,10 +1195,14 @@ def read_task_splits(data_dir, task, benchmark=None, few_shot="all"):
         "train": read_split(data_dir, task, "train", benchmark, few_shot),
         "dev": read_split(data_dir, task, "dev", benchmark, few_shot),
     }
-    optional = ("test", "test_public") if benchmark == "fewclue" else ("test",)
+    optional = ("test", "test_public") if benchmark == "fewclue" else ("test", "test1.0")
     for name in optional:
         try:
             splits[name] = read_split(data_dir, task, name, benchmark)
         except FileNotFoundError:
             continue
+    if "test1.0" in splits and (
+        "test" not in splits or splits["test"].files == splits["test1.0"].files
+    ):
+        del splits["test1.0"]  # the folder's only test file: it is the "test" split
     return splits

@@ -39,6 +39,10 @@ def write_atomically(path, write, mode="w"):
     Returns:
         The path, as a `pathlib.Path`.
 
+    Raises:
+        OSError: the write failed (a full disk, no permission); its message
+            names ``path`` (never the temporary file, which is removed).
+
     Example:
     >>> import tempfile
     >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -54,6 +58,15 @@ def write_atomically(path, write, mode="w"):
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        if error.filename not in (None, os.fspath(temporary), temporary):
+            raise
+        # Errors from inside a write (np.savez, json.dump: a full disk) name
+        # no file, and those of open() the temporary one: name the file meant.
+        if error.errno is None:
+            raise OSError(f"{os.fspath(path)}: {error}") from error
+        raise OSError(error.errno, error.strerror or str(error), os.fspath(path)) from error
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

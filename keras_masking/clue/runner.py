@@ -57,6 +57,9 @@ logger = logging.getLogger(__name__)
 ENCODE_CHUNK = 4096
 # Tokens a kind's encoding needs besides [CLS], [SEP], [PAD], [UNK], [MASK].
 TASK_TOKENS = {"idiom": ("[unused1]",)}
+# An epoch whose mean training loss exceeds this many times the untrained
+# model's (the first batch's loss, at least 1) has diverged: the run fails.
+DIVERGENCE_FACTOR = 10.0
 
 
 @dataclasses.dataclass
@@ -155,7 +158,14 @@ def finetune(
             its expanding encoder with ``k`` states (0: off).
         epochs, batch_size, learning_rate, max_length, accumulation: the
             training settings; None takes the task's defaults
-            (``get_task(task).defaults``).
+            (``get_task(task).defaults``). With ``accumulation`` k, every
+            optimizer update averages the gradients of k batches, and an
+            update never spans two epochs: an epoch whose batch count is not
+            a multiple of k (or is below k) has its last group completed with
+            the first examples of its order, as its last batch is, so every
+            epoch ends on an update (``ceil(examples / (batch_size * k))``
+            updates). The learning-rate schedule counts updates. The record's
+            ``schedule`` gives the batches and updates per epoch.
         warmup_proportion: share of the steps with a rising learning rate.
         weight_decay: AdamW's decay (biases and LayerNorm excluded).
         seed: int >= 0; the same seed gives the same run.
@@ -185,7 +195,11 @@ def finetune(
             ``distribution`` says which engine and how many replicas ran.
 
     Returns:
-        A `FinetuneResult`.
+        A `FinetuneResult`. A run whose training loss turns non-finite, or
+        diverges (an epoch's mean loss above ``DIVERGENCE_FACTOR`` times the
+        untrained model's loss on the first batch, at least 1), or whose
+        weights turn non-finite, stops: its status is ``"failed"`` and
+        ``record["failure"]`` says why (`keras-masking clue` exits with 1).
 
     Raises:
         ValueError / FileNotFoundError: bad arguments, files or data, found
@@ -258,6 +272,8 @@ def finetune(
     }
     folder = RunFolder(output_dir)
     earlier = folder.read_record(arguments)
+    if earlier is not None:
+        _check_resumable(folder, earlier)
 
     splits = read_task_splits(arguments["data_dir"], task, benchmark, few_shot)
     data_record = {name: _split_record(split) for name, split in splits.items()}
@@ -296,6 +312,7 @@ def finetune(
             "embedding_correction": run.correction,
         },
         "methods": plan.active(),
+        "schedule": _schedule_record(len(encoded["train"]), settings),
         "epochs": [],
         "status": "running",
         "best": None,
@@ -321,6 +338,7 @@ def finetune(
         best = earlier.get("best")
         start = meta_epoch
         record["seconds"] = float(earlier.get("seconds", 0.0))
+        record["initial_loss"] = earlier.get("initial_loss")
         _say(verbose, f"Resuming {os.fspath(folder.path)} after epoch {start}.")
     elif earlier is not None:
         history = []  # an earlier run stopped before its first epoch ended
@@ -338,8 +356,9 @@ def finetune(
             train.features,
             train.labels,
             settings["batch_size"],
-            order=epoch_order(len(train), settings["seed"], epoch),
+            order=_grouped_order(epoch_order(len(train), settings["seed"], epoch), settings),
         )
+        first_loss = _FirstLoss()
         fitted = run.trainer.fit(
             batches,
             epochs=1,
@@ -348,6 +367,7 @@ def finetune(
             callbacks=[
                 *first,
                 keras.callbacks.TerminateOnNaN(),
+                first_loss,
                 run.evidence,
                 *(callbacks or []),
             ],
@@ -355,11 +375,10 @@ def finetune(
         if first and run.correction_callback.record is not None:
             record["model"]["embedding_correction"] = run.correction_callback.record.to_config()
         logs = {name: float(values[-1]) for name, values in fitted.history.items()}
-        if not math.isfinite(logs.get("loss", math.nan)) or run.trainer.stop_training:
-            failure = (
-                f"the training loss became {logs.get('loss')} in epoch {epoch + 1}; training "
-                "stopped and the best weights of the finished epochs were kept"
-            )
+        if record.get("initial_loss") is None and first_loss.loss is not None:
+            record["initial_loss"] = first_loss.loss
+        failure = _training_failure(logs, run, record.get("initial_loss"), epoch, best)
+        if failure:
             break
         dev = _evaluate(task, run, encoded["dev"], splits["dev"], settings)
         entry = {
@@ -387,6 +406,10 @@ def finetune(
         predictions = _predict(task, run, encoded["test"], splits["test"], settings)
         submission = write_submission(folder.path, task, benchmark, predictions, splits["test"])
         record["submission"] = submission.name
+    if best is not None and "test1.0" in splits:  # CLUE 1.0's test file too, as CLUE's baselines
+        predictions = _predict(task, run, encoded["test1.0"], splits["test1.0"], settings)
+        older = write_submission(folder.path, task, benchmark, predictions, splits["test1.0"])
+        record["submission_1.0"] = older.name
     if best is not None and "test_public" in splits:
         test_public = _evaluate(task, run, encoded["test_public"], splits["test_public"], settings)
         record["test_public"] = test_public
@@ -425,12 +448,96 @@ def _settings(task, **given):
     }
 
 
+def _schedule_record(examples, settings):
+    """Batches and optimizer updates per epoch (`_grouped_order`'s epochs)."""
+    group = settings["batch_size"] * settings["accumulation"]
+    updates = math.ceil(examples / group)
+    return {
+        "batches_per_epoch": updates * settings["accumulation"],
+        "updates_per_epoch": updates,
+        "updates": updates * settings["epochs"],
+    }
+
+
+def _grouped_order(order, settings):
+    """An epoch's order completed to whole accumulation groups.
+
+    With ``accumulation`` k, Keras applies an update every k batches. An
+    epoch of ``n`` batches, ``n`` not a multiple of k, would leave its last
+    batches' gradients waiting for the next epoch (or, in the last epoch, for
+    nothing: ``n < k`` once trained nothing at all). Cycling the order up to
+    whole groups, as `ArrayBatches` completes the last batch, makes every
+    epoch end on an update with the weights that dev is scored on.
+    """
+    group = settings["batch_size"] * settings["accumulation"]
+    missing = -len(order) % group
+    return np.concatenate([order, np.resize(order, missing)]) if missing else order
+
+
+def _check_resumable(folder, earlier):
+    """Refuses a run folder whose record lists epochs its files lack."""
+    finished = len(earlier.get("epochs") or [])
+    missing = []
+    if earlier.get("status") != "finished" and finished and not folder.state_path.is_file():
+        missing.append(folder.state_path.name)
+    if earlier.get("best") and not folder.best_path.is_file():
+        missing.append(folder.best_path.name)
+    if missing:
+        raise ValueError(
+            f"{os.fspath(folder.path)!r}: its {folder.record_path.name} records {finished} "
+            f"finished epoch(s) but {' and '.join(missing)} is missing, so the run can neither "
+            "resume nor use its best weights (it would silently start again from epoch 0). "
+            "Restore the file, or remove the folder (or use another --output-dir) to start again."
+        )
+
+
 def _absolute(path):
     return None if path is None else os.path.abspath(path)
 
 
 def _optional_path(path):
     return None if path is None else os.fspath(path)
+
+
+# === Failures ===
+class _FirstLoss(keras.callbacks.Callback):
+    """The training loss of an epoch's first batch (before any update)."""
+
+    def __init__(self):
+        super().__init__()
+        self.loss = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.loss is None and logs and "loss" in logs:
+            self.loss = float(logs["loss"])
+
+
+def _training_failure(logs, run, initial_loss, epoch, best):
+    """Why an epoch's training failed (non-finite or diverged), or None."""
+    loss = logs.get("loss", math.nan)
+    kept = "training stopped and the best weights of the finished epochs were kept"
+    if best is None:
+        kept = "training stopped; no epoch finished, so no submission was written"
+    if not math.isfinite(loss) or run.trainer.stop_training:
+        return f"the training loss became {logs.get('loss')} in epoch {epoch + 1}; {kept}"
+    bad = [
+        variable.path
+        for variable in run.trainer.trainable_variables
+        if not np.isfinite(np.asarray(keras.ops.convert_to_numpy(variable.value))).all()
+    ]
+    if bad:
+        return (
+            f"{len(bad)} weight(s) became non-finite in epoch {epoch + 1} (first: {bad[0]}); {kept}"
+        )
+    if initial_loss is not None and math.isfinite(initial_loss):
+        limit = DIVERGENCE_FACTOR * max(initial_loss, 1.0)
+        if loss > limit:
+            return (
+                f"the training loss diverged in epoch {epoch + 1}: {loss:.4g}, above {limit:.4g} "
+                f"({DIVERGENCE_FACTOR:g} times the untrained model's {initial_loss:.4g}, taken "
+                f"as at least 1; is the learning rate too high?); {kept}"
+            )
+    return None
 
 
 # === Data ===
@@ -441,6 +548,7 @@ def _split_record(split):
         "skipped": split.skipped,
         "labelled": split.labelled,
         "files": split.files,
+        "counts": split.counts,
     }
 
 
@@ -604,8 +712,7 @@ def _build(task, plan, backbone, tokenizer, splits, encoded, settings, fresh=Tru
         trainer = keras_masking.with_asa(
             task_model, tau=plan.asa, seed=settings["seed"], divergence=divergence
         )
-    steps_per_epoch = math.ceil(len(encoded["train"]) / settings["batch_size"])
-    total_steps = max(1, settings["epochs"] * steps_per_epoch // settings["accumulation"])
+    total_steps = _schedule_record(len(encoded["train"]), settings)["updates"]
     trainer.compile(
         optimizer=fine_tuning_optimizer(
             settings["learning_rate"],

@@ -8,7 +8,9 @@ UTF-8 with Chinese kept as it is, written atomically (a temporary name, then
   example, in the test file's order (``"103"`` for TNEWS, never the class
   index 3);
 - C3: a line ``{"id": "<question id>", "label": "<choice index>"}`` per
-  question;
+  question, both strings, as bert4keras' CLUE baseline (``c3.py``, which
+  writes c310 and c311) writes them: ``{"id": str(qa["id"]), "label":
+  str(index)}``;
 - CHID: CLUE: ONE JSON object ``{"#idiom012345#": candidate index, ...}``;
   FewCLUE: a line ``{"id": ..., "answer": candidate index}`` per blank;
 - CMRC2018: ONE JSON object ``{question id: answer text}``;
@@ -668,6 +670,32 @@ def _entity_text_problem(label, text):
 
 
 # === The zip ===
+FEWCLUE_ZIP_NAME = "fewclue_submit_examples.zip"
+
+
+def default_zip_name(benchmark, team="team", date="YYYYMMDD"):
+    """The name a benchmark asks its submission zip to have.
+
+    CLUE: ``submit_<team>_<date>.zip``; FewCLUE: ``fewclue_submit_examples.zip``
+    (FewCLUE's README: "zip fewclue_submit_examples.zip *.json").
+
+    Args:
+        benchmark: ``"clue"`` or ``"fewclue"``.
+        team: the team name (CLUE).
+        date: ``YYYYMMDD`` (CLUE).
+
+    Returns:
+        A file name.
+
+    Example:
+    >>> default_zip_name("clue", "mylab", "20240101"), default_zip_name("fewclue")
+    ('submit_mylab_20240101.zip', 'fewclue_submit_examples.zip')
+    """
+    if check_benchmark(benchmark) == "fewclue":
+        return FEWCLUE_ZIP_NAME
+    return f"submit_{team}_{date}.zip"
+
+
 def build_submission_zip(files, zip_path):
     """Zips submission files, each at the zip's root, as CLUE accepts them.
 

@@ -9,6 +9,7 @@ from keras_masking.clue.readers import read_split
 from keras_masking.clue.run_folder import RECORD
 from keras_masking.clue.submission import build_submission_zip
 from keras_masking.clue.submission import check_submission
+from keras_masking.clue.submission import default_zip_name
 
 
 def find_runs(runs_dir):
@@ -42,6 +43,33 @@ def find_runs(runs_dir):
     return runs
 
 
+def check_date(date):
+    """Returns ``date`` if it is a real calendar date written ``YYYYMMDD``.
+
+    Args:
+        date: a string such as ``"20261201"``.
+
+    Returns:
+        ``date``.
+
+    Raises:
+        ValueError: not eight digits, or no such day (``"20261340"``).
+
+    Example:
+    >>> check_date("20240229")
+    '20240229'
+    """
+    if not isinstance(date, str) or len(date) != 8 or not (date.isascii() and date.isdigit()):
+        raise ValueError(f"Expected date as YYYYMMDD. Received: date={date!r}.")
+    try:
+        datetime.datetime.strptime(date, "%Y%m%d")
+    except ValueError:
+        raise ValueError(
+            f"Expected date as YYYYMMDD, a day of the calendar. Received: date={date!r}."
+        ) from None
+    return date
+
+
 def submit(runs_dir, team="team", date=None, output=None):
     """Checks each run's submission file as CLUE's server does and zips them.
 
@@ -54,8 +82,10 @@ def submit(runs_dir, team="team", date=None, output=None):
     Args:
         runs_dir: the folder holding the run folders.
         team: the team name in the zip's name.
-        date: ``YYYYMMDD`` (default: today).
-        output: the zip's path (default: ``runs_dir/submit_<team>_<date>.zip``).
+        date: ``YYYYMMDD``, a real day (default: today).
+        output: the zip's path (default: ``runs_dir/submit_<team>_<date>.zip``;
+            FewCLUE: ``runs_dir/fewclue_submit_examples.zip``, the name FewCLUE's
+            README asks for).
 
     Returns:
         ``(zip_path, files)``.
@@ -71,9 +101,7 @@ def submit(runs_dir, team="team", date=None, output=None):
     """
     if not team or any(character in team for character in "/\\ "):
         raise ValueError(f"Expected a team name without spaces or slashes. Received: {team!r}.")
-    date = date or datetime.date.today().strftime("%Y%m%d")
-    if len(date) != 8 or not date.isdigit():
-        raise ValueError(f"Expected date as YYYYMMDD. Received: {date!r}.")
+    date = datetime.date.today().strftime("%Y%m%d") if date is None else check_date(date)
     problems, files, by_task, benchmarks = [], [], {}, set()
     for folder, record in find_runs(runs_dir):
         arguments = record["arguments"]
@@ -92,18 +120,23 @@ def submit(runs_dir, team="team", date=None, output=None):
             )
             continue
         by_task[task] = where
-        test = _test_split(arguments)
-        path = folder / name
-        problems += [
-            f"{os.fspath(path)}: {problem}"
-            for problem in check_submission(path, task, benchmark, test)
-        ]
-        if test is None:
-            problems.append(
-                f"{os.fspath(path)}: its test file under {arguments['data_dir']!r} is gone, so the "
-                "test ids could not be checked"
-            )
-        files.append(path)
+        # CLUE's baselines submit CLUE 1.0's file beside 1.1's where the
+        # data folder has both test files (TNEWS, CLUEWSC2020).
+        for key, split in (("submission", "test"), ("submission_1.0", "test1.0")):
+            if record.get(key) is None:
+                continue
+            test = _test_split(arguments, split)
+            path = folder / record[key]
+            problems += [
+                f"{os.fspath(path)}: {problem}"
+                for problem in check_submission(path, task, benchmark, test)
+            ]
+            if test is None:
+                problems.append(
+                    f"{os.fspath(path)}: its test file under {arguments['data_dir']!r} is gone, "
+                    "so the test ids could not be checked"
+                )
+            files.append(path)
     if len(benchmarks) > 1:
         problems.append(
             "the runs mix CLUE and FewCLUE tasks; each benchmark takes its own zip (submit "
@@ -113,14 +146,15 @@ def submit(runs_dir, team="team", date=None, output=None):
         raise ValueError("The submission is not ready:\n- " + "\n- ".join(problems))
     if not files:
         raise ValueError(f"No finished run under {os.fspath(runs_dir)!r} has a submission file.")
-    zip_path = pathlib.Path(output or pathlib.Path(runs_dir) / f"submit_{team}_{date}.zip")
+    zip_name = default_zip_name(next(iter(benchmarks)), team, date)
+    zip_path = pathlib.Path(output or pathlib.Path(runs_dir) / zip_name)
     if zip_path.exists():
         raise ValueError(f"{os.fspath(zip_path)} exists; remove it or pass another --output.")
     return build_submission_zip(files, zip_path), files
 
 
-def _test_split(arguments):
+def _test_split(arguments, split="test"):
     try:
-        return read_split(arguments["data_dir"], arguments["task"], "test", arguments["benchmark"])
+        return read_split(arguments["data_dir"], arguments["task"], split, arguments["benchmark"])
     except FileNotFoundError:
         return None

@@ -3,15 +3,18 @@
 Span and entity tasks (CMRC2018, CLUENER) label characters, models see
 WordPiece tokens: `tokenize_with_offsets` gives both, the ids equal to what
 the keras-hub tokenizer itself returns for the same text. It follows the
-tokenizer's own settings, in keras-hub's order: the whole text lowercased
-first for a `TransformerTokenizer` (as Google's BERT does), accents stripped
-when ``strip_accents`` (NFD, marks removed), then the text split on
+tokenizer's own settings, in keras-hub's order: for a `TransformerTokenizer`
+the text cleaned first as Google's BERT does (space separators, tabs and
+line breaks become spaces; NUL, U+FFFD, control, format and private-use
+characters are deleted) and the whole text lowercased (as BERT does), accents
+stripped when ``strip_accents`` (NFD, marks removed), then the text split on
 whitespace (removed), punctuation and CJK characters (each kept as a word),
 then each word lowercased when keras-hub's ``lowercase`` is on (Unicode NFKC
 case folding, default ignorable code points dropped), then split into
-WordPieces greedily,
-longest match first (``##`` continuation pieces; a word that cannot be
-covered, or longer than 100 UTF-8 bytes, is one ``[UNK]``).
+WordPieces greedily, longest match first (``##`` continuation pieces; a word
+that cannot be covered, or longer than the tokenizer's
+``max_input_chars_per_word`` characters, or for keras-hub's own tokenizers
+100 UTF-8 bytes, is one ``[UNK]``).
 
 Each normalised character keeps the span of the original characters it
 came from (an accented letter and its combining marks, a ligature), so a
@@ -22,6 +25,8 @@ import unicodedata
 import weakref
 
 import regex
+
+from keras_masking.models.transformer_tokenizer import clean_character_like_bert
 
 _WHITESPACE = r"[ \t\n\r\f]|\p{Cc}|\p{Cf}"
 _PUNCTUATION = r"[!-/]|[:-@]|[\[-`]|[{-~]|\p{P}"
@@ -132,8 +137,11 @@ class _OffsetWordPiece:
             )
         self.vocabulary = {token: index for index, token in enumerate(vocabulary)}
         self.lowercase = bool(getattr(tokenizer, "lowercase", False))
-        # `TransformerTokenizer` lowercases whole strings as Google's BERT does.
+        # `TransformerTokenizer` cleans and lowercases whole strings as Google's BERT does,
+        # and limits words in characters, not bytes.
+        self.clean_text = bool(getattr(tokenizer, "clean_text", False))
         self.bert_lowercase = bool(getattr(tokenizer, "bert_lowercase", False))
+        self.max_chars_per_word = getattr(tokenizer, "max_input_chars_per_word", None)
         self.strip_accents = bool(getattr(tokenizer, "strip_accents", False))
         self.split = bool(getattr(tokenizer, "split", True))
         split_on_cjk = bool(getattr(tokenizer, "split_on_cjk", True))
@@ -159,6 +167,8 @@ class _OffsetWordPiece:
 
     def tokenize(self, text):
         spans = [(index, index + 1) for index in range(len(text))]
+        if self.clean_text:
+            text, spans = _clean_with_spans(text, spans)
         if self.bert_lowercase:
             text, spans = _normalize_with_spans(text, spans, str.lower)
         if self.strip_accents:
@@ -189,7 +199,11 @@ class _OffsetWordPiece:
     def _word_pieces(self, word, spans, ids, token_spans):
         if not word:
             return
-        if len(word.encode("utf-8")) > _MAX_BYTES_PER_WORD:
+        if self.max_chars_per_word is not None:
+            too_long = len(word) > self.max_chars_per_word
+        else:
+            too_long = len(word.encode("utf-8")) > _MAX_BYTES_PER_WORD
+        if too_long:
             ids.append(self.oov_id)
             token_spans.append((spans[0][0], spans[-1][1]))
             return
@@ -222,6 +236,8 @@ def _offset_tokenizer(tokenizer):
         id(getattr(tokenizer, "vocabulary", None)),
         getattr(tokenizer, "lowercase", None),
         getattr(tokenizer, "bert_lowercase", None),
+        getattr(tokenizer, "clean_text", None),
+        getattr(tokenizer, "max_input_chars_per_word", None),
         getattr(tokenizer, "strip_accents", None),
         getattr(tokenizer, "split", None),
         getattr(tokenizer, "split_on_cjk", None),
@@ -234,6 +250,19 @@ def _offset_tokenizer(tokenizer):
         cached = (key, _OffsetWordPiece(tokenizer))
         _CACHE[tokenizer] = cached
     return cached[1]
+
+
+def _clean_with_spans(text, spans):
+    """BERT's text cleaning; each kept character keeps its span, deleted ones vanish."""
+    if text.isprintable() and "\ufffd" not in text:
+        return text, spans
+    kept, kept_spans = [], []
+    for char, span in zip(text, spans):
+        cleaned = clean_character_like_bert(char)
+        if cleaned:
+            kept.append(cleaned)
+            kept_spans.append(span)
+    return "".join(kept), kept_spans
 
 
 def _strip_accents(text):

@@ -1,11 +1,12 @@
 """Pretraining batches streamed from sharded text files, as a `tf.data.Dataset`.
 
 For corpora that do not fit in memory: the files are read line by line
-(`tf.data.TextLineDataset`, interleaved over the files), each line is
-tokenized and cut into windows of ``sequence_length - 2`` tokens, each window
-becomes ``[CLS] window [SEP]`` padded to ``sequence_length``, and windows are
-shuffled through a bounded buffer and batched. Every batch is full and has a
-static shape, so a compiled training step compiles once.
+(`tf.data.TextLineDataset`; with shuffling, interleaved over a few files at
+once), each line is tokenized and cut into windows of ``sequence_length - 2``
+tokens, each window becomes ``[CLS] window [SEP]`` padded to
+``sequence_length``, and windows are shuffled in bounded blocks and batched.
+Every batch is full and has a static shape, so a compiled training step
+compiles once.
 
 * ``objective="exlm"``: the batches are the inputs of
   `keras_masking.models.ExLMPretrainer`, which masks inside the model (its
@@ -14,11 +15,15 @@ static shape, so a compiled training step compiles once.
 * ``objective="mlm"``: BERT's masking is applied here, for
   `keras_masking.models.TransformerMaskedLM`: ``(x, labels, sample_weight)``.
 
-The pipeline is deterministic under a seed: the same arguments give the same
-batches in the same order, and the masking of a batch depends only on the
-seed and the batch's index. ``dataset.skip(n)`` therefore continues exactly
-where a run that trained ``n`` steps stopped, which is how a pretraining
-resumes.
+The pipeline is deterministic under a seed: every random draw (the files'
+order in each pass, the order of the windows in each block, the masking) is
+a stateless draw keyed by ``seed`` and the pass's, block's or batch's index.
+So the same arguments give the same batches in the same order, in every
+iteration of the dataset, in every process, whatever TensorFlow's global
+seed (`tf.random.set_seed`, `keras.utils.set_random_seed`).
+``dataset.skip(n)`` therefore continues exactly where a run that trained
+``n`` steps stopped, in the same process or another, which is how a
+pretraining resumes.
 
 On several hosts, each host reads its own files: ``num_shards`` hosts, the
 host ``shard_index`` reading every ``num_shards``-th file of the sorted list
@@ -34,6 +39,11 @@ from keras_masking.utils.arguments import check_int
 OBJECTIVES = ("exlm", "mlm")
 _GLOB_CHARACTERS = "*?["
 _LINES_PER_TOKENIZER_CALL = 256
+_CHECK_BYTES = 64 * 1024
+_CHECK_LINES = 8
+# Purposes of the stateless draws (the masking uses purpose 0).
+_FILE_ORDER = 1
+_WINDOW_ORDER = 2
 
 
 def text_shard_files(files, num_shards=1, shard_index=0):
@@ -104,18 +114,44 @@ def text_shard_dataset(
     Each non-empty line is tokenized and cut into windows of at most
     ``sequence_length - 2`` tokens (a long line gives several windows, none
     is cut away); each window becomes ``[CLS] window [SEP]`` padded with
-    [PAD] to ``sequence_length``. Windows are shuffled through a buffer of
-    ``shuffle_buffer`` windows (the file order is shuffled too) and batched
-    with ``drop_remainder=True``: every batch has exactly ``batch_size`` rows.
+    [PAD] to ``sequence_length``. Windows are batched with
+    ``drop_remainder=True``: every batch has exactly ``batch_size`` rows.
+
+    Order. With ``shuffle_buffer=0`` the files are read one after the
+    other in sorted order, each from its first line to its last, and the
+    windows come in that order (``cycle_length`` is not used). With
+    ``shuffle_buffer > 0`` each pass over the files takes them in a new
+    random order, ``cycle_length`` files are read at once, interleaved line
+    by line, and the windows are shuffled in consecutive blocks of
+    ``shuffle_buffer`` windows: each block is read whole, then given in a
+    random order (a block shuffle, so at most ``shuffle_buffer`` windows are
+    held).
+
+    Determinism. Every draw is stateless, keyed by ``seed`` and the index of
+    the pass, block or batch: the same arguments give the same batches in
+    the same order, in each iteration of the dataset (``dataset.skip(n)``
+    in the same process gives the batches from the ``n``-th on of an
+    uninterrupted run), in another process, and whatever TensorFlow's or
+    Keras' global seed.
 
     With ``objective="mlm"`` the batch is masked as BERT masks: in each row,
     ``round(mask_rate * n)`` of its ``n`` real non-special tokens (at least
     one, at most ``max_predictions``) are picked at random; a picked token
-    becomes [MASK] with probability ``mask_token_rate``, a random vocabulary
-    token with probability ``random_token_rate``, and stays as it is
-    otherwise. Special tokens ([CLS], [SEP], [PAD], [MASK]) are never
-    picked. The draws are stateless, made from ``seed``, the batch's index
-    and ``shard_index``, so they do not depend on how the pipeline runs.
+    becomes [MASK] with probability ``mask_token_rate``, a random token with
+    probability ``random_token_rate`` (drawn uniformly from the vocabulary
+    less the tokenizer's special tokens and [UNK]; it may be the token
+    itself), and stays as it is otherwise. Special tokens ([CLS], [SEP],
+    [PAD], [MASK]) are never picked. The draws are keyed by ``seed``, the
+    batch's index and ``shard_index``, so they do not depend on how the
+    pipeline runs.
+
+    Files are checked when the dataset is made: each must hold some text
+    (a file that is empty or has only blank lines is refused, since a
+    repeating dataset would wait forever on it), and its first 64 KiB must
+    be UTF-8 (a Latin-1 or GBK file is refused, named, rather than read as
+    [UNK]s). The rest of each file is checked as it is read: invalid UTF-8
+    further on stops the iteration with a `tf.errors.InvalidArgumentError`
+    naming the file.
 
     Args:
         files: a path or glob pattern, or a list of them (see
@@ -130,8 +166,8 @@ def text_shard_dataset(
         objective: ``"exlm"`` (inputs of `ExLMPretrainer`, which masks
             itself) or ``"mlm"`` (BERT-masked inputs, labels and weights for
             `TransformerMaskedLM`).
-        shuffle_buffer: int >= 0, windows held for shuffling; 0 reads the
-            files in order, one after the other.
+        shuffle_buffer: int >= 0, windows per shuffled block; 0 reads the
+            files in sorted order, one after the other, unshuffled.
         seed: int >= 0 or None. The shuffling and masking seed; with None a
             seed is drawn once, so the dataset is not reproducible across
             processes. Pass a seed to resume with ``dataset.skip``.
@@ -149,8 +185,8 @@ def text_shard_dataset(
         max_predictions: int in ``[1, sequence_length]``, masked positions
             per row (MLM only; default ``max(1, round(mask_rate *
             sequence_length))``).
-        cycle_length: int >= 1, files read at once (interleaved line by
-            line).
+        cycle_length: int >= 1, files read at once, interleaved line by
+            line, when ``shuffle_buffer > 0``.
 
     Returns:
         A `tf.data.Dataset`. For ``"exlm"`` each element is a dict of int32
@@ -165,8 +201,8 @@ def text_shard_dataset(
 
     Raises:
         ValueError: an argument is out of range (it is named), a file or
-            pattern is missing, the files are all empty, or there are fewer
-            files than shards.
+            pattern is missing, a file holds no text or is not UTF-8 (it is
+            named), or there are fewer files than shards.
 
     Example:
     ```python
@@ -190,7 +226,9 @@ def text_shard_dataset(
         weighted_metrics=[],
     )
     masked_lm.fit(dataset, steps_per_epoch=2, epochs=1)
-    # Resuming after 2 steps: the batches an uninterrupted run would see next.
+    # Resuming after 2 steps, in this process or another: the batches an
+    # uninterrupted run would see next (with the weights, optimizer and
+    # random states restored too, as examples/pretrain_text_shards.py does).
     masked_lm.fit(dataset.skip(2), steps_per_epoch=2, epochs=2, initial_epoch=1)
     ```
     """
@@ -208,8 +246,13 @@ def text_shard_dataset(
         objective, sequence_length, mask_rate, mask_token_rate, random_token_rate, max_predictions
     )
     paths = text_shard_files(files, num_shards, shard_index)
-    _check_not_all_empty(paths)
     tokenizer = _check_tokenizer(tokenizer, objective)
+    special = _special_ids(tokenizer)
+    random_ids = None
+    if masking is not None:
+        random_ids = _random_token_ids(tokenizer, special, masking["random_token_rate"])
+    for path in paths:
+        _check_file(path, tokenizer)
     if seed is None:
         import random
 
@@ -230,8 +273,7 @@ def text_shard_dataset(
         .unbatch()
     )
     if shuffle_buffer > 0:
-        windows = windows.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    special = _special_ids(tokenizer)
+        windows = _block_shuffle(windows, shuffle_buffer, seed)
     batches = windows.ragged_batch(batch_size, drop_remainder=True).map(
         lambda rows: _pack(rows, special, batch_size, sequence_length),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -242,7 +284,7 @@ def text_shard_dataset(
             **masking,
             special_ids=sorted(set(special.values())),
             mask_token_id=special["mask"],
-            vocabulary_size=int(tokenizer.vocabulary_size()),
+            random_ids=random_ids,
             seed=seed,
             num_shards=int(num_shards),
             shard_index=int(shard_index),
@@ -290,12 +332,47 @@ def _expand_files(files):
     return sorted(set(paths))
 
 
-def _check_not_all_empty(paths):
+def _check_file(path, tokenizer):
+    """Refuses a file that is not UTF-8 (in its first 64 KiB) or holds no text.
+
+    Reads until the first lines with a token (usually one read); only a
+    blank file is read to its end.
+    """
+    import codecs
+
     import tensorflow as tf
 
-    # Repeating files that hold nothing would wait forever for a first batch.
-    if all(tf.io.gfile.stat(path).length == 0 for path in paths):
-        raise ValueError(f"files: every file is empty ({paths[:5]}).")
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    offset, text, has_text = 0, "", False
+    with tf.io.gfile.GFile(path, "rb") as file:
+        while True:
+            chunk = file.read(_CHECK_BYTES)
+            try:
+                text += decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    "Expected UTF-8 text in every file of files. Received: "
+                    f"{path!r}, which is not UTF-8 text (near byte {offset + error.start}: "
+                    f"{error.reason}). Convert it to UTF-8 first, e.g. `iconv -f GBK -t UTF-8` "
+                    "or `iconv -f LATIN1 -t UTF-8`."
+                ) from None
+            offset += len(chunk)
+            lines = [line for line in text.split("\n")[:-1] if line.strip()]
+            if not chunk:
+                lines = [line for line in text.split("\n") if line.strip()]
+            for start in range(0, len(lines), _CHECK_LINES):  # almost always the first lines
+                if _token_count(tokenizer(lines[start : start + _CHECK_LINES])) > 0:
+                    has_text = True
+                    break
+            if has_text or not chunk:
+                break
+            text = text.rsplit("\n", 1)[-1] if "\n" in text else text
+    if not has_text:
+        raise ValueError(
+            "Expected text in every file of files (a dataset repeating a file with none "
+            f"would wait forever for a batch). Received: {path!r}, which holds no text (it is "
+            "empty, or its lines are blank or give no token). Remove it from the files."
+        )
 
 
 def _check_masking(objective, length, mask_rate, mask_token_rate, random_token_rate, predictions):
@@ -349,6 +426,34 @@ def _check_tokenizer(tokenizer, objective):
     return tokenizer
 
 
+def _token_count(token_ids):
+    """Tokens in a tokenizer's output: a ragged tensor, or lists on JAX."""
+    if hasattr(token_ids, "row_lengths"):
+        return int(sum(token_ids.row_lengths().numpy()))
+    return sum(len(row) for row in token_ids)
+
+
+def _random_token_ids(tokenizer, special, random_token_rate):
+    """The ids a random replacement draws from: the vocabulary less special tokens."""
+    size = int(tokenizer.vocabulary_size())
+    excluded = {value for value in special.values() if value is not None}
+    excluded.update(int(i) for i in getattr(tokenizer, "special_token_ids", None) or ())
+    oov = getattr(tokenizer, "oov_token", None)
+    if oov is not None:
+        try:
+            excluded.add(int(tokenizer.token_to_id(oov)))
+        except (KeyError, ValueError):
+            pass
+    excluded = sorted(i for i in excluded if 0 <= i < size)
+    if random_token_rate > 0 and len(excluded) >= size:
+        raise ValueError(
+            "Expected a vocabulary with a non-special token for random_token_rate > 0 "
+            f"(the special tokens are {excluded}). Received: random_token_rate="
+            f"{random_token_rate}, a vocabulary of {size} tokens."
+        )
+    return {"count": size - len(excluded), "excluded": excluded}
+
+
 def _special_ids(tokenizer):
     return {
         "cls": int(tokenizer.cls_token_id),
@@ -359,21 +464,70 @@ def _special_ids(tokenizer):
 
 
 # === Pipeline ===
-def _read_lines(paths, shuffle, seed, repeat, cycle):
-    """The files' lines, interleaved line by line over ``cycle`` files at once."""
+def _key(seed, purpose, index):
+    """A stateless-RNG key: one stream per ``purpose`` and ``index``."""
     import tensorflow as tf
 
-    names = tf.data.Dataset.from_tensor_slices(paths)
-    if shuffle:
-        names = names.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        names = names.repeat()
-    return names.interleave(
-        tf.data.TextLineDataset,
+    return tf.stack([tf.constant(seed + purpose * 2**31, tf.int64), tf.cast(index, tf.int64)])
+
+
+def _read_lines(paths, shuffle, seed, repeat, cycle):
+    """The files' lines: in sorted order without ``shuffle``; else each pass
+    in its own random file order, interleaved line by line over ``cycle``
+    files at once."""
+    import tensorflow as tf
+
+    names = tf.constant(paths)
+    if not shuffle:
+        files = tf.data.Dataset.from_tensor_slices(names)
+        files = files.repeat() if repeat else files
+        return files.flat_map(_file_lines)
+
+    def one_pass(index):
+        noise = tf.random.stateless_uniform([len(paths)], _key(seed, _FILE_ORDER, index))
+        return tf.data.Dataset.from_tensor_slices(tf.gather(names, tf.argsort(noise)))
+
+    passes = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
+    return passes.flat_map(one_pass).interleave(
+        _file_lines,
         cycle_length=min(cycle, len(paths)),
         block_length=1,
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
+    )
+
+
+def _file_lines(path):
+    """One file's lines, stopping with an error that names it at invalid UTF-8."""
+    import tensorflow as tf
+
+    def checked(lines):
+        valid = tf.strings.unicode_transcode(lines, "UTF-8", "UTF-8", errors="replace")
+        check = tf.debugging.Assert(
+            tf.reduce_all(tf.equal(valid, lines)),
+            ["text_shard_dataset: this file is not UTF-8 text; convert it first:", path],
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(lines)
+
+    return tf.data.TextLineDataset(path).batch(_LINES_PER_TOKENIZER_CALL).map(checked).unbatch()
+
+
+def _block_shuffle(windows, size, seed):
+    """Consecutive blocks of ``size`` windows, each in its own random order."""
+    import tensorflow as tf
+
+    def shuffled(index, block):
+        noise = tf.random.stateless_uniform(
+            tf.reshape(block.nrows(), [1]), _key(seed, _WINDOW_ORDER, index)
+        )
+        return tf.gather(block, tf.argsort(noise))
+
+    return (
+        windows.ragged_batch(size)
+        .enumerate()
+        .map(shuffled, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .unbatch()
     )
 
 
@@ -425,7 +579,7 @@ class _BertMasking:
         max_predictions,
         special_ids,
         mask_token_id,
-        vocabulary_size,
+        random_ids,
         seed,
         num_shards,
         shard_index,
@@ -436,7 +590,7 @@ class _BertMasking:
         self.max_predictions = max_predictions
         self.special_ids = special_ids
         self.mask_token_id = mask_token_id
-        self.vocabulary_size = vocabulary_size
+        self.random_ids = random_ids
         self.seed = seed
         self.num_shards = num_shards
         self.shard_index = shard_index
@@ -471,9 +625,13 @@ class _BertMasking:
         mask_positions = tf.where(weights, mask_positions, 0)
         labels = tf.where(weights, tf.gather(token_ids, mask_positions, batch_dims=1), 0)
         draw = tf.random.stateless_uniform(shape, seeds[1])
+        # Uniform over the non-special ids: draw in [0, count), then step
+        # over each excluded id, in increasing order.
         random_ids = tf.random.stateless_uniform(
-            shape, seeds[2], minval=0, maxval=self.vocabulary_size, dtype=tf.int32
+            shape, seeds[2], minval=0, maxval=max(1, self.random_ids["count"]), dtype=tf.int32
         )
+        for excluded in self.random_ids["excluded"]:
+            random_ids += tf.cast(random_ids >= excluded, tf.int32)
         replaced = tf.where(draw < self.mask_token_rate, self.mask_token_id, token_ids)
         random_band = (draw >= self.mask_token_rate) & (
             draw < self.mask_token_rate + self.random_token_rate

@@ -50,15 +50,19 @@ def bert_tokenizer(vocabulary, lowercase=True, case_folding="bert", **kwargs):
     """A WordPiece tokenizer from a vocabulary file, folder or list.
 
     The tokenizer is a `keras_masking.models.TransformerTokenizer`, a keras-hub
-    `BertTokenizer` that lowercases as Google's BERT does: full-width
-    punctuation such as "，" keeps its own id (keras-hub's NFKC folding maps
-    it to ","), and accents are stripped when ``lowercase``.
+    `BertTokenizer` that gives BERT's tokens (those of Google's and Hugging
+    Face's ``BertTokenizer``), eagerly and in ``tf.data``: space separators
+    such as U+3000 and NBSP are spaces, control, format and private-use
+    characters are deleted, full-width punctuation such as "，" keeps its own
+    id (keras-hub's NFKC folding maps it to ","), accents are stripped when
+    ``lowercase``, and a word over 100 characters is one ``[UNK]``.
 
     Args:
         vocabulary: path accepted by `read_vocabulary`, or a list of tokens.
         lowercase: bool. True for uncased English and for Chinese BERT.
         case_folding: ``"bert"`` (Google's BERT) or ``"nfkc"`` (keras-hub's).
-        **kwargs: passed to `keras_hub.tokenizers.BertTokenizer`.
+        **kwargs: passed to `TransformerTokenizer` (``max_input_chars_per_word``)
+            and `keras_hub.tokenizers.BertTokenizer`.
 
     Returns:
         A `TransformerTokenizer`.
@@ -95,6 +99,21 @@ def encode_texts(tokenizer, texts, sequence_length, second_texts=None):
     import keras
     import keras_hub
 
+    from keras_masking.utils.arguments import check_int
+
+    # Everything is checked before the tokenizer runs: a bare string would be
+    # read as a list of characters, and a length without room for [CLS] and
+    # each [SEP] would give keras-hub's packer empty or negative shapes.
+    texts = _check_texts("texts", texts)
+    minimum = 2 if second_texts is None else 3
+    sequence_length = check_int("sequence_length", sequence_length, minimum=minimum)
+    if second_texts is not None:
+        second_texts = _check_texts("second_texts", second_texts)
+        if len(second_texts) != len(texts):
+            raise ValueError(
+                "Expected as many second_texts as texts. Received: "
+                f"len(texts)={len(texts)}, len(second_texts)={len(second_texts)}."
+            )
     packer = keras_hub.layers.MultiSegmentPacker(
         start_value=tokenizer.cls_token_id,
         end_value=tokenizer.sep_token_id,
@@ -103,8 +122,6 @@ def encode_texts(tokenizer, texts, sequence_length, second_texts=None):
     )
     segments = [tokenizer(list(texts))]
     if second_texts is not None:
-        if len(second_texts) != len(texts):
-            raise ValueError(f"Got {len(texts)} first texts and {len(second_texts)} second texts.")
         segments.append(tokenizer(list(second_texts)))
     token_ids, segment_ids = packer(tuple(segments))
     token_ids = np.asarray(keras.ops.convert_to_numpy(token_ids), "int32")
@@ -114,3 +131,17 @@ def encode_texts(tokenizer, texts, sequence_length, second_texts=None):
         "segment_ids": segment_ids,
         "padding_mask": (token_ids != tokenizer.pad_token_id).astype("int32"),
     }
+
+
+def _check_texts(name, texts):
+    """``texts`` as a list of strings, or a ValueError naming ``name``."""
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, (list, tuple, np.ndarray)):
+        raise ValueError(f"Expected a list of strings for {name}. Received: {name}={texts!r:.80}.")
+    texts = texts.tolist() if isinstance(texts, np.ndarray) else list(texts)
+    bad = [text for text in texts if not isinstance(text, (str, bytes))]
+    if bad:
+        raise ValueError(
+            f"Expected a list of strings for {name}. Received: {name} holding "
+            f"{bad[0]!r:.80} of type {type(bad[0]).__name__}."
+        )
+    return texts

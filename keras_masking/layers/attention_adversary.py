@@ -8,6 +8,8 @@ from keras import ops
 from keras_masking.distribution.random import batch_uniform
 from keras_masking.ops.gradient_reversal import reverse_gradient
 from keras_masking.ops.gradient_reversal import straight_through_step
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
 
 #: The official code's mask value: masked logits become exactly this.
 MASK_VALUE = -10000.0
@@ -66,17 +68,17 @@ class AttentionAdversary(keras.layers.Layer):
     def __init__(self, alpha=1.0, noise=False, initializer_range=0.02, seed=None, **kwargs):
         kwargs.pop("dtype", None)
         super().__init__(dtype="float32", **kwargs)
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha >= 0:
-            raise ValueError(f"`alpha` must be a float >= 0. Received: alpha={alpha!r}")
+        alpha = check_float("alpha", alpha, minimum=0.0)
         if not isinstance(noise, bool):
-            raise ValueError(f"`noise` must be True or False. Received: noise={noise!r}")
-        if not initializer_range > 0:
-            raise ValueError(
-                f"`initializer_range` must be > 0. Received: initializer_range={initializer_range}"
-            )
-        self.alpha = float(alpha)
+            raise ValueError(f"Expected True or False for noise. Received: noise={noise!r}.")
+        initializer_range = check_float(
+            "initializer_range", initializer_range, minimum=0.0, open_minimum=True
+        )
+        if seed is not None:
+            seed = check_int("seed", seed, minimum=0)
+        self.alpha = alpha
         self.noise = noise
-        self.initializer_range = float(initializer_range)
+        self.initializer_range = initializer_range
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if noise else None
         self.query = None

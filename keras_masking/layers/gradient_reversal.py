@@ -3,6 +3,7 @@
 import keras
 
 from keras_masking.ops.gradient_reversal import reverse_gradient
+from keras_masking.utils.arguments import check_float
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -34,9 +35,7 @@ class GradientReversal(keras.layers.Layer):
 
     def __init__(self, alpha=1.0, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha >= 0:
-            raise ValueError(f"`alpha` must be a float >= 0. Received: alpha={alpha!r}")
-        self.alpha = float(alpha)
+        self.alpha = check_float("alpha", alpha, minimum=0.0)
         self.supports_masking = True
         self.built = True
 

@@ -6,6 +6,7 @@ from keras import ops
 from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import clone_initializer
 from keras_masking.utils.eager_checks import check_ids_in_range
+from keras_masking.utils.eager_checks import check_integer_ids
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -119,6 +120,7 @@ class TransformerEmbedding(keras.layers.Layer):
                 f"absolute position embeddings for at most "
                 f"max_sequence_length={self.max_sequence_length}."
             )
+        check_integer_ids("token_ids", token_ids)
         check_ids_in_range(token_ids, self.vocabulary_size, "token_ids", "vocabulary_size")
         # Compiled calls cannot raise on values: an out-of-range id makes its
         # embedding NaN (TensorFlow would clamp it silently, JAX fill NaN).

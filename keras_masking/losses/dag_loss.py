@@ -248,6 +248,12 @@ def _prepare(match, log_transitions, output_length, target_length):
         ("output_length", output_length),
         ("target_length", target_length),
     )
+    if match.shape[0] == 0:
+        # TensorFlow's reductions fail on an empty batch and JAX returns an
+        # empty loss whose mean is NaN: neither says what happened.
+        raise ValueError(
+            f"Expected a batch of at least one example. Received: match.shape={tuple(match.shape)}."
+        )
     _check_length_values("output_length", output_length, vertices)
     _check_length_values("target_length", target_length, steps)
 

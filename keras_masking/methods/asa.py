@@ -1,10 +1,12 @@
 """ASA: adversarial self-attention fine-tuning of a user's Keras task model."""
 
 import copy
+import logging
 
 import keras
 from keras import ops
 
+from keras_masking.distribution.replicas import replica_position
 from keras_masking.distribution.replicas import replica_share
 from keras_masking.layers.attention_adversary import AttentionAdversary
 from keras_masking.losses.asa_divergence import ASA_TASKS
@@ -17,6 +19,39 @@ from keras_masking.utils.arguments import check_int
 
 _TRAINING_KEYS = ("adversarial", "clean", "masks", "padding_mask")
 TOKEN_DIVERGENCES = ("all", "real")
+_LOGGER = logging.getLogger(__name__)
+
+
+def gather_replicas(structure):
+    """Tensors of every replica of a `tf.distribute` step, concatenated on axis 0.
+
+    Under `tf.distribute` each replica holds its own slice of the batch; a
+    value that couples the examples of a batch (ASA's regression divergence
+    takes a softmax over the batch) must see the global batch. Each replica
+    gets the global tensors in replica order (the rows one device would hold),
+    and the gradient flows back to every replica's own rows. Outside a
+    replica context with several replicas (one device, eager calls, JAX,
+    whose data-parallel step is one program over the global batch) the
+    structure is returned as it is.
+
+    Args:
+        structure: a nested structure of tensors (batch first) or None.
+
+    Returns:
+        The same structure over the global batch.
+
+    Example:
+
+    >>> tuple(gather_replicas({"x": keras.ops.ones((2, 3))})["x"].shape)
+    (2, 3)
+    """
+    _, replicas = replica_position()
+    if replicas == 1 or structure is None:
+        return structure
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    return keras.tree.map_structure(lambda value: context.all_gather(value, axis=0), structure)
 
 
 def masked_fraction(mask, padding_mask):
@@ -83,18 +118,21 @@ class ASATrainer(keras.Model):
     every axis but the batch, divided by the batch): per example for
     classification and multiple choice, SUMMED over positions for token
     classification; for regression (one output) the softmax is over the
-    batch (`keras_masking.losses.batch_softmax_divergence`). A head with no
-    official divergence (span or pointer logits, several outputs) needs
-    ``divergence=``.
+    batch (`keras_masking.losses.batch_softmax_divergence`), the global batch
+    when data-parallel (see `divergence`); a batch of one row makes it 0 and
+    logs a warning. A head with no official divergence (span or pointer
+    logits, several outputs) needs ``divergence=``.
 
     Args:
         task_model: a functional Keras model (``keras.Model(inputs, outputs)``
             or a keras-hub task) that calls a `TransformerBackbone` once, or a
             DropToken encoder in ``mode="attention"``; its outputs are logits
             (predictions for regression).
-        tau: float >= 0, the mask penalty's temperature (0.5 officially).
+        tau: finite float >= 0, the mask penalty's temperature (0.5
+            officially).
         layers: layer indices to attack, or None for every layer (official).
-        alpha: float >= 0, the gradient reversal's strength (1 officially).
+        alpha: finite float >= 0, the gradient reversal's strength (1
+            officially).
         task: ``"auto"`` (from the output shape: ``(B, 1)`` regression,
             ``(B, C)`` classification or multiple choice, ``(B, T, C)`` token
             classification), or one of `keras_masking.losses.ASA_TASKS`.
@@ -251,11 +289,38 @@ class ASATrainer(keras.Model):
 
     # === Loss ===
     def divergence(self, y_pred):
-        """``D(clean, adversarial)`` of this trainer's task kind (float32)."""
+        """``D(clean, adversarial)`` of this trainer's task kind (float32).
+
+        Always over the global batch: under `tf.distribute` every replica
+        gathers the outputs of all replicas first (`gather_replicas`), so
+        ``D`` is what one device computes on the whole batch whatever its
+        form, the regression divergence's softmax over the batch and a
+        custom ``divergence=`` included. A regression batch of one row has
+        ``D = 0`` exactly (the softmax of one value is 1): that is logged
+        as a warning, once per trainer.
+        """
+        clean, adversarial = gather_replicas((y_pred["clean"], y_pred["adversarial"]))
         if self.divergence_fn is not None:
-            return ops.cast(self.divergence_fn(y_pred["clean"], y_pred["adversarial"]), "float32")
-        weights = y_pred["padding_mask"] if self.token_divergence == "real" else None
-        return asa_divergence(y_pred["clean"], y_pred["adversarial"], self.task, weights)
+            return ops.cast(self.divergence_fn(clean, adversarial), "float32")
+        if self.task == "regression":
+            self._warn_about_a_single_row(clean)
+        weights = None
+        if self.token_divergence == "real":
+            weights = gather_replicas(y_pred["padding_mask"])
+        return asa_divergence(clean, adversarial, self.task, weights)
+
+    def _warn_about_a_single_row(self, predictions):
+        rows = tuple(predictions.shape)[0]
+        if rows != 1 or getattr(self, "_warned_single_row", False):
+            return
+        self._warned_single_row = True
+        _LOGGER.warning(
+            "ASA's regression divergence takes the softmax over the batch (as the official "
+            "code); on a batch of 1 row it is exactly 0, so that step trains the model on the "
+            "task loss only and the adversaries on the mask penalty only (they learn to mask "
+            "nothing). Train with batches of 2 rows or more (a batch size that leaves no "
+            "last batch of 1)."
+        )
 
     def mask_term(self, y_pred):
         """``tau^2 * sum_l sum_ij M^l_ij / rows`` (float32)."""
@@ -269,9 +334,12 @@ class ASATrainer(keras.Model):
         if not _is_training_output(y_pred):
             return super().compute_loss(x, y, y_pred, sample_weight, training)
         task_loss = super().compute_loss(x, y, y_pred["clean"], sample_weight, training)
-        # Keras scales its compiled task loss for tf.distribute replicas; the
-        # divergence and the mask term are means over this replica's rows,
-        # so they enter as its share of the global means.
+        # Keras scales its compiled task loss for tf.distribute replicas and
+        # adds the replicas' losses. The mask term is a mean over this
+        # replica's rows: it enters as its share of the global mean. The
+        # divergence is already the global value (gathered): each replica
+        # enters it weighted by its share of the rows, the weights summing
+        # to 1, and the gathered gradient reaches every replica's rows.
         rows = self._rows(y_pred)
         mask_term = replica_share(self.mask_term(y_pred), rows)
         # The value is task + divergence (the official log); the gradient also
@@ -294,7 +362,8 @@ class ASATrainer(keras.Model):
         if not _is_training_output(y_pred):
             result = super().compute_metrics(x, y, y_pred, sample_weight)
             return {name: value for name, value in result.items() if name not in self._asa_names}
-        # Weighted by the rows each averages over: replicas add up exactly.
+        # Weighted by the rows each averages over: replicas add up exactly
+        # (the divergence is the global value on every replica).
         self.divergence_tracker.update_state(
             self.divergence(y_pred), sample_weight=self._divergence_rows(y_pred)
         )
@@ -372,9 +441,12 @@ def with_asa(task_model, tau=0.5, layers=None, **options):
     """ASA fine-tuning in one line: an `ASATrainer` around ``task_model``.
 
     If ``task_model`` is already compiled, the trainer is compiled with the
-    same configuration (loss, metrics, a new optimizer of the same kind,
-    ``jit_compile``), so ``trainer.fit(...)`` works at once; otherwise
-    compile the trainer as you would the model.
+    same arguments (the same loss, metrics of the same configuration,
+    ``jit_compile``, and the task model's optimizer itself, with every
+    setting it holds, ``exclude_from_weight_decay`` included; an optimizer
+    that was built already is replaced by a new one with the same
+    configuration and exclusions), so ``trainer.fit(...)`` works at once;
+    otherwise compile the trainer as you would the model.
 
     Args:
         task_model: see `ASATrainer`.
@@ -396,5 +468,68 @@ def with_asa(task_model, tau=0.5, layers=None, **options):
     """
     trainer = ASATrainer(task_model, tau=tau, layers=layers, **options)
     if getattr(task_model, "compiled", False):
-        trainer.compile_from_config(task_model.get_compile_config())
+        _compile_like(trainer, task_model)
     return trainer
+
+
+#: Optimizer settings Keras keeps outside `get_config` (set by
+#: ``exclude_from_weight_decay``).
+_UNCONFIGURED_OPTIMIZER_SETTINGS = (
+    "_exclude_from_weight_decay",
+    "_exclude_from_weight_decay_pattern",
+)
+
+
+def _compile_like(trainer, task_model):
+    """Compiles ``trainer`` with the arguments ``task_model`` was compiled with.
+
+    The objects themselves, not a copy rebuilt from their configs: an
+    optimizer holds settings that its config does not (the variables
+    ``exclude_from_weight_decay`` keeps from decay, a loss scale's inner
+    optimizer), and a loss may be a function with no config. The trainer
+    takes over the task model's optimizer when it has not been built yet (it
+    is then built on the trainer's variables, adversaries included). A built
+    one (the task model trained already) tracks the task model's variables
+    only: the trainer gets a new optimizer from its config with the
+    weight-decay exclusions carried over, and its moments start afresh.
+    Compiled metric objects are copied (the two models must not share their
+    state).
+    """
+    config = getattr(task_model, "_compile_config", None)
+    if config is None:  # a compile that Keras' did not record
+        trainer.compile_from_config(task_model.get_compile_config())
+        return
+    arguments = dict(config.config)
+    optimizer = task_model.optimizer
+    if optimizer is not None and getattr(optimizer, "built", False):
+        _LOGGER.warning(
+            "The task model's optimizer was built (trained) already; the ASA trainer gets a new "
+            "%s with the same configuration and weight-decay exclusions, whose moments and step "
+            "count start from 0.",
+            type(optimizer).__name__,
+        )
+        optimizer = _unbuilt_copy(optimizer)
+    arguments["optimizer"] = optimizer
+    for key in ("metrics", "weighted_metrics"):
+        arguments[key] = keras.tree.map_structure(_fresh_metric, arguments.get(key))
+    trainer.compile(**arguments)
+
+
+def _fresh_metric(metric):
+    if isinstance(metric, keras.metrics.Metric):
+        return keras.metrics.deserialize(keras.metrics.serialize(metric))
+    return metric
+
+
+def _unbuilt_copy(optimizer):
+    """A new optimizer with ``optimizer``'s configuration and exclusions."""
+    copy_ = type(optimizer).from_config(optimizer.get_config())
+    pairs = [(optimizer, copy_)]
+    if hasattr(optimizer, "inner_optimizer"):  # LossScaleOptimizer
+        pairs.append((optimizer.inner_optimizer, copy_.inner_optimizer))
+    for source, target in pairs:
+        for name in _UNCONFIGURED_OPTIMIZER_SETTINGS:
+            if hasattr(source, name):
+                setattr(target, name, copy.copy(getattr(source, name)))
+        target._exclude_from_weight_decay_cache = {}
+    return copy_

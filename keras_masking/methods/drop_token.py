@@ -5,11 +5,13 @@ import keras
 from keras_masking.layers.drop_token import DropToken
 from keras_masking.layers.drop_token import RestoreDroppedTokens
 from keras_masking.methods.encoder_stages import encoder_stages
+from keras_masking.utils.eager_checks import ConcreteInputChecks
+from keras_masking.utils.eager_checks import check_backbone_features
 from keras_masking.utils.xla_cpu import warn_if_slow_token_dropping_under_xla
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
-class DropTokenEncoder(keras.Model):
+class DropTokenEncoder(ConcreteInputChecks, keras.Model):
     """A backbone that drops tokens after its embedding stage in training.
 
     ``embed -> DropToken -> layers(kept tokens, their mask, their original
@@ -85,6 +87,11 @@ class DropTokenEncoder(keras.Model):
         self.mode = drop.mode
         self.seed = drop.seed
         self.slot_multiple = drop.slot_multiple
+
+    def check_inputs(self, inputs):
+        """The backbone's input checks, at every entry point (see
+        `TransformerBackbone.check_inputs`)."""
+        check_backbone_features(self.backbone, inputs)
 
     @property
     def rate(self):

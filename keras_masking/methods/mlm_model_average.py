@@ -41,6 +41,36 @@ def _check_token_array(token_ids, vocabulary_size):
     return array
 
 
+_SPECIAL_ID_NAMES = ("cls_token_id", "sep_token_id", "pad_token_id", "mask_token_id")
+
+
+def _special_token_ids(model, tokenizer):
+    """The special ids of ``tokenizer``, or of the model's preprocessor's tokenizer."""
+    source = "tokenizer"
+    if tokenizer is None:
+        preprocessor = getattr(model, "preprocessor", None)
+        tokenizer = getattr(preprocessor, "tokenizer", None)
+        source = "the model's preprocessor.tokenizer"
+        if tokenizer is None:
+            raise ValueError(
+                "Expected unselectable_token_ids (the ids BERT-style pretraining never masks: "
+                "[CLS], [SEP], [PAD], [MASK]), a tokenizer, or a model with a preprocessor "
+                "whose tokenizer knows them; pass unselectable_token_ids=() to make every "
+                f"token selectable. Received: unselectable_token_ids=None, tokenizer=None and "
+                f"a model {model.name!r} without a preprocessor tokenizer."
+            )
+    ids = getattr(tokenizer, "special_token_ids", None)
+    if ids is None:
+        ids = [getattr(tokenizer, name, None) for name in _SPECIAL_ID_NAMES]
+        ids = [value for value in ids if value is not None]
+    if not ids:
+        raise ValueError(
+            "Expected a tokenizer with special_token_ids (or cls_token_id, sep_token_id, "
+            f"pad_token_id, mask_token_id). Received: {source}={tokenizer!r:.80}."
+        )
+    return sorted({int(value) for value in ids})
+
+
 def sample_mlm_maskings(
     token_ids,
     samples,
@@ -130,6 +160,7 @@ def mlm_model_average(
     from_logits=False,
     seed=None,
     batch_size=None,
+    tokenizer=None,
 ):
     """Predictions averaged over ``samples`` random MLM maskings of the inputs.
 
@@ -139,18 +170,36 @@ def mlm_model_average(
     ``samples x batch`` masked copies go through the model in one batched
     ``predict`` call, not a loop of predicts.
 
+    As in BERT's pretraining, the tokenizer's special tokens ([CLS], [SEP],
+    [PAD], [MASK]) are never masked: by default ``unselectable_token_ids``
+    are the ``special_token_ids`` of ``tokenizer``, or of the model's
+    preprocessor's tokenizer (a keras-hub task such as
+    `keras_masking.models.TransformerTextClassifier` or
+    ``keras_hub.models.BertTextClassifier``). A model with a preprocessor is
+    accepted: ``inputs`` are its token features, fed to the model as they
+    are (the preprocessor, which takes strings, is not run).
+
     Args:
         model: a Keras model taking a dict with ``token_ids`` (and usually
-            ``padding_mask``, ``segment_ids``).
-        inputs: that dict of arrays.
+            ``padding_mask``, ``segment_ids``), with or without a
+            preprocessor.
+        inputs: that dict of arrays (token features, not strings).
         mask_token_id: int. The [MASK] id.
         samples: int ``K`` >= 1.
-        mask_rate, mask_token_rate, random_token_rate,
-        unselectable_token_ids: the pretraining masker's configuration.
+        mask_rate, mask_token_rate, random_token_rate: the pretraining
+            masker's rates.
+        unselectable_token_ids: ids never masked. None (the default): the
+            tokenizer's special tokens; a model with no tokenizer (neither
+            ``tokenizer`` nor a preprocessor's) then raises a ValueError.
+            ``()`` makes every non-padding token selectable.
         from_logits: bool. Apply a softmax over the last axis before
             averaging (average probabilities, not logits).
         seed: int or None, for reproducible maskings.
         batch_size: predict batch size (default: all ``K x batch`` rows).
+        tokenizer: optional keras-hub tokenizer whose ``special_token_ids``
+            (or ``cls_token_id``, ``sep_token_id``, ``pad_token_id``,
+            ``mask_token_id``) give the default ``unselectable_token_ids``;
+            default: the model's ``preprocessor.tokenizer``.
 
     Returns:
         The averaged outputs, with the structure of the model's outputs.
@@ -161,8 +210,15 @@ def mlm_model_average(
 
     Example:
     ```python
+    # A plain functional model: name the ids pretraining never masked
+    # (Chinese BERT: [PAD] 0, [CLS] 101, [SEP] 102, [MASK] 103).
     probabilities = keras_masking.mlm_model_average(
-        classifier, features, mask_token_id=103, samples=16)
+        model, features, mask_token_id=103, samples=16, from_logits=True,
+        unselectable_token_ids=[0, 101, 102, 103])
+    # A keras-hub task with a preprocessor (a TransformerTextClassifier)
+    # needs no ids: its tokenizer's special tokens are never masked.
+    # probabilities = keras_masking.mlm_model_average(
+    #     classifier, classifier.preprocessor(["今天天气很好"]), mask_token_id=103)
     ```
     """
     samples = _positive_int("samples", samples)
@@ -187,6 +243,10 @@ def mlm_model_average(
         raise ValueError(
             f"Every input must have the batch size of token_ids ({batch}). Received shapes {wrong}."
         )
+    if unselectable_token_ids is None:
+        unselectable_token_ids = _special_token_ids(model, tokenizer)
+    elif tokenizer is not None:
+        _special_token_ids(model, tokenizer)  # still checked
     masked = sample_mlm_maskings(
         token_ids,
         samples,
@@ -203,7 +263,13 @@ def mlm_model_average(
         key: np.concatenate([np.asarray(value)] * samples, axis=0) for key, value in inputs.items()
     }
     tiled["token_ids"] = masked.reshape((samples * batch,) + token_ids.shape[1:])
-    outputs = model.predict(tiled, batch_size=batch_size or samples * batch, verbose=0)
+    # A keras-hub task's `predict` runs its preprocessor (which takes strings)
+    # on the inputs; these are token features already: predict as a plain
+    # Keras model does.
+    predict = model.predict
+    if getattr(model, "preprocessor", None) is not None:
+        predict = keras.Model.predict.__get__(model)
+    outputs = predict(tiled, batch_size=batch_size or samples * batch, verbose=0)
 
     def average(values):
         values = np.asarray(values)

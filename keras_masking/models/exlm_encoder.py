@@ -10,6 +10,7 @@ from keras_masking.layers.state_expansion import check_sequence_inputs
 from keras_masking.layers.state_expansion import check_token_id_list
 from keras_masking.ops.token_dropping import batched_gather
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import concrete_value
 
 
@@ -111,7 +112,7 @@ def check_rotary2d_backbone(backbone, who):
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
-class ExLMEncoder(keras.Model):
+class ExLMEncoder(ConcreteInputChecks, keras.Model):
     """Runs an ExLM-pretrained backbone on fine-tuning inputs.
 
     Fine-tuning data has no [MASK], so, as in the official code, only the
@@ -184,6 +185,11 @@ class ExLMEncoder(keras.Model):
     def build(self, input_shape):
         # The backbone is a built functional model; the expansion has no state.
         self.built = True
+
+    def check_inputs(self, inputs):
+        """`check_backbone_inputs`: run by ``fit`` / ``evaluate`` / ``predict``
+        on numpy data before a step compiles, and by every eager call."""
+        check_backbone_inputs(inputs, self.backbone)
 
     def call(self, inputs, training=False):
         token_ids, padding_mask, segment_ids = check_backbone_inputs(inputs, self.backbone)

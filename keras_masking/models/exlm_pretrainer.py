@@ -26,6 +26,7 @@ from keras_masking.ops.token_dropping import batched_gather
 from keras_masking.ops.token_dropping import kept_indices
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import concrete_value
 
 
@@ -80,7 +81,7 @@ def prediction_entropy(logits, weights):
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
-class ExLMPretrainer(keras.Model):
+class ExLMPretrainer(ConcreteInputChecks, keras.Model):
     """ExLM pretraining (or plain MLM on the same masking) as a Keras model.
 
     In each step: pick ``mask_rate`` of the real, non-special tokens (at
@@ -313,6 +314,11 @@ class ExLMPretrainer(keras.Model):
         return ops.where(picked, replaced, token_ids)
 
     # === Forward ===
+    def check_inputs(self, inputs):
+        """`check_backbone_inputs`: run by ``fit`` / ``evaluate`` / ``predict``
+        on numpy data before a step compiles, and by every eager call."""
+        check_backbone_inputs(inputs, self.backbone)
+
     def call(self, inputs, training=False):
         if self._building_call:
             self._building_call = False
@@ -565,6 +571,34 @@ class ExLMPretrainer(keras.Model):
         weights = y_pred["target_is_mask"] & feasible[:, None]
         return _weighted_mean(per_target, weights), ops.sum(ops.cast(weights, "float32"))
 
+    # === Training ===
+    def fit(self, *args, **kwargs):
+        """`keras.Model.fit`, stopped with an error at the first non-finite loss.
+
+        A NaN or infinite weight makes every later step NaN: training on
+        would spend the run and overwrite checkpoints with NaN. So ``fit``
+        refuses a model that already holds one (naming the weight), and
+        stops at the first batch whose loss is not finite, raising a
+        `FloatingPointError` that names the epoch and batch (Keras'
+        `TerminateOnNaN` would stop silently, and only when it is passed).
+
+        Args:
+            *args, **kwargs: `keras.Model.fit` arguments.
+
+        Returns:
+            The `keras.callbacks.History`.
+        """
+        _check_finite_variables(self)
+        if len(args) > 5:  # callbacks passed by position
+            args = list(args)
+            args[5] = [*(args[5] or []), StopOnNonFiniteLoss(type(self).__name__)]
+        else:
+            kwargs["callbacks"] = [
+                *(kwargs.get("callbacks") or []),
+                StopOnNonFiniteLoss(type(self).__name__),
+            ]
+        return super().fit(*args, **kwargs)
+
     def get_config(self):
         return {
             "backbone": keras.saving.serialize_keras_object(self.backbone),
@@ -587,3 +621,55 @@ class ExLMPretrainer(keras.Model):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
         return cls(**config)
+
+
+def _check_finite_variables(model):
+    """Refuses a model holding a NaN or infinite variable, naming it."""
+    for variable in model.variables:
+        if not keras.backend.is_float_dtype(variable.dtype):
+            continue
+        values = keras.ops.convert_to_numpy(variable)
+        finite = np.isfinite(values)
+        if not finite.all():
+            count = int(values.size - np.count_nonzero(finite))
+            raise ValueError(
+                f"Expected finite weights to train {type(model).__name__}. Received: "
+                f"{variable.path!r} holds {count} NaN or infinite value(s); a step on it gives "
+                "NaN everywhere. Reload the weights from a good checkpoint."
+            )
+
+
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Stops ``fit`` with a `FloatingPointError` at the first non-finite loss.
+
+    Args:
+        who: the model's name in the message.
+
+    Example:
+
+    >>> callback = StopOnNonFiniteLoss("ExLMPretrainer")  # fit(..., callbacks=[callback])
+    >>> callback.who
+    'ExLMPretrainer'
+    """
+
+    def __init__(self, who="model"):
+        super().__init__()
+        self.who = who
+        self.epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is None:
+            return
+        loss = float(np.asarray(keras.ops.convert_to_numpy(loss)))
+        if not math.isfinite(loss):
+            self.model.stop_training = True
+            raise FloatingPointError(
+                f"{self.who}.fit stopped: the loss is {loss} at epoch {self.epoch + 1}, batch "
+                f"{batch + 1}, so the weights now hold NaN or infinite values. Expected a finite "
+                "loss: lower the learning rate, clip gradients (the optimizer's clipnorm), or "
+                "look for a bad batch; then reload the weights from before this step."
+            )

@@ -168,6 +168,132 @@ def _family_hint(missing, unexpected, family):
     return ""
 
 
+# Config files that may sit beside a checkpoint: Google's and Hugging Face's.
+_FOLDER_CONFIGS = ("bert_config.json", "config.json")
+# Arguments a checkpoint's config fixes: weights trained with one value give
+# wrong outputs with another, and most (the head count, the position scheme)
+# cannot be seen in the shapes.
+_FIXED_BY_CONFIG = (
+    "vocabulary_size",
+    "num_layers",
+    "num_heads",
+    "hidden_dim",
+    "intermediate_dim",
+    "num_segments",
+    "position",
+    "max_relative_position",
+)
+
+
+def _declared_family(config):
+    """The family a config declares by its own keys, or None when it does not."""
+    model_type = config.get("model_type")
+    if model_type in ("bert", "roberta", "roformer", "nezha"):
+        return model_type
+    if "rotary_value" in config:
+        return "roformer"
+    if "max_relative_position" in config or config.get("use_relative_position"):
+        return "nezha"
+    return None
+
+
+def _check_family(values, config, model, source, overrides=()):
+    """Refuses a family that the checkpoint and its config contradict.
+
+    The position table tells BERT/RoBERTa (absolute) from RoFormer and NEZHA;
+    those two hold the same variables, so the config must say which: NEZHA's
+    configs carry ``max_relative_position`` / ``use_relative_position``,
+    RoFormer's (Hugging Face) ``model_type: roformer`` or ``rotary_value``.
+    """
+    has_table = f"{layout.EMBEDDINGS}/position_embeddings" in values
+    declared = _declared_family(config)
+    if declared == "roformer" and model != "roformer":
+        raise ValueError(
+            f"{source}: the config declares a RoFormer model, so cannot load it as "
+            f"model={model!r} (nothing was loaded). Expected model='roformer'. "
+            f"Received: model={model!r}."
+        )
+    stated = declared == "nezha" or "max_relative_position" in overrides
+    if model == "nezha" and not has_table and not stated:
+        raise ValueError(
+            f"{source}: cannot tell this checkpoint from a RoFormer one, so it is not "
+            "loaded as model='nezha': it has no absolute position table (as RoFormer and "
+            "NEZHA checkpoints both have) and its config declares no NEZHA setting "
+            "(max_relative_position or use_relative_position, which NEZHA's configs hold). "
+            "Expected model='roformer' for a RoFormer checkpoint, or a NEZHA config "
+            "(add max_relative_position=64 to it, as in NEZHA's release, or pass "
+            "max_relative_position=64). Received: model='nezha'."
+        )
+
+
+def _check_folder_configs(prefix, backbone, skip=None):
+    """Refuses a backbone whose head count differs from the checkpoint's own config.
+
+    The head count cannot be read from the weights' shapes (8 heads of 4
+    and 4 heads of 8 have the same kernels), so a ``bert_config.json`` or
+    Hugging Face ``config.json`` beside the checkpoint is compared with it.
+
+    Args:
+        prefix: the checkpoint prefix.
+        backbone: the `TransformerBackbone` being loaded.
+        skip: a config path already used to build ``backbone`` (not re-read).
+    """
+    folder = os.path.dirname(os.path.abspath(prefix))
+    for name in _FOLDER_CONFIGS:
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            continue
+        if skip is not None and os.path.exists(skip) and os.path.samefile(path, skip):
+            continue
+        try:
+            with open(path, encoding="utf-8") as file:
+                config = json.load(file)
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            raise ValueError(
+                f"{path}: the config beside the checkpoint is not readable JSON ({error}); "
+                "nothing was loaded. Fix or remove the file."
+            ) from None
+        if not isinstance(config, dict):
+            continue
+        heads = config.get("num_attention_heads")
+        if isinstance(heads, int) and not isinstance(heads, bool) and heads != backbone.num_heads:
+            raise ValueError(
+                f"{path}: the checkpoint was trained with num_attention_heads={heads}, but the "
+                f"model has num_heads={backbone.num_heads} (nothing was loaded; the head count "
+                "is not visible in the weights' shapes). Expected num_heads="
+                f"{heads}. Received: num_heads={backbone.num_heads}."
+            )
+
+
+def _check_overrides(config_kwargs, overrides, config_path):
+    """Refuses overrides of what the checkpoint's config fixes."""
+    for name in _FIXED_BY_CONFIG:
+        if name in overrides and name in config_kwargs and overrides[name] != config_kwargs[name]:
+            raise ValueError(
+                f"{config_path} fixes {name}={config_kwargs[name]!r} for these weights; an "
+                "override would load them into a different architecture. Expected "
+                f"{name}={config_kwargs[name]!r} or no {name} argument. "
+                f"Received: {name}={overrides[name]!r}."
+            )
+
+
+def _check_finite(converted, source):
+    """Refuses NaN or infinite weights, naming the variable and the file."""
+    for name in sorted(converted):
+        array = converted[name]
+        if array.dtype.kind not in "fc":
+            continue
+        finite = np.isfinite(array)
+        if not finite.all():
+            count = int(array.size - np.count_nonzero(finite))
+            first = tuple(int(i) for i in np.argwhere(~finite)[0])
+            raise ValueError(
+                f"{source}: variable {name!r} holds {count} NaN or infinite value(s) "
+                f"(first at index {first}); nothing was loaded. Expected finite weights: "
+                "the file is corrupt, or the training that wrote it diverged."
+            )
+
+
 def _check_bool(name, value):
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
@@ -271,6 +397,7 @@ def _load_values(model, values, strict, source, record):
             + _family_hint(missing, unexpected, family)
         )
     converted = _convert_values(values, expected, source)
+    _check_finite(converted, source)
     record = _record_config(record, values, backbone.token_embedding.name, source)
     if unexpected:
         logger.warning("%s: skipped variables not used by the model: %s", source, unexpected)
@@ -331,6 +458,7 @@ def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None)
     if isinstance(checkpoint_path, dict):
         return _load_values(model, checkpoint_path, strict, source or "checkpoint", None)
     prefix = resolve_checkpoint_prefix(checkpoint_path)
+    _check_folder_configs(prefix, getattr(model, "backbone", model))
     record = _folder_record(prefix)
     values = read_tf_checkpoint(prefix)
     return _load_values(model, values, strict, source or str(checkpoint_path), record)
@@ -396,9 +524,11 @@ def from_tf_checkpoint(
         )
     config = read_google_config(config_path)
     kwargs = backbone_kwargs_from_google_config(config, model, source=str(config_path))
+    _check_overrides(kwargs, backbone_kwargs, str(config_path))
     prefix = resolve_checkpoint_prefix(checkpoint_path)
     record = _folder_record(prefix)
     values = read_tf_checkpoint(prefix)
+    _check_family(values, config, model, str(config_path), backbone_kwargs)
     has_pooler = f"{layout.POOLER}/kernel" in values
     if with_pool == "auto":
         use_pooler = has_pooler
@@ -412,6 +542,7 @@ def from_tf_checkpoint(
     )
     kwargs.update(backbone_kwargs)
     backbone = TransformerBackbone(**kwargs)
+    _check_folder_configs(prefix, backbone, skip=config_path)
     result = TransformerMaskedLM(backbone) if with_mlm else backbone
     _load_values(result, values, strict, str(checkpoint_path), backbone.mlm_embedding_correction)
     return result

@@ -16,6 +16,8 @@ from keras_masking.layers.transformer_embedding import TransformerEmbedding
 from keras_masking.models import keras_hub_conversion
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.eager_checks import ConcreteInputChecks
+from keras_masking.utils.eager_checks import check_encoder_inputs
 
 FAMILY_POSITIONS = {
     "bert": "absolute",
@@ -26,7 +28,7 @@ FAMILY_POSITIONS = {
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
-class TransformerBackbone(keras_hub.models.Backbone):
+class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
     """A BERT-family encoder whose stages are public hooks.
 
     One class builds BERT / RoBERTa (``position="absolute"``, learned
@@ -354,6 +356,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         Returns:
             ``{"sequence_output", "pooled_output"}``.
         """
+        self.check_inputs(inputs, required=("token_ids", "padding_mask"))
         position_ids = inputs.get("position_ids")
         hidden = self.embed(
             inputs["token_ids"], inputs.get("segment_ids"), position_ids, training=training
@@ -367,6 +370,55 @@ class TransformerBackbone(keras_hub.models.Backbone):
             mask_semantics=mask_semantics,
         )
         return {"sequence_output": hidden, "pooled_output": self.pool(hidden)}
+
+    def check_inputs(self, inputs, required=None):
+        """Checks an input dict at the backbone's door; raises a ValueError.
+
+        Every entry point runs it: ``backbone(inputs)`` (in `call`),
+        `forward_stages` (the methods' graphs), and ``fit`` / ``evaluate`` /
+        ``predict`` / ``*_on_batch`` on numpy data before a step compiles, as
+        do the tasks built on the backbone. Shapes and dtypes are checked
+        always; values when concrete: integer ids in range (``token_ids`` in
+        ``[0, vocabulary_size)``, ``segment_ids`` in ``[0, num_segments)``,
+        absolute ``position_ids`` in ``[0, max_sequence_length)``), a 0/1
+        ``padding_mask``, and every input of the shape of ``token_ids``.
+        A compiled step cannot raise on values: an out-of-range id makes its
+        row NaN there (see `TransformerEmbedding`).
+
+        Args:
+            inputs: dict of the backbone's inputs.
+            required: keys that must be present; None for the backbone's
+                own inputs (``segment_ids`` without segments and
+                ``position_ids`` without ``custom_position_ids`` are not).
+
+        Example:
+        ```python
+        backbone.check_inputs(features)  # passes
+        half = {**features, "padding_mask": features["padding_mask"] * 0.5}
+        try:
+            backbone.check_inputs(half)
+        except ValueError as error:
+            print(error)  # Expected padding_mask of 0s and 1s. Received: ... [0.5].
+        ```
+        """
+        embeddings = self.embeddings
+        if required is None:
+            required = ["token_ids", "padding_mask"]
+            if embeddings.num_segments > 0:
+                required.append("segment_ids")
+            if self.transformer_layers and getattr(self, "custom_position_ids", False):
+                required.append("position_ids")
+        position = self.transformer_layers[0].position if self.transformer_layers else None
+        check_encoder_inputs(
+            inputs,
+            vocabulary_size=embeddings.vocabulary_size,
+            num_segments=embeddings.num_segments,
+            required=tuple(required),
+            position_ranks=(3,) if position == "rotary2d" else (2,),
+            max_position=(
+                embeddings.max_sequence_length if embeddings.use_position_embedding else None
+            ),
+        )
 
     def pool(self, hidden):
         """BERT's pooler on the [CLS] state (or the state itself if none)."""
@@ -612,7 +664,23 @@ class TransformerBackbone(keras_hub.models.Backbone):
             **kwargs: passed to the keras-hub loader.
         """
         # keras-hub's generic loader picks the class the preset declares.
-        loaded = keras_hub.models.Backbone.from_preset(preset, load_weights=load_weights, **kwargs)
+        _check_preset_json_files(preset)
+        try:
+            loaded = keras_hub.models.Backbone.from_preset(
+                preset, load_weights=load_weights, **kwargs
+            )
+        except OSError as error:
+            weights = _preset_file(preset, _PRESET_WEIGHTS_FILE)
+            if not load_weights or weights is None:
+                raise
+            # h5py's message names no file ("Unable to synchronously open file").
+            raise ValueError(
+                f"{weights}: cannot read the preset's weights; the file is truncated or corrupt "
+                f"({type(error).__name__}: {error}). Expected the {_PRESET_WEIGHTS_FILE} that "
+                "save_to_preset wrote: copy it again."
+            ) from None
+        if load_weights:
+            _check_finite_weights(loaded, _preset_file(preset, _PRESET_WEIGHTS_FILE) or preset)
         if isinstance(loaded, cls):
             return loaded
         converted = cls.from_keras_hub(loaded, activation=_declared_activation(preset))
@@ -803,6 +871,54 @@ def _mark_preset_record(backbone, preset):
         mark_loaded_weights(backbone, config)
     except ValueError as error:
         raise ValueError(f"{os.path.join(preset, RECORD_FILE)}: {error}") from None
+
+
+_PRESET_WEIGHTS_FILE = "model.weights.h5"
+_PRESET_JSON_FILES = ("config.json", "metadata.json")
+
+
+def _preset_file(preset, name):
+    """``preset/name`` when ``preset`` is a local folder holding that file, else None."""
+    if not isinstance(preset, (str, os.PathLike)) or not os.path.isdir(preset):
+        return None
+    path = os.path.join(os.fspath(preset), name)
+    return path if os.path.isfile(path) else None
+
+
+def _check_preset_json_files(preset):
+    """Refuses a local preset whose JSON files do not parse, naming the file."""
+    for name in _PRESET_JSON_FILES:
+        path = _preset_file(preset, name)
+        if path is None:
+            continue
+        try:
+            with open(path, encoding="utf-8") as file:
+                value = json.load(file)
+        except (UnicodeDecodeError, ValueError) as error:
+            raise ValueError(
+                f"{path}: not valid JSON ({error}); the file is truncated or corrupt. "
+                f"Expected the {name} that save_to_preset wrote: copy it again."
+            ) from None
+        if not isinstance(value, dict):
+            raise ValueError(
+                f"{path}: expected a JSON object. Received: a JSON {type(value).__name__}."
+            )
+
+
+def _check_finite_weights(model, source):
+    """Refuses a model loaded with NaN or infinite weights, naming the variable."""
+    for variable in model.weights:
+        if not keras.backend.is_float_dtype(variable.dtype):
+            continue
+        values = keras.ops.convert_to_numpy(variable)
+        finite = np.isfinite(values)
+        if not finite.all():
+            count = int(values.size - np.count_nonzero(finite))
+            raise ValueError(
+                f"{source}: weight {variable.path!r} holds {count} NaN or infinite value(s). "
+                "Expected finite weights: the file is corrupt, or the training that wrote it "
+                "diverged."
+            )
 
 
 def _declared_activation(preset):

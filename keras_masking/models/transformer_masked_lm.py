@@ -6,10 +6,14 @@ import keras_hub
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.layers.masked_lm_head import MaskedLMHead
 from keras_masking.models.transformer_backbone import TransformerBackbone
+from keras_masking.utils.eager_checks import ConcreteInputChecks
+from keras_masking.utils.eager_checks import check_ids_in_range
+from keras_masking.utils.eager_checks import check_integer_ids
+from keras_masking.utils.eager_checks import static_shape
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
-class TransformerMaskedLM(keras_hub.models.MaskedLM):
+class TransformerMaskedLM(ConcreteInputChecks, keras_hub.models.MaskedLM):
     """Masked language model on a `TransformerBackbone`.
 
     Adds BERT's MLM head (Google's ``cls/predictions``: dense + activation +
@@ -67,6 +71,29 @@ class TransformerMaskedLM(keras_hub.models.MaskedLM):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         if not trainable:
             self.trainable = False
+
+    def check_inputs(self, inputs):
+        """The backbone's `check_inputs`, and ``mask_positions``: integers
+        ``(batch, masks)`` in ``[0, sequence)``; see
+        `TransformerBackbone.check_inputs` for when each check runs."""
+        self.backbone.check_inputs(inputs)
+        positions = inputs.get("mask_positions") if isinstance(inputs, dict) else None
+        if positions is None:
+            raise ValueError(
+                "Expected a dict of inputs with the keys "
+                f"{sorted(self.input)}. Received: the keys "
+                f"{sorted(inputs)} (missing ['mask_positions'])."
+            )
+        check_integer_ids("mask_positions", positions)
+        shape, length = static_shape(positions), static_shape(inputs["token_ids"])[1]
+        batch = static_shape(inputs["token_ids"])[0]
+        if len(shape) != 2 or None not in (shape[0], batch) and shape[0] != batch:
+            raise ValueError(
+                f"Expected mask_positions of shape (batch, masks) with batch = {batch}. "
+                f"Received: mask_positions.shape={shape}."
+            )
+        if length is not None:
+            check_ids_in_range(positions, length, "mask_positions", "sequence length")
 
     def get_config(self):
         # keras-hub's Task config holds the backbone, the preprocessor and the

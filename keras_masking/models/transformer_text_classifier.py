@@ -11,13 +11,14 @@ from keras_masking.models.transformer_text_classifier_preprocessor import (
 )
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.eager_checks import ConcreteInputChecks
 
 # The inputs the classifier takes: what its preprocessor produces.
 FEATURE_NAMES = ("token_ids", "segment_ids", "padding_mask")
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
-class TransformerTextClassifier(keras_hub.models.TextClassifier):
+class TransformerTextClassifier(ConcreteInputChecks, keras_hub.models.TextClassifier):
     """Sentence (pair) classification on a `TransformerBackbone`, keras-hub style.
 
     The head is BERT's: the backbone's ``pooled_output`` (the [CLS] state
@@ -148,6 +149,11 @@ class TransformerTextClassifier(keras_hub.models.TextClassifier):
         self.num_classes = num_classes
         self.activation = activation
         self.dropout = dropout
+
+    def check_inputs(self, inputs):
+        """The backbone's `check_inputs` on the feature dict (``segment_ids``
+        required); see `TransformerBackbone.check_inputs` for when it runs."""
+        self.backbone.check_inputs(inputs, required=sorted(self.input))
 
     def compile_from_config(self, config):
         """Compiles as the saved model was compiled (`keras.saving.load_model`).

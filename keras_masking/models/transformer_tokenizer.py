@@ -1,24 +1,195 @@
 """TransformerTokenizer: WordPiece as Google's BERT tokenizes, for our presets.
 
-Google's BERT tokenizer (and bert4keras, and Hugging Face's ``BertTokenizer``)
-lowercases an uncased model's text with plain Unicode lowercasing. keras-hub's
-`BertTokenizer` case-folds with NFKC instead, which also turns full-width
-characters into ASCII: the Chinese comma "，" becomes ",", "！" becomes "!",
-"（" becomes "(", "Ａ" becomes "a". Chinese BERT, RoBERTa-wwm, RoFormer and
-NEZHA vocabularies hold both forms, and their pretraining saw the full-width
-ones in Chinese text, so NFKC folding silently feeds a fine-tuned model other
-embedding rows than it was pretrained with. `TransformerTokenizer` lowercases
-as BERT does (``case_folding="bert"``, the default) and is otherwise
-keras-hub's `BertTokenizer`.
+BERT's tokenizer (Google's ``tokenization.py``: ``BasicTokenizer`` and
+``WordpieceTokenizer``; Hugging Face's ``BertTokenizer``, which users' Chinese
+checkpoints are tokenized with) first cleans the text: every Unicode space
+separator (``\\u3000``, NBSP, ...), tab and line break becomes a space; NUL,
+U+FFFD, control and format characters (``\\v``, the zero-width space, soft
+hyphen, ZWJ) are deleted, so the text around them joins, and so are, in
+Hugging Face's tokenizer, private-use and unassigned code points (the whole
+Unicode category C*). It then lowercases an uncased model's text with plain
+Unicode lowercasing, strips accents (NFD, marks removed), splits on
+whitespace (U+2028 and U+2029 included), punctuation and Chinese characters,
+and makes a word of more than 100 characters one ``[UNK]`` (Hugging Face's
+limit; Google's script: 200).
+
+keras-hub's `BertTokenizer` instead splits words at control and format
+characters, keeps space separators other than ASCII ones inside words (an
+``[UNK]``), cuts words at 100 UTF-8 bytes, and case-folds with NFKC, which
+also turns full-width characters into ASCII: the Chinese comma "，" becomes
+",", "！" becomes "!", "Ａ" becomes "a". Chinese BERT, RoBERTa-wwm, RoFormer
+and NEZHA vocabularies hold both forms, and their pretraining saw the
+full-width ones in Chinese text. `TransformerTokenizer` is keras-hub's
+`BertTokenizer` with Hugging Face's cleaning, BERT's lowercasing
+(``case_folding="bert"``, the default) and the limit in characters, giving
+the same ids on the eager (Python) path and in a ``tf.data`` graph.
 """
+
+import functools
+import unicodedata
 
 import keras
 import keras_hub
 import numpy as np
 
 from keras_masking.models.transformer_backbone import TransformerBackbone
+from keras_masking.utils.arguments import check_int
 
 CASE_FOLDINGS = ("bert", "nfkc")
+MAX_INPUT_CHARS_PER_WORD = 100
+
+
+def _cleaned(code):
+    """What BERT's text cleaning makes of one code point: None (deleted), " " or itself."""
+    char = chr(code)
+    category = unicodedata.category(char)
+    if code == 0xFFFD or (category[0] == "C" and char not in "\t\n\r"):
+        return None
+    if char in "\t\n\r" or category == "Zs" or char.isspace():
+        return " "  # U+2028 and U+2029 too: BERT splits words with str.split
+    return code
+
+
+class _CleaningTable(dict):
+    """``str.translate`` table of BERT's text cleaning, filled as characters come."""
+
+    def __missing__(self, code):
+        self[code] = value = _cleaned(code)
+        return value
+
+
+_CLEANING_TABLE = _CleaningTable()
+
+
+def clean_character_like_bert(char):
+    """What BERT's text cleaning makes of one character: ``""``, ``" "`` or itself.
+
+    The categories are this Python's ``unicodedata`` tables, the ones BERT's
+    Python tokenizer reads.
+
+    Example:
+    >>> [clean_character_like_bert(c) for c in "a\\u3000\\u200b\\x00"]
+    ['a', ' ', '', '']
+    """
+    return char.translate(_CLEANING_TABLE)
+
+
+@functools.lru_cache(maxsize=None)
+def _re2_cleaning_patterns():
+    """RE2 classes ``(deleted, spaces)`` of the same cleaning, for the tf.data path.
+
+    Built from this Python's tables (not RE2's own, whose Unicode version
+    differs), without surrogates (not in UTF-8).
+    """
+    ranges = {None: [], " ": []}
+    for code, value in enumerate(map(_cleaned, range(0x110000))):
+        if (value is not None and value != " ") or 0xD800 <= code <= 0xDFFF:
+            continue
+        found = ranges[value]
+        if found and found[-1][1] == code - 1:
+            found[-1][1] = code
+        else:
+            found.append([code, code])
+    return tuple(
+        "[" + "".join(f"\\x{{{low:x}}}-\\x{{{high:x}}}" for low, high in ranges[key]) + "]"
+        for key in (None, " ")
+    )
+
+
+def _map_strings(inputs, python_function, tf_function):
+    """Applies a string function to every string of any input form.
+
+    Python strings and bytes, nested lists and tuples, numpy string arrays
+    go through ``python_function`` (on ``str``); TensorFlow string tensors,
+    dense or ragged, eager or in a ``tf.data`` graph, through
+    ``tf_function`` (on a dense tensor of strings).
+    """
+    if isinstance(inputs, str):
+        return python_function(inputs)
+    if isinstance(inputs, bytes):
+        return python_function(inputs.decode("utf-8")).encode("utf-8")
+    if isinstance(inputs, (list, tuple)):
+        return type(inputs)(_map_strings(value, python_function, tf_function) for value in inputs)
+    if isinstance(inputs, np.ndarray):
+        if inputs.dtype.kind not in "OSU":
+            return inputs
+        mapped = [_map_strings(value, python_function, tf_function) for value in inputs.ravel()]
+        if inputs.dtype.kind != "O":
+            return np.array(mapped, dtype=inputs.dtype.kind).reshape(inputs.shape)
+        output = np.empty(inputs.shape, dtype=object)
+        output.ravel()[:] = mapped
+        return output
+    tf = _tensorflow_if_tensor(inputs)
+    if tf is None or inputs.dtype != tf.string:
+        return inputs  # not strings: keras-hub names what it received
+    if isinstance(inputs, tf.RaggedTensor):
+        return tf.ragged.map_flat_values(tf_function, inputs)
+    return tf_function(inputs)
+
+
+def _tensorflow_if_tensor(inputs):
+    """The ``tensorflow`` module when ``inputs`` is a TensorFlow tensor, else None."""
+    import sys
+
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(inputs, (tf.Tensor, tf.RaggedTensor)):
+        return tf
+    return None
+
+
+def _clean_python(text):
+    if text.isprintable() and "\ufffd" not in text:
+        return text  # nothing to clean: no C*, Z* (but " ") or U+FFFD character
+    return text.translate(_CLEANING_TABLE)
+
+
+def _clean_tf(text):
+    import tensorflow as tf
+
+    deleted, spaces = _re2_cleaning_patterns()
+    return tf.strings.regex_replace(tf.strings.regex_replace(text, deleted, ""), spaces, " ")
+
+
+def clean_text_like_bert(inputs):
+    """BERT's text cleaning (``_clean_text``), for every input form.
+
+    NUL, U+FFFD and every character of Unicode category C* but tab, line
+    feed and carriage return (controls, format characters such as the
+    zero-width space, soft hyphen and ZWJ, private use, unassigned code
+    points) are deleted; every space separator (``\\u3000``, NBSP, ...),
+    tab, line break, U+2028 and U+2029 becomes a space.
+
+    Args:
+        inputs: a string, bytes, a nested list of them, a numpy string
+            array, or a TensorFlow string tensor (dense or ragged, eager or
+            in a ``tf.data`` graph).
+
+    Returns:
+        The same form, cleaned.
+
+    Example:
+    >>> clean_text_like_bert(["价格\\xa0100元", "zero\\u200bwidth\\x00", b"a\\xc2\\xa0b"])
+    ['价格 100元', 'zerowidth', b'a b']
+    """
+    return _map_strings(inputs, _clean_python, _clean_tf)
+
+
+def _lowercase_tf(text):
+    import tensorflow as tf
+
+    # ICU's lowercasing stops at a NUL: NUL is escaped as U+FFFF "0" (and
+    # U+FFFF itself as U+FFFF "1"), which lowercasing leaves alone, then restored.
+    text = tf.strings.regex_replace(text, "\uffff", "\uffff1")
+    text = tf.strings.regex_replace(text, r"\x00", "\uffff0")
+    text = _lowercase_without_nul_tf(text)
+    text = tf.strings.regex_replace(text, "\uffff0", "\x00")
+    return tf.strings.regex_replace(text, "\uffff1", "\uffff")
+
+
+def _lowercase_without_nul_tf(text):
+    import tensorflow as tf
+
+    return tf.strings.lower(text, encoding="utf-8")
 
 
 def lowercase_like_bert(inputs):
@@ -39,31 +210,55 @@ def lowercase_like_bert(inputs):
     >>> lowercase_like_bert(["Ｈello，世界！", b"ABC"])
     ['ｈello，世界！', b'abc']
     """
-    if isinstance(inputs, str):
-        return inputs.lower()
-    if isinstance(inputs, bytes):
-        return inputs.decode("utf-8").lower().encode("utf-8")
-    if isinstance(inputs, (list, tuple)):
-        return type(inputs)(lowercase_like_bert(value) for value in inputs)
-    if isinstance(inputs, np.ndarray):
-        return np.vectorize(lowercase_like_bert, otypes=[inputs.dtype])(inputs)
-    import tensorflow as tf
+    return _map_strings(inputs, str.lower, _lowercase_tf)
 
-    if isinstance(inputs, tf.RaggedTensor):
-        return tf.ragged.map_flat_values(tf.strings.lower, inputs, encoding="utf-8")
-    return tf.strings.lower(inputs, encoding="utf-8")
+
+@functools.lru_cache(maxsize=None)
+def _char_limited_wordpiece_class():
+    """tf-text's FastWordpieceTokenizer, with BERT's limit in characters."""
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    class CharLimitedWordpieceTokenizer(tf_text.FastWordpieceTokenizer):
+        """A word of more than ``max_chars_per_word`` characters is the unknown token."""
+
+        def __init__(self, max_chars_per_word, unknown_token, **kwargs):
+            # Bytes never cut a word the character limit keeps (4 bytes a character at most).
+            super().__init__(
+                unknown_token=unknown_token, max_bytes_per_word=4 * max_chars_per_word, **kwargs
+            )
+            self._max_chars_per_word = max_chars_per_word
+            self._unknown_token = unknown_token
+
+        def _limit(self, words):
+            too_long = tf.strings.length(words, unit="UTF8_CHAR") > self._max_chars_per_word
+            return tf.where(too_long, self._unknown_token, words)
+
+        def tokenize_with_offsets(self, input):  # noqa: A002 (tf-text's name)
+            if isinstance(input, tf.RaggedTensor):
+                input = tf.ragged.map_flat_values(self._limit, input)
+            else:
+                input = self._limit(tf.convert_to_tensor(input))
+            return super().tokenize_with_offsets(input)
+
+    return CharLimitedWordpieceTokenizer
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
 class TransformerTokenizer(keras_hub.tokenizers.BertTokenizer):
-    """keras-hub's `BertTokenizer`, lowercasing as Google's BERT, for our presets.
+    """keras-hub's `BertTokenizer`, tokenizing as Google's BERT, for our presets.
 
-    With ``lowercase=True`` and ``case_folding="bert"`` the text is
-    lowercased with plain Unicode lowercasing and its accents stripped (NFD,
-    marks removed), as Google's BERT tokenizer does for uncased models, so
-    full-width punctuation and letters keep their own vocabulary rows
-    (keras-hub's NFKC folding maps "，" to ","). ``case_folding="nfkc"`` is
-    keras-hub's behaviour.
+    Text is first cleaned as BERT does (`clean_text_like_bert`: every space
+    separator, tab and line break becomes a space; NUL, U+FFFD, controls,
+    format and private-use characters are deleted). With ``lowercase=True``
+    and ``case_folding="bert"`` it is then lowercased with plain Unicode
+    lowercasing and its accents stripped (NFD, marks removed), as Google's
+    BERT tokenizer does for uncased models, so full-width punctuation and
+    letters keep their own vocabulary rows (keras-hub's NFKC folding maps
+    "，" to ","). ``case_folding="nfkc"`` is keras-hub's folding (after the
+    same cleaning). A word of more than ``max_input_chars_per_word``
+    characters is one ``[UNK]``. The eager path and the ``tf.data`` path
+    give the same ids, those of Google's and Hugging Face's ``BertTokenizer``.
 
     keras-hub picks the tokenizer class of a preset from the backbone class
     it declares (``backbone_cls``): this is the class it finds for a
@@ -75,13 +270,19 @@ class TransformerTokenizer(keras_hub.tokenizers.BertTokenizer):
         lowercase: bool. True for uncased English and for Chinese BERT.
         strip_accents: bool or None (None: as ``lowercase``, as BERT does).
         case_folding: ``"bert"`` or ``"nfkc"``, how ``lowercase`` lowercases.
-        **kwargs: other `keras_hub.tokenizers.BertTokenizer` arguments.
+        max_input_chars_per_word: int >= 1. Longer words are one ``[UNK]``
+            (100, as Hugging Face's ``BertTokenizer``; Google's script: 200).
+        **kwargs: other `keras_hub.tokenizers.BertTokenizer` arguments. With
+            ``split=False`` the inputs are words, taken as they are (no
+            cleaning).
 
     Example:
     >>> vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "好", "，", ",", "a"]
     >>> tokenizer = TransformerTokenizer(vocabulary=vocabulary, lowercase=True)
     >>> [int(i) for i in tokenizer("好，A")]
     [5, 6, 8]
+    >>> [int(i) for i in tokenizer("\\u3000好\\u200b\\xa0a\\x00")]
+    [5, 8]
     >>> nfkc = TransformerTokenizer(vocabulary=vocabulary, lowercase=True, case_folding="nfkc")
     >>> [int(i) for i in nfkc("好，A")]
     [5, 7, 8]
@@ -95,6 +296,7 @@ class TransformerTokenizer(keras_hub.tokenizers.BertTokenizer):
         lowercase=False,
         strip_accents=None,
         case_folding="bert",
+        max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
         **kwargs,
     ):
         if case_folding not in CASE_FOLDINGS:
@@ -104,6 +306,9 @@ class TransformerTokenizer(keras_hub.tokenizers.BertTokenizer):
             )
         if not isinstance(lowercase, bool):
             raise ValueError(f"Expected True or False for lowercase. Received: {lowercase!r}.")
+        max_input_chars_per_word = check_int(
+            "max_input_chars_per_word", max_input_chars_per_word, minimum=1
+        )
         bert_lowercase = lowercase and case_folding == "bert"
         if bert_lowercase and kwargs.get("special_tokens_in_strings"):
             raise ValueError(
@@ -112,6 +317,8 @@ class TransformerTokenizer(keras_hub.tokenizers.BertTokenizer):
             )
         self.bert_lowercase = bert_lowercase
         self.case_folding = case_folding
+        # Read by `_set_vocabulary_tf`, which the base class's constructor calls.
+        self.max_input_chars_per_word = max_input_chars_per_word
         super().__init__(
             vocabulary=vocabulary,
             lowercase=lowercase and not bert_lowercase,
@@ -119,13 +326,52 @@ class TransformerTokenizer(keras_hub.tokenizers.BertTokenizer):
             **kwargs,
         )
 
+    @property
+    def clean_text(self):
+        """Whether strings are cleaned as BERT does (all but ``split=False``)."""
+        return bool(self.split)
+
     def tokenize(self, inputs):
+        if self.clean_text:
+            inputs = clean_text_like_bert(inputs)
         if self.bert_lowercase:
-            inputs = lowercase_like_bert(inputs)
+            # Cleaned text holds no NUL: ICU lowercases it whole.
+            lowercase_tf = _lowercase_without_nul_tf if self.clean_text else _lowercase_tf
+            inputs = _map_strings(inputs, str.lower, lowercase_tf)
         return super().tokenize(inputs)
+
+    def _set_vocabulary_tf(self):
+        self._fast_word_piece = _char_limited_wordpiece_class()(
+            max_chars_per_word=self.max_input_chars_per_word,
+            unknown_token=self.oov_token,
+            vocab=self.vocabulary,
+            token_out_type=self.compute_dtype,
+            suffix_indicator=self.suffix_indicator,
+            no_pretokenization=True,
+            support_detokenization=True,
+        )
+
+    def _tokenize_word_python(self, word):
+        """Greedy longest-match-first WordPiece of one word, as BERT's."""
+        if not word:
+            return []
+        if len(word) > self.max_input_chars_per_word:
+            return [self.oov_token]
+        pieces, start = [], 0
+        while start < len(word):
+            for end in range(len(word), start, -1):
+                piece = word[start:end] if start == 0 else self.suffix_indicator + word[start:end]
+                if piece in self._token_to_id_map:
+                    break
+            else:
+                return [self.oov_token]
+            pieces.append(piece)
+            start = end
+        return pieces
 
     def get_config(self):
         config = super().get_config()
         config["lowercase"] = self.lowercase or self.bert_lowercase
         config["case_folding"] = self.case_folding
+        config["max_input_chars_per_word"] = self.max_input_chars_per_word
         return config

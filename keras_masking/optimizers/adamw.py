@@ -1,8 +1,12 @@
-"""AdamW with exact updates of embedding rows on TensorFlow."""
+"""AdamW with exact updates of embedding rows on TensorFlow and schedules in updates."""
+
+import numbers
 
 import keras
 
 from keras_masking.optimizers.dense_gradients import densify_gradients
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -11,17 +15,53 @@ class AdamW(keras.optimizers.AdamW):
 
     The same arguments and the same update as Keras' AdamW, except that on
     TensorFlow the gradients of embedding lookups are summed per row before
-    the update (see `densify_gradients`): Keras' AdamW squares them slice by
-    slice, which changes the update of every row looked up more than once in
-    a batch (repeated tokens, and under `tf.distribute` every position and
-    token that several replicas saw), so TensorFlow's single-device,
-    TensorFlow's data-parallel and JAX's runs all differ. With this class
-    they agree to float rounding. On JAX it is Keras' AdamW.
+    the update (see `densify_gradients`). Keras' AdamW on TensorFlow squares
+    such a gradient slice by slice, so a row looked up ``k`` times in a batch
+    gets the sum of the squares of its ``k`` parts as its second moment
+    instead of the square of their sum: with same-sign parts it moves up to
+    ``sqrt(k)`` times too far (exactly ``sqrt(k)`` for equal parts on the
+    first step: a row looked up 4 times moved 0.02 instead of 0.01 at
+    ``learning_rate=0.01``, one looked up twice 0.0702 instead of 0.0500 at
+    0.05), with parts of both signs it can move far too little, and under
+    `tf.distribute` every row that several replicas looked up is off the
+    same way. (Keras' AdamW with ``loss_scale_factor`` even fails there,
+    dividing the IndexedSlices.) With this class TensorFlow's
+    single-device, TensorFlow's data-parallel and JAX's steps agree to float
+    rounding.
+
+    A `LearningRateSchedule` is evaluated at the number of updates applied
+    (``optimizer.iterations``). Keras evaluates it at its batch counter, which
+    under ``gradient_accumulation_steps=k`` runs ``k`` times faster than the
+    updates: a schedule sized in updates (warmup, linear decay) reaches its end
+    after a ``k``-th of the run, and every later update gets its final rate (0
+    for a decay to 0). Here update ``u`` gets ``schedule(u)`` whatever the
+    accumulation; without accumulation the two counters are the same.
+
+    Every argument is checked before anything is built: a rate, a decay, an
+    ``epsilon`` or a clipping bound must be finite, ``beta_1`` and
+    ``beta_2`` in ``[0, 1)``, and ``epsilon`` > 0 (with ``epsilon=0`` a row
+    whose gradient is 0, such as an embedding row no example looked up,
+    would become NaN).
 
     Args:
-        **kwargs: `keras.optimizers.AdamW`'s arguments (``learning_rate``,
-            ``weight_decay``, ``beta_1``, ``beta_2``, ``epsilon``,
-            ``gradient_accumulation_steps``, ...).
+        learning_rate: float > 0, or a
+            `keras.optimizers.schedules.LearningRateSchedule` (or a callable
+            of no argument).
+        weight_decay: float >= 0.
+        beta_1: float in [0, 1).
+        beta_2: float in [0, 1).
+        epsilon: float > 0.
+        amsgrad: bool.
+        clipnorm, clipvalue, global_clipnorm: None or a float > 0 (one of
+            them at most).
+        use_ema: bool.
+        ema_momentum: float in [0, 1].
+        ema_overwrite_frequency: None or an int >= 1.
+        loss_scale_factor: None or a float > 0.
+        gradient_accumulation_steps: None or an int >= 1 (1 is None: no
+            accumulation).
+        name: the optimizer's name, or None.
+        **kwargs: other `keras.optimizers.Optimizer` arguments.
 
     Example:
 
@@ -30,5 +70,93 @@ class AdamW(keras.optimizers.AdamW):
     0.01
     """
 
+    def __init__(
+        self,
+        learning_rate=0.001,
+        weight_decay=0.004,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-7,
+        amsgrad=False,
+        clipnorm=None,
+        clipvalue=None,
+        global_clipnorm=None,
+        use_ema=False,
+        ema_momentum=0.99,
+        ema_overwrite_frequency=None,
+        loss_scale_factor=None,
+        gradient_accumulation_steps=None,
+        name=None,
+        **kwargs,
+    ):
+        learning_rate = _check_learning_rate(learning_rate)
+        weight_decay = check_float("weight_decay", weight_decay, minimum=0.0)
+        beta_1 = check_float("beta_1", beta_1, 0.0, 1.0, open_maximum=True)
+        beta_2 = check_float("beta_2", beta_2, 0.0, 1.0, open_maximum=True)
+        epsilon = check_float("epsilon", epsilon, minimum=0.0, open_minimum=True)
+        for flag, value in (("amsgrad", amsgrad), ("use_ema", use_ema)):
+            if not isinstance(value, bool):
+                raise ValueError(f"Expected True or False for {flag}. Received: {flag}={value!r}.")
+        clipnorm, clipvalue, global_clipnorm, loss_scale_factor = (
+            None if value is None else check_float(flag, value, minimum=0.0, open_minimum=True)
+            for flag, value in (
+                ("clipnorm", clipnorm),
+                ("clipvalue", clipvalue),
+                ("global_clipnorm", global_clipnorm),
+                ("loss_scale_factor", loss_scale_factor),
+            )
+        )
+        ema_momentum = check_float("ema_momentum", ema_momentum, 0.0, 1.0)
+        if ema_overwrite_frequency is not None:
+            ema_overwrite_frequency = check_int(
+                "ema_overwrite_frequency", ema_overwrite_frequency, minimum=1
+            )
+        if gradient_accumulation_steps is not None:
+            gradient_accumulation_steps = check_int(
+                "gradient_accumulation_steps", gradient_accumulation_steps, minimum=1
+            )
+            if gradient_accumulation_steps == 1:
+                gradient_accumulation_steps = None
+        super().__init__(
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            beta_1=beta_1,
+            beta_2=beta_2,
+            epsilon=epsilon,
+            amsgrad=amsgrad,
+            clipnorm=clipnorm,
+            clipvalue=clipvalue,
+            global_clipnorm=global_clipnorm,
+            use_ema=use_ema,
+            ema_momentum=ema_momentum,
+            ema_overwrite_frequency=ema_overwrite_frequency,
+            loss_scale_factor=loss_scale_factor,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            name=name,
+            **kwargs,
+        )
+
+    def _get_current_learning_rate(self):
+        if isinstance(self._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+            return self._learning_rate(self.iterations)
+        return super()._get_current_learning_rate()
+
     def apply(self, grads, trainable_variables=None):
-        return super().apply(densify_gradients(grads), trainable_variables)
+        grads = list(grads)
+        variables = trainable_variables
+        if variables is None and self.built:
+            variables = self._trainable_variables
+        return super().apply(densify_gradients(grads, variables), trainable_variables)
+
+
+def _check_learning_rate(value):
+    if isinstance(value, keras.optimizers.schedules.LearningRateSchedule):
+        return value
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return check_float("learning_rate", value, minimum=0.0, open_minimum=True)
+    if callable(value):
+        return value
+    raise ValueError(
+        "Expected a number > 0, a LearningRateSchedule or a callable for learning_rate. "
+        f"Received: learning_rate={value!r}."
+    )

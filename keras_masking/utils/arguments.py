@@ -36,7 +36,15 @@ def check_int(name, value, minimum=None, maximum=None):
     return value
 
 
-def check_float(name, value, minimum=None, maximum=None, open_minimum=False, open_maximum=False):
+def check_float(
+    name,
+    value,
+    minimum=None,
+    maximum=None,
+    open_minimum=False,
+    open_maximum=False,
+    allow_infinite=False,
+):
     """Returns ``value`` as a Python float, or raises a ValueError naming it.
 
     Args:
@@ -46,9 +54,13 @@ def check_float(name, value, minimum=None, maximum=None, open_minimum=False, ope
         maximum: largest allowed value, or None.
         open_minimum: True if ``minimum`` itself is excluded.
         open_maximum: True if ``maximum`` itself is excluded.
+        allow_infinite: True if ``inf`` / ``-inf`` are meaningful values
+            here; by default they are refused like NaN, since no rate, scale
+            or temperature trains with them.
 
     Returns:
-        ``float(value)``. NaN is refused.
+        ``float(value)``. NaN is refused, and so are infinities unless
+        ``allow_infinite``.
 
     Example:
 
@@ -59,6 +71,8 @@ def check_float(name, value, minimum=None, maximum=None, open_minimum=False, ope
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value:
         raise ValueError(f"Expected a number for {name}. Received: {name}={value!r}.")
     value = float(value)
+    if not allow_infinite and value in (float("inf"), float("-inf")):
+        raise ValueError(f"Expected a finite number for {name}. Received: {name}={value!r}.")
     low_ok = minimum is None or (value > minimum if open_minimum else value >= minimum)
     high_ok = maximum is None or (value < maximum if open_maximum else value <= maximum)
     if not (low_ok and high_ok):

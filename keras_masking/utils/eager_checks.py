@@ -6,6 +6,8 @@ skipped there; eager calls (``model(inputs)``) get a clear error instead of
 TensorFlow's gather error or JAX's silent clamping.
 """
 
+from collections.abc import Mapping
+
 import numpy as np
 from keras import backend
 
@@ -60,6 +62,251 @@ def check_ids_in_range(ids, upper, what, limit_name):
     if low < 0 or high >= upper:
         bad = values[(values < 0) | (values >= upper)]
         raise ValueError(
-            f"{what} must lie in [0, {upper}) ({limit_name}={upper}). "
-            f"Received values {sorted(set(bad.tolist()))[:10]}."
+            f"Expected {what} in [0, {upper}) ({limit_name}={upper}). "
+            f"Received: {what} with the values {sorted(set(bad.tolist()))[:10]}."
         )
+
+
+def static_shape(x):
+    """The static shape of a tensor, array or nested list as a tuple.
+
+    Unknown dimensions (symbolic tensors) are None.
+    """
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        shape = np.shape(x)
+    return tuple(None if d is None else int(d) for d in shape)
+
+
+def dtype_name(x):
+    """The standardized dtype name of a tensor, array or nested list."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(x).dtype
+    return backend.standardize_dtype(dtype)
+
+
+def check_integer_ids(name, ids):
+    """Raises ValueError unless ``ids`` has an integer dtype (not bool, not float).
+
+    A float id such as 5.7 has no row: it would be truncated silently by the
+    cast to int32 that functional models apply. Concrete ids (numpy arrays,
+    lists, eager tensors: what ``fit``, ``predict`` and an eager call see
+    first) are refused by their dtype. Symbolic float ids inside a traced
+    function pass: their values cannot be seen there, and Keras itself
+    traces a model with float ids when it builds it under `tf.distribute`
+    (it averages the replicas' first batches).
+
+    Args:
+        name: the ids' name in the message.
+        ids: a tensor, numpy array or nested list.
+    """
+    dtype = dtype_name(ids)
+    if "int" not in dtype:
+        found = ""
+        values = concrete_value(ids) if dtype != "string" else None
+        if values is None and "float" in dtype:
+            return  # symbolic: see above
+        if values is not None and values.size:
+            whole = np.asarray(values, "float64")
+            odd = values[np.mod(whole, 1) != 0] if "float" in dtype else values
+            odd = sorted(set(np.asarray(odd).ravel().tolist()))[:5]
+            found = f" with the values {[float(f'{value:.6g}') for value in odd]}"
+        raise ValueError(f"Expected integer {name}. Received: {name} of dtype {dtype}{found}.")
+
+
+def check_zero_one(name, mask):
+    """Raises ValueError if the concrete values of ``mask`` are not all 0 or 1."""
+    if dtype_name(mask) in ("string",):
+        raise ValueError(f"Expected {name} of 0s and 1s. Received: {name} of dtype string.")
+    values = concrete_value(mask)
+    if values is None or not values.size:
+        return
+    if values.dtype == bool:
+        return
+    bad = ~np.isin(np.asarray(values, "float64"), (0.0, 1.0))
+    if bad.any():
+        found = sorted(set(np.asarray(values)[bad].tolist()))[:10]
+        raise ValueError(f"Expected {name} of 0s and 1s. Received: {name} with the values {found}.")
+
+
+def check_encoder_inputs(
+    inputs,
+    vocabulary_size,
+    num_segments=0,
+    required=("token_ids", "padding_mask"),
+    position_ranks=(2,),
+    max_position=None,
+):
+    """One check of an encoder's input dict, shared by every entry point.
+
+    Shapes and dtypes are checked in every call, symbolic ones included;
+    values when they are concrete (eager calls, and ``fit`` / ``predict`` /
+    ``evaluate`` on numpy data before any step compiles). Compiled steps,
+    which cannot raise on values, keep the package's policy: an out-of-range
+    id gives NaN rows (see `TransformerEmbedding`).
+
+    Checked, for the keys present:
+
+    * ``token_ids``: integer ``(batch, sequence)`` in ``[0, vocabulary_size)``;
+    * ``padding_mask``: the shape of ``token_ids``, 0s and 1s (int, bool or
+      float);
+    * ``segment_ids``: integer, the shape of ``token_ids``, in
+      ``[0, num_segments)``;
+    * ``position_ids``: integer ``(batch or 1, sequence)`` (or ``(..., 2)``
+      when ``position_ranks`` allows rank 3), in ``[0, max_position)`` when
+      ``max_position`` is given.
+
+    Args:
+        inputs: a dict of tensors or arrays.
+        vocabulary_size: int, the token vocabulary's size.
+        num_segments: int, the segment vocabulary's size (0: not checked).
+        required: keys that must be present.
+        position_ranks: the allowed ranks of ``position_ids``.
+        max_position: exclusive upper bound of ``position_ids`` or None.
+
+    Raises:
+        ValueError: naming the input, what was expected and what was received.
+
+    Example:
+
+    >>> check_encoder_inputs({"token_ids": [[5, 7]], "padding_mask": [[1, 0.5]]}, 10)
+    Traceback (most recent call last):
+    ...
+    ValueError: Expected padding_mask of 0s and 1s. Received: padding_mask with the values [0.5].
+    """
+    if not isinstance(inputs, Mapping):
+        raise ValueError(
+            f"Expected a dict of inputs with the keys {list(required)}. "
+            f"Received: inputs of type {type(inputs).__name__}."
+        )
+    missing = [key for key in required if key not in inputs or inputs[key] is None]
+    if missing:
+        raise ValueError(
+            f"Expected a dict of inputs with the keys {list(required)}. Received: the keys "
+            f"{sorted(inputs)} (missing {missing})."
+        )
+    token_ids = inputs.get("token_ids")
+    if token_ids is None:
+        return
+    check_integer_ids("token_ids", token_ids)
+    shape = static_shape(token_ids)
+    if len(shape) != 2:
+        raise ValueError(
+            f"Expected token_ids of shape (batch, sequence). Received: token_ids.shape={shape}."
+        )
+
+    def same(a, b):
+        return a is None or b is None or a == b
+
+    for name in ("padding_mask", "segment_ids"):
+        value = inputs.get(name)
+        if value is None:
+            continue
+        other = static_shape(value)
+        if len(other) != 2 or not all(same(a, b) for a, b in zip(other, shape)):
+            raise ValueError(
+                f"Expected {name} of the shape of token_ids {shape}. "
+                f"Received: {name}.shape={other}."
+            )
+    position_ids = inputs.get("position_ids")
+    if position_ids is not None:
+        other = static_shape(position_ids)
+        ok = len(other) in position_ranks and len(other) >= 2
+        ok = ok and (same(other[0], shape[0]) or other[0] == 1) and same(other[1], shape[1])
+        if ok and len(other) == 3:
+            ok = same(other[2], 2)
+        if not ok:
+            expected = " or ".join(
+                "(batch or 1, sequence)" if rank == 2 else "(batch or 1, sequence, 2)"
+                for rank in position_ranks
+            )
+            raise ValueError(
+                f"Expected position_ids of shape {expected} with sequence = {shape[1]}. "
+                f"Received: position_ids.shape={other}."
+            )
+        check_integer_ids("position_ids", position_ids)
+        if max_position is not None:
+            check_ids_in_range(position_ids, max_position, "position_ids", "max_sequence_length")
+    if inputs.get("segment_ids") is not None:
+        check_integer_ids("segment_ids", inputs["segment_ids"])
+        if num_segments:
+            check_ids_in_range(inputs["segment_ids"], num_segments, "segment_ids", "num_segments")
+    if inputs.get("padding_mask") is not None:
+        check_zero_one("padding_mask", inputs["padding_mask"])
+    check_ids_in_range(token_ids, vocabulary_size, "token_ids", "vocabulary_size")
+
+
+def check_backbone_features(backbone, inputs):
+    """Checks ``inputs`` for ``backbone``: its `check_inputs` when it has one
+    (`TransformerBackbone`), else `check_encoder_inputs` with the sizes of a
+    keras-hub BERT / RoBERTa backbone."""
+    if hasattr(backbone, "check_inputs"):
+        backbone.check_inputs(inputs)
+        return
+    check_encoder_inputs(
+        inputs,
+        vocabulary_size=backbone.vocabulary_size,
+        num_segments=getattr(backbone, "num_segments", 0) or 0,
+        required=tuple(backbone.input),
+        max_position=getattr(backbone, "max_sequence_length", None),
+    )
+
+
+def is_concrete_data(x):
+    """Whether ``x`` is a dict whose values are all concrete (numpy, lists, eager tensors)."""
+    return isinstance(x, Mapping) and all(
+        value is None or concrete_value(value) is not None for value in x.values()
+    )
+
+
+class ConcreteInputChecks:
+    """Mixin: a model that checks its inputs at every entry point.
+
+    ``model(inputs)`` checks them in `call` (shapes and dtypes always, values
+    when eager); ``fit``, ``evaluate``, ``predict`` and the ``*_on_batch``
+    methods check concrete dict inputs (numpy arrays) before the first step
+    compiles, where values can no longer raise. Subclasses define
+    ``check_inputs(inputs)``.
+    """
+
+    def check_inputs(self, inputs):
+        raise NotImplementedError
+
+    def _check_data(self, x):
+        if is_concrete_data(x):
+            self.check_inputs(x)
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        # `training` and `mask` named: Keras passes them only to a call whose
+        # signature has them (with `*args` alone, dropout and DropToken would
+        # never see training=True inside a model).
+        self.check_inputs(inputs)
+        return super().call(inputs, training=training, mask=mask, **kwargs)
+
+    def fit(self, x=None, *args, **kwargs):
+        self._check_data(x)
+        validation = kwargs.get("validation_data")
+        if isinstance(validation, (tuple, list)) and validation:
+            self._check_data(validation[0])
+        return super().fit(x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        self._check_data(x)
+        return super().evaluate(x, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        self._check_data(x)
+        return super().predict(x, *args, **kwargs)
+
+    def train_on_batch(self, x, *args, **kwargs):
+        self._check_data(x)
+        return super().train_on_batch(x, *args, **kwargs)
+
+    def test_on_batch(self, x, *args, **kwargs):
+        self._check_data(x)
+        return super().test_on_batch(x, *args, **kwargs)
+
+    def predict_on_batch(self, x):
+        self._check_data(x)
+        return super().predict_on_batch(x)
