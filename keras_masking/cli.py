@@ -668,7 +668,7 @@ def main(argv=None):
 
     Example:
     ```python
-    main(["--version"])  # prints "keras-masking 0.2.0", returns 0
+    main(["--version"])  # prints "keras-masking 0.3.0", returns 0
     ```
     """
     argv = sys.argv[1:] if argv is None else [str(argument) for argument in argv]

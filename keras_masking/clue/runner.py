@@ -47,6 +47,7 @@ from keras_masking.distribution.engines import replicas_in_sync
 from keras_masking.distribution.replicas import in_tf_distribute_scope
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.eager_checks import non_finite_variables
 from keras_masking.utils.xla_cpu import disable_xla_cpu_fusion_emitters
 from keras_masking.version import __version__
 
@@ -520,14 +521,11 @@ def _training_failure(logs, run, initial_loss, epoch, best):
         kept = "training stopped; no epoch finished, so no submission was written"
     if not math.isfinite(loss) or run.trainer.stop_training:
         return f"the training loss became {logs.get('loss')} in epoch {epoch + 1}; {kept}"
-    bad = [
-        variable.path
-        for variable in run.trainer.trainable_variables
-        if not np.isfinite(np.asarray(keras.ops.convert_to_numpy(variable.value))).all()
-    ]
+    bad = non_finite_variables(run.trainer.trainable_variables)
     if bad:
         return (
-            f"{len(bad)} weight(s) became non-finite in epoch {epoch + 1} (first: {bad[0]}); {kept}"
+            f"{len(bad)} weight(s) became non-finite in epoch {epoch + 1} (first: {bad[0][0]}); "
+            f"{kept}"
         )
     if initial_loss is not None and math.isfinite(initial_loss):
         limit = DIVERGENCE_FACTOR * max(initial_loss, 1.0)

@@ -28,6 +28,7 @@ from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import concrete_value
+from keras_masking.utils.eager_checks import non_finite_variables
 
 
 def _any_equal(token_ids, ids):
@@ -625,18 +626,12 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
 
 def _check_finite_variables(model):
     """Refuses a model holding a NaN or infinite variable, naming it."""
-    for variable in model.variables:
-        if not keras.backend.is_float_dtype(variable.dtype):
-            continue
-        values = keras.ops.convert_to_numpy(variable)
-        finite = np.isfinite(values)
-        if not finite.all():
-            count = int(values.size - np.count_nonzero(finite))
-            raise ValueError(
-                f"Expected finite weights to train {type(model).__name__}. Received: "
-                f"{variable.path!r} holds {count} NaN or infinite value(s); a step on it gives "
-                "NaN everywhere. Reload the weights from a good checkpoint."
-            )
+    for path, count in non_finite_variables(model.variables)[:1]:
+        raise ValueError(
+            f"Expected finite weights to train {type(model).__name__}. Received: "
+            f"{path!r} holds {count} NaN or infinite value(s); a step on it gives "
+            "NaN everywhere. Reload the weights from a good checkpoint."
+        )
 
 
 class StopOnNonFiniteLoss(keras.callbacks.Callback):

@@ -18,6 +18,7 @@ from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import check_encoder_inputs
+from keras_masking.utils.eager_checks import non_finite_variables
 
 FAMILY_POSITIONS = {
     "bert": "absolute",
@@ -907,18 +908,12 @@ def _check_preset_json_files(preset):
 
 def _check_finite_weights(model, source):
     """Refuses a model loaded with NaN or infinite weights, naming the variable."""
-    for variable in model.weights:
-        if not keras.backend.is_float_dtype(variable.dtype):
-            continue
-        values = keras.ops.convert_to_numpy(variable)
-        finite = np.isfinite(values)
-        if not finite.all():
-            count = int(values.size - np.count_nonzero(finite))
-            raise ValueError(
-                f"{source}: weight {variable.path!r} holds {count} NaN or infinite value(s). "
-                "Expected finite weights: the file is corrupt, or the training that wrote it "
-                "diverged."
-            )
+    for path, count in non_finite_variables(model.weights)[:1]:
+        raise ValueError(
+            f"{source}: weight {path!r} holds {count} NaN or infinite value(s). "
+            "Expected finite weights: the file is corrupt, or the training that wrote it "
+            "diverged."
+        )
 
 
 def _declared_activation(preset):

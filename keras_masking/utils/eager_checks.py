@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 from keras import backend
+from keras import ops as keras_ops
 
 
 def concrete_value(x):
@@ -65,6 +66,32 @@ def check_ids_in_range(ids, upper, what, limit_name):
             f"Expected {what} in [0, {upper}) ({limit_name}={upper}). "
             f"Received: {what} with the values {sorted(set(bad.tolist()))[:10]}."
         )
+
+
+def non_finite_variables(variables):
+    """The float variables holding NaN or infinite values.
+
+    Args:
+        variables: an iterable of Keras variables (``model.weights``).
+
+    Returns:
+        A list of ``(variable.path, count of non-finite values)``, in order.
+
+    Example:
+
+    >>> import keras
+    >>> non_finite_variables([keras.Variable([1.0, float("nan")], name="w")])
+    [('w', 1)]
+    """
+    found = []
+    for variable in variables:
+        if not backend.is_float_dtype(variable.dtype):
+            continue
+        values = np.asarray(keras_ops.convert_to_numpy(variable))
+        count = int(values.size - np.count_nonzero(np.isfinite(values)))
+        if count:
+            found.append((variable.path, count))
+    return found
 
 
 def static_shape(x):
