@@ -13,7 +13,8 @@ module holds what makes that exact:
   random draws that differ across `tf.distribute` replicas and stay
   reproducible under a seed.
 * `replica_position`, `replica_sum`, `replica_share`: how a replica's part
-  of a hand-computed loss adds up to the global value.
+  of a hand-computed loss adds up to the global value; `gather_replicas`:
+  the global batch, for a value that couples a batch's examples.
 """
 
 from keras_masking.distribution.dropout import ReplicaDropout
@@ -25,6 +26,7 @@ from keras_masking.distribution.layout import transformer_layout_map
 from keras_masking.distribution.random import batch_randint
 from keras_masking.distribution.random import batch_uniform
 from keras_masking.distribution.random import replica_dropout
+from keras_masking.distribution.replicas import gather_replicas
 from keras_masking.distribution.replicas import replica_position
 from keras_masking.distribution.replicas import replica_share
 from keras_masking.distribution.replicas import replica_sum

@@ -86,6 +86,38 @@ def replica_sum(value):
     return tf.distribute.get_replica_context().all_reduce("sum", tf.stop_gradient(value))
 
 
+def gather_replicas(structure):
+    """Tensors of every replica of a `tf.distribute` step, concatenated on axis 0.
+
+    Under `tf.distribute` each replica holds its own slice of the batch; a
+    value that couples the examples of a batch (ASA's regression divergence
+    takes a softmax over the batch) must see the global batch. Each replica
+    gets the global tensors in replica order (the rows one device would hold),
+    and the gradient flows back to every replica's own rows. Outside a
+    replica context with several replicas (one device, eager calls, JAX,
+    whose data-parallel step is one program over the global batch) the
+    structure is returned as it is.
+
+    Args:
+        structure: a nested structure of tensors (batch first) or None.
+
+    Returns:
+        The same structure over the global batch.
+
+    Example:
+
+    >>> tuple(gather_replicas({"x": keras.ops.ones((2, 3))})["x"].shape)
+    (2, 3)
+    """
+    _, replicas = replica_position()
+    if replicas == 1 or structure is None:
+        return structure
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    return keras.tree.map_structure(lambda value: context.all_gather(value, axis=0), structure)
+
+
 def replica_share(mean, count):
     """A replica's share of a global mean, from its own mean over ``count`` items.
 

@@ -6,7 +6,7 @@ import logging
 import keras
 from keras import ops
 
-from keras_masking.distribution.replicas import replica_position
+from keras_masking.distribution.replicas import gather_replicas
 from keras_masking.distribution.replicas import replica_share
 from keras_masking.layers.attention_adversary import AttentionAdversary
 from keras_masking.losses.asa_divergence import ASA_TASKS
@@ -20,38 +20,6 @@ from keras_masking.utils.arguments import check_int
 _TRAINING_KEYS = ("adversarial", "clean", "masks", "padding_mask")
 TOKEN_DIVERGENCES = ("all", "real")
 _LOGGER = logging.getLogger(__name__)
-
-
-def gather_replicas(structure):
-    """Tensors of every replica of a `tf.distribute` step, concatenated on axis 0.
-
-    Under `tf.distribute` each replica holds its own slice of the batch; a
-    value that couples the examples of a batch (ASA's regression divergence
-    takes a softmax over the batch) must see the global batch. Each replica
-    gets the global tensors in replica order (the rows one device would hold),
-    and the gradient flows back to every replica's own rows. Outside a
-    replica context with several replicas (one device, eager calls, JAX,
-    whose data-parallel step is one program over the global batch) the
-    structure is returned as it is.
-
-    Args:
-        structure: a nested structure of tensors (batch first) or None.
-
-    Returns:
-        The same structure over the global batch.
-
-    Example:
-
-    >>> tuple(gather_replicas({"x": keras.ops.ones((2, 3))})["x"].shape)
-    (2, 3)
-    """
-    _, replicas = replica_position()
-    if replicas == 1 or structure is None:
-        return structure
-    import tensorflow as tf
-
-    context = tf.distribute.get_replica_context()
-    return keras.tree.map_structure(lambda value: context.all_gather(value, axis=0), structure)
 
 
 def masked_fraction(mask, padding_mask):
