@@ -220,17 +220,29 @@ def test_fit_under_xla_and_save_load(tmp_path):
     )
 
 
-def test_rate_schedule_changes_rates_in_fit():
-    """A one-layer model whose loss is the square of the kept-token count: each
-    compiled step's loss shows the rate that step used."""
-    length = 12
+def _kept_count_model(length, steps_per_execution=1):
+    """A one-layer model whose output is the kept-token count of a DropToken:
+    with a zero target, each compiled step's loss shows the rate it used."""
     hidden = keras.Input((length, 1))
     mask = keras.Input((length,), dtype="int32")
     drop = DropToken(0.5, slot_multiple=1, seed=0)
     kept = keras.ops.sum(keras.ops.cast(drop(hidden, mask)["padding_mask"], "float32"), axis=1)
     dense = keras.layers.Dense(1, kernel_initializer="ones", bias_initializer="zeros")
     model = keras.Model([hidden, mask], dense(kept[:, None]))
-    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse", jit_compile=True)
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.0),
+        loss="mse",
+        jit_compile=True,
+        steps_per_execution=steps_per_execution,
+    )
+    return model, drop
+
+
+def test_rate_schedule_changes_rates_in_fit():
+    """A one-layer model whose loss is the square of the kept-token count: each
+    compiled step's loss shows the rate that step used."""
+    length = 12
+    model, drop = _kept_count_model(length)
     schedule = keras_masking.callbacks.DropTokenRateSchedule(
         final_rate=0.0, initial_rate=0.5, ramp_steps=6, levels=3
     )
@@ -266,18 +278,7 @@ def test_rate_schedule_counts_optimizer_steps_with_steps_per_execution(steps_per
     executions, and each execution runs at the rate of its first step (the
     last execution of 3 is cut short at step 8)."""
     length = 12
-    hidden = keras.Input((length, 1))
-    mask = keras.Input((length,), dtype="int32")
-    drop = DropToken(0.5, slot_multiple=1, seed=0)
-    kept = keras.ops.sum(keras.ops.cast(drop(hidden, mask)["padding_mask"], "float32"), axis=1)
-    dense = keras.layers.Dense(1, kernel_initializer="ones", bias_initializer="zeros")
-    model = keras.Model([hidden, mask], dense(kept[:, None]))
-    model.compile(
-        optimizer=keras.optimizers.SGD(0.0),
-        loss="mse",
-        jit_compile=True,
-        steps_per_execution=steps_per_execution,
-    )
+    model, drop = _kept_count_model(length, steps_per_execution)
     schedule = keras_masking.callbacks.DropTokenRateSchedule(
         final_rate=0.0, initial_rate=0.5, ramp_steps=6, levels=3
     )
