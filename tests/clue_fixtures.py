@@ -4,7 +4,7 @@ import json
 import pathlib
 import random
 
-from clue_helpers import VOCABULARY
+from tests.clue_helpers import VOCABULARY
 
 POSITIVE = ["很好", "喜欢", "今天很好", "好的", "喜欢这个地方"]
 NEGATIVE = ["不好", "不喜欢", "今天不好", "不", "不喜欢这个"]

@@ -24,6 +24,9 @@ import argparse
 import json
 import os
 import sys
+
+# Run as a script: the repository root, so that `tests.*` imports resolve.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import time
 
 BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
@@ -44,19 +47,19 @@ if BACKEND == "tensorflow":
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from distribution_models import ALL_METHODS  # noqa: E402
-from distribution_models import BATCH  # noqa: E402
-from distribution_models import CLS  # noqa: E402
-from distribution_models import LENGTH  # noqa: E402
-from distribution_models import MASK  # noqa: E402
-from distribution_models import METHODS  # noqa: E402
-from distribution_models import SEP  # noqa: E402
-from distribution_models import VOCABULARY  # noqa: E402
-from distribution_models import backbone  # noqa: E402
-from distribution_models import classifier  # noqa: E402
-from distribution_models import compile_classifier  # noqa: E402
-from distribution_models import features  # noqa: E402
-from distribution_models import fit_one_step  # noqa: E402
+from tests.distribution_models import ALL_METHODS  # noqa: E402
+from tests.distribution_models import BATCH  # noqa: E402
+from tests.distribution_models import CLS  # noqa: E402
+from tests.distribution_models import LENGTH  # noqa: E402
+from tests.distribution_models import MASK  # noqa: E402
+from tests.distribution_models import METHODS  # noqa: E402
+from tests.distribution_models import SEP  # noqa: E402
+from tests.distribution_models import VOCABULARY  # noqa: E402
+from tests.distribution_models import backbone  # noqa: E402
+from tests.distribution_models import classifier  # noqa: E402
+from tests.distribution_models import compile_classifier  # noqa: E402
+from tests.distribution_models import features  # noqa: E402
+from tests.distribution_models import fit_one_step  # noqa: E402
 
 import keras_masking  # noqa: E402
 
@@ -206,8 +209,7 @@ def clue_runs(tasks=(("cluener", {"drop_token": 0.2}), ("eprstmt", {"asa": 0.5})
     scores and final weights."""
     import tempfile
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import clue_fixtures
+    from tests import clue_fixtures
 
     results = []
     with tempfile.TemporaryDirectory() as root:

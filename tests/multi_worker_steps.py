@@ -27,6 +27,9 @@ import json
 import os
 import sys
 
+# Run as a script: the repository root, so that `tests.*` imports resolve.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -67,10 +70,10 @@ def main():
 
     import keras
     import numpy as np
-    from distribution_models import BATCH
-    from distribution_models import build
-    from distribution_models import features
-    from distribution_models import randomize
+    from tests.distribution_models import BATCH
+    from tests.distribution_models import build
+    from tests.distribution_models import features
+    from tests.distribution_models import randomize
 
     import keras_masking
 

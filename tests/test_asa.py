@@ -4,11 +4,11 @@ divergences and the trainer, checked against independent computations."""
 import keras
 import numpy as np
 import pytest
-from conftest import model_gradients
-from conftest import random_features
-from conftest import randomize_weights
-from conftest import tiny_backbone_kwargs
-from conftest import value_and_gradients
+from tests.testing import model_gradients
+from tests.testing import random_features
+from tests.testing import randomize_weights
+from tests.testing import tiny_backbone_kwargs
+from tests.testing import value_and_gradients
 from keras import ops
 
 import keras_masking
@@ -542,7 +542,7 @@ def test_keras_hub_models_go_through_from_keras_hub_and_back():
     """A keras-hub backbone is refused with the conversion recipe; converted
     (RoBERTa: no segments, no pooler), it is attacked and converts back."""
     import keras_hub
-    from conftest import HUB_SIZES
+    from tests.testing import HUB_SIZES
 
     bert = keras_hub.models.BertBackbone(**HUB_SIZES)
     refused = keras.Model(bert.input, keras.layers.Dense(2)(bert(bert.input)["pooled_output"]))

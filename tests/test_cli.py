@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
-from conftest import write_reference_checkpoint
+from tests.testing import write_reference_checkpoint
 
 from keras_masking import cli
 from keras_masking.cli import main

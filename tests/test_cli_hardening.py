@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import write_reference_checkpoint
+from tests.testing import write_reference_checkpoint
 
 import keras_masking
 from keras_masking.cli import main

@@ -104,7 +104,7 @@ def test_pairs_and_keywords_read_as_clue_encodes_them(tmp_path):
 # === Runs on CLUE's official layouts ===
 @pytest.mark.slow
 def test_a_run_writes_both_test_files_and_records_what_reading_changed(tmp_path):
-    import clue_fixtures
+    from tests import clue_fixtures
 
     from keras_masking.clue import finetune
 

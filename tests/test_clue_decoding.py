@@ -4,7 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
-from clue_helpers import tokenizer
+from tests.clue_helpers import tokenizer
 
 from keras_masking.clue.decoding import decode_predictions
 from keras_masking.clue.decoding import joint_assignment

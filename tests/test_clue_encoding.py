@@ -5,15 +5,15 @@ import pathlib
 
 import numpy as np
 import pytest
-from clue_helpers import CLS
-from clue_helpers import MASK
-from clue_helpers import PAD
-from clue_helpers import SEP
-from clue_helpers import UNK
-from clue_helpers import UNUSED1
-from clue_helpers import ids
-from clue_helpers import token_id
-from clue_helpers import tokenizer
+from tests.clue_helpers import CLS
+from tests.clue_helpers import MASK
+from tests.clue_helpers import PAD
+from tests.clue_helpers import SEP
+from tests.clue_helpers import UNK
+from tests.clue_helpers import UNUSED1
+from tests.clue_helpers import ids
+from tests.clue_helpers import token_id
+from tests.clue_helpers import tokenizer
 
 from keras_masking.clue.encoding import encode_examples
 from keras_masking.clue.examples import ChoiceExample

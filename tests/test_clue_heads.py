@@ -9,12 +9,12 @@ probability), and every kind trains under ``jit_compile=True``.
 import keras
 import numpy as np
 import pytest
-from clue_helpers import CLS
-from clue_helpers import MASK
-from clue_helpers import SEP
-from clue_helpers import VOCABULARY
-from clue_helpers import tokenizer
-from conftest import randomize_weights
+from tests.clue_helpers import CLS
+from tests.clue_helpers import MASK
+from tests.clue_helpers import SEP
+from tests.clue_helpers import VOCABULARY
+from tests.clue_helpers import tokenizer
+from tests.testing import randomize_weights
 
 import keras_masking
 from keras_masking.clue.encoding import encode_examples

@@ -5,11 +5,11 @@ import os
 import shutil
 import zipfile
 
-import clue_fixtures
+from tests import clue_fixtures
 import keras
 import numpy as np
 import pytest
-from clue_helpers import VOCABULARY
+from tests.clue_helpers import VOCABULARY
 
 import keras_masking
 from keras_masking.cli import main

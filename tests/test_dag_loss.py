@@ -11,7 +11,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from conftest import value_and_gradients
+from tests.testing import value_and_gradients
 from keras import ops
 
 from keras_masking.losses import DAGLoss

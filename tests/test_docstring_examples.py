@@ -21,9 +21,9 @@ import textwrap
 import keras
 import numpy as np
 import pytest
-from conftest import HUB_SIZES
-from conftest import tiny_backbone_kwargs
-from conftest import write_reference_checkpoint
+from tests.testing import HUB_SIZES
+from tests.testing import tiny_backbone_kwargs
+from tests.testing import write_reference_checkpoint
 
 import keras_masking
 

@@ -15,10 +15,10 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-from conftest import HUB_SIZES
-from conftest import random_features
-from conftest import tiny_backbone_kwargs
-from conftest import write_reference_checkpoint
+from tests.testing import HUB_SIZES
+from tests.testing import random_features
+from tests.testing import tiny_backbone_kwargs
+from tests.testing import write_reference_checkpoint
 
 import keras_masking
 from keras_masking.callbacks import MLMEmbeddingCorrection

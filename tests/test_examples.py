@@ -10,15 +10,15 @@ import importlib.util
 import json
 import pathlib
 
-import clue_fixtures
+from tests import clue_fixtures
 import keras
 import numpy as np
 import pytest
-from clue_helpers import CLS
-from clue_helpers import MASK
-from clue_helpers import PAD
-from clue_helpers import SEP
-from clue_helpers import tokenizer
+from tests.clue_helpers import CLS
+from tests.clue_helpers import MASK
+from tests.clue_helpers import PAD
+from tests.clue_helpers import SEP
+from tests.clue_helpers import tokenizer
 
 import keras_masking
 from keras_masking.clue import ModelSource

@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from conftest import tiny_backbone_kwargs
+from tests.testing import tiny_backbone_kwargs
 
 from keras_masking.layers import DAGTransition
 from keras_masking.models import ExLMEncoder

@@ -12,7 +12,7 @@ import itertools
 import keras
 import numpy as np
 import pytest
-from conftest import tiny_backbone_kwargs
+from tests.testing import tiny_backbone_kwargs
 
 from keras_masking.data import repeated_mlm
 from keras_masking.layers import DAGTransition

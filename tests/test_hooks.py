@@ -4,9 +4,9 @@ position ids and stage composition. Checked against direct computations."""
 import keras
 import numpy as np
 import pytest
-from conftest import random_features
-from conftest import randomize_weights
-from conftest import tiny_backbone_kwargs
+from tests.testing import random_features
+from tests.testing import randomize_weights
+from tests.testing import tiny_backbone_kwargs
 
 from keras_masking.layers import SelfAttention
 from keras_masking.layers import TransformerBlock

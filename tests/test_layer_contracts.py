@@ -24,8 +24,8 @@ from typing import Callable
 import keras
 import numpy as np
 import pytest
-from conftest import randomize_weights
-from conftest import tiny_backbone_kwargs
+from tests.testing import randomize_weights
+from tests.testing import tiny_backbone_kwargs
 from keras import ops
 
 import keras_masking

@@ -9,12 +9,12 @@ numerically sensitive parts must compute in float32.
 import keras
 import numpy as np
 import pytest
-from distribution_models import MASK
-from distribution_models import backbone
-from distribution_models import build
-from distribution_models import features
-from distribution_models import fit_one_step
-from distribution_models import randomize
+from tests.distribution_models import MASK
+from tests.distribution_models import backbone
+from tests.distribution_models import build
+from tests.distribution_models import features
+from tests.distribution_models import fit_one_step
+from tests.distribution_models import randomize
 
 import keras_masking
 

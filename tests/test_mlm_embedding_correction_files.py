@@ -5,10 +5,10 @@ import pathlib
 
 import numpy as np
 import pytest
-from conftest import load_reference
-from conftest import tiny_backbone_kwargs
-from conftest import write_reference_checkpoint
-from test_mlm_embedding_correction import numpy_formula
+from tests.testing import load_reference
+from tests.testing import tiny_backbone_kwargs
+from tests.testing import write_reference_checkpoint
+from tests.test_mlm_embedding_correction import numpy_formula
 
 import keras_masking
 from keras_masking.cli import main

@@ -3,8 +3,8 @@
 import keras
 import numpy as np
 import pytest
-from conftest import random_features
-from conftest import tiny_backbone_kwargs
+from tests.testing import random_features
+from tests.testing import tiny_backbone_kwargs
 
 import keras_masking
 from keras_masking.methods import sample_mlm_maskings

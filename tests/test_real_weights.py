@@ -8,7 +8,7 @@ folder) holds token ids and outputs for six real sentences.
 import keras_hub
 import numpy as np
 import pytest
-from conftest import FIXTURES
+from tests.testing import FIXTURES
 
 import keras_masking
 from keras_masking.data import bert_tokenizer

@@ -11,12 +11,12 @@ import json
 import keras
 import numpy as np
 import pytest
-from conftest import FAMILIES
-from conftest import load_reference
-from conftest import random_features
-from conftest import randomize_weights
-from conftest import tiny_backbone_kwargs
-from conftest import write_reference_checkpoint
+from tests.testing import FAMILIES
+from tests.testing import load_reference
+from tests.testing import random_features
+from tests.testing import randomize_weights
+from tests.testing import tiny_backbone_kwargs
+from tests.testing import write_reference_checkpoint
 
 import keras_masking
 from keras_masking.methods import DropTokenEncoder

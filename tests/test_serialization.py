@@ -6,9 +6,9 @@ import re
 import keras
 import numpy as np
 import pytest
-from conftest import random_features
-from conftest import randomize_weights
-from conftest import tiny_backbone_kwargs
+from tests.testing import random_features
+from tests.testing import randomize_weights
+from tests.testing import tiny_backbone_kwargs
 
 from keras_masking.models import TransformerBackbone
 from keras_masking.models import TransformerMaskedLM

@@ -4,7 +4,7 @@ import keras
 import keras_hub
 import numpy as np
 import pytest
-from conftest import randomize_weights
+from tests.testing import randomize_weights
 
 import keras_masking
 from keras_masking.data import bert_tokenizer

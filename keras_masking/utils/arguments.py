@@ -81,3 +81,117 @@ def check_float(
         interval = f"{'(' if open_minimum else '['}{low}, {high}{')' if open_maximum else ']'}"
         raise ValueError(f"Expected {name} in {interval}. Received: {name}={value!r}.")
     return value
+
+
+def check_bool(name, value):
+    """Returns ``value`` as a Python bool, or raises a ValueError naming it.
+
+    Args:
+        name: the argument's name in the message.
+        value: the value received (``True``/``False``, or a numpy bool).
+
+    Returns:
+        ``bool(value)``.
+
+    Example:
+
+    >>> check_bool("verbose", False)
+    False
+    """
+    if type(value).__name__ not in ("bool", "bool_"):
+        raise ValueError(f"Expected True or False for {name}. Received: {name}={value!r}.")
+    return bool(value)
+
+
+def check_choice(name, value, choices):
+    """Returns ``value`` if it is one of ``choices``, or raises a ValueError.
+
+    Args:
+        name: the argument's name in the message.
+        value: the value received.
+        choices: the allowed values (a tuple or list).
+
+    Returns:
+        ``value``.
+
+    Example:
+
+    >>> check_choice("mode", "gather", ("gather", "attention"))
+    'gather'
+    """
+    try:
+        allowed = value in choices
+    except TypeError:  # an unhashable value against a set
+        allowed = False
+    if not allowed:
+        listed = ", ".join(repr(choice) for choice in choices)
+        raise ValueError(f"Expected one of {listed} for {name}. Received: {name}={value!r}.")
+    return value
+
+
+def check_seed(name, value):
+    """Returns ``value`` as an int >= 0, or None; raises a ValueError otherwise.
+
+    Args:
+        name: the argument's name in the message.
+        value: None or an integer >= 0.
+
+    Returns:
+        None or ``int(value)``.
+
+    Example:
+
+    >>> check_seed("seed", None) is None
+    True
+    """
+    if value is None:
+        return None
+    return check_int(name, value, minimum=0)
+
+
+def check_int_list(name, value, minimum=None, maximum=None, allow_empty=True, unique=False):
+    """Returns ``value`` as a tuple of Python ints, or raises a ValueError.
+
+    A list, tuple or 1-D numpy array of integers is accepted; a string, a
+    float or a nested list is not.
+
+    Args:
+        name: the argument's name in the message.
+        value: the sequence received.
+        minimum: smallest allowed entry, or None.
+        maximum: largest allowed entry, or None.
+        allow_empty: False to refuse an empty sequence.
+        unique: True to refuse repeated entries.
+
+    Returns:
+        A tuple of ints.
+
+    Example:
+
+    >>> check_int_list("unselectable_token_ids", [101, 102], minimum=0)
+    (101, 102)
+    """
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ValueError(
+            f"Expected a list of integers for {name}. Received: {name}={value!r}."
+        )
+    entries = list(value)
+    if not allow_empty and not entries:
+        raise ValueError(f"Expected a non-empty list of integers for {name}. Received: {name}=[].")
+    checked = []
+    for entry in entries:
+        if isinstance(entry, bool) or not isinstance(entry, numbers.Integral):
+            raise ValueError(
+                f"Expected a list of integers for {name}. Received: {name}={value!r}."
+            )
+        entry = int(entry)
+        if (minimum is not None and entry < minimum) or (maximum is not None and entry > maximum):
+            low = "-inf" if minimum is None else minimum
+            high = "inf" if maximum is None else maximum
+            raise ValueError(
+                f"Expected every entry of {name} in [{low}, {high}]. Received: {name}={value!r}."
+            )
+        checked.append(entry)
+    if unique and len(set(checked)) != len(checked):
+        raise ValueError(f"Expected distinct entries in {name}. Received: {name}={value!r}.")
+    return tuple(checked)

@@ -1,0 +1,204 @@
+"""Atomic writes: a file or a folder appears whole, or not at all.
+
+Every file and folder the package writes goes through these two helpers: the
+content is written under a temporary name next to its destination
+(``.NAME.partial-PID-XXXXXXXX``) and renamed when complete, so a crash (a full
+disk, Ctrl-C, a killed job) leaves the previous version or nothing, never half
+a file. Temporary folders of a process that died are cleared by the next write
+to the same destination.
+"""
+
+import errno
+import json
+import os
+import pathlib
+import shutil
+import uuid
+
+# A folder write is refused when the disk has less than this many times the
+# estimated bytes free, plus the slack (file system overhead, metadata).
+SPACE_MARGIN = 1.05
+SPACE_SLACK = 16 * 2**20
+
+
+def _temporary_name(path):
+    path = pathlib.Path(path)
+    return path.with_name(f".{path.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def write_atomically(path, write, mode="w"):
+    """Writes ``path`` through a temporary file next to it, then renames it.
+
+    Args:
+        path: the final path (str or `pathlib.Path`).
+        write: a callable taking the open temporary file.
+        mode: ``"w"`` (UTF-8 text) or ``"wb"``.
+
+    Returns:
+        The path, as a `pathlib.Path`.
+
+    Raises:
+        OSError: the write failed (a full disk, no permission); its message
+            names ``path`` (never the temporary file, which is removed).
+
+    Example:
+    >>> import tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> write_atomically(folder / "a.txt", lambda file: file.write("done")).read_text()
+    'done'
+    """
+    path = pathlib.Path(path)
+    temporary = _temporary_name(path)
+    try:
+        encoding = "utf-8" if "b" not in mode else None
+        with open(temporary, mode, encoding=encoding) as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        if error.filename not in (None, os.fspath(temporary), temporary):
+            raise
+        # Errors from inside a write (np.savez, json.dump: a full disk) name
+        # no file, and those of open() the temporary one: name the file meant.
+        if error.errno is None:
+            raise OSError(f"{os.fspath(path)}: {error}") from error
+        raise OSError(error.errno, error.strerror or str(error), os.fspath(path)) from error
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json_atomically(path, value):
+    """`write_atomically` of a JSON document (UTF-8, not ASCII-escaped, indented).
+
+    Args:
+        path: the final path.
+        value: a JSON-serialisable value.
+
+    Returns:
+        The path, as a `pathlib.Path`.
+
+    Example:
+    >>> import tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.json"
+    >>> write_json_atomically(path, {"score": 1.0}).read_text().startswith("{")
+    True
+    """
+    return write_atomically(
+        path, lambda file: json.dump(value, file, ensure_ascii=False, indent=2, sort_keys=False)
+    )
+
+
+def write_folder_atomically(output, write, needed_bytes=None):
+    """Runs ``write(folder)`` on a temporary folder next to ``output``, then
+    renames it to ``output``.
+
+    ``output`` must not exist, or be an empty folder (which is replaced). On
+    any failure the temporary folder is removed and ``output`` is as it was.
+
+    Args:
+        output: the final folder.
+        write: a callable taking the temporary folder's path (a str).
+        needed_bytes: optional estimate of the bytes ``write`` writes: a disk
+            with less free space (times 1.05, plus 16 MiB) is refused before
+            anything is written.
+
+    Returns:
+        ``output``, as a `pathlib.Path`.
+
+    Raises:
+        OSError: not enough free space (``errno.ENOSPC``), or the write or the
+            rename failed.
+
+    Example:
+    >>> import tempfile
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "preset"
+    >>> def write(folder):
+    ...     pathlib.Path(folder, "config.json").write_text("{}")
+    >>> sorted(p.name for p in write_folder_atomically(target, write).iterdir())
+    ['config.json']
+    """
+    output = pathlib.Path(os.path.abspath(output))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(output)
+    if needed_bytes is not None:
+        check_free_space(output.parent, needed_bytes, output)
+    partial = _temporary_name(output)
+    partial.mkdir()
+    try:
+        write(os.fspath(partial))
+        if output.is_dir():
+            output.rmdir()  # empty (checked by the caller); fails if anything appeared
+        os.rename(partial, output)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return output
+
+
+def remove_stale_partials(output):
+    """Removes the temporary files and folders of ``output`` whose process died.
+
+    A process killed while writing (h5py segfaults when the disk fills up)
+    cannot clean up; its ``.NAME.partial-PID-XXXX`` goes with the next write
+    to the same output.
+
+    Args:
+        output: the destination whose leftovers to clear.
+
+    Example:
+    >>> import tempfile
+    >>> remove_stale_partials(pathlib.Path(tempfile.mkdtemp()) / "preset")
+    """
+    parent, name = os.path.split(os.path.abspath(output))
+    prefix = f".{name}.partial-"
+    if not os.path.isdir(parent):
+        return
+    for entry in os.listdir(parent):
+        if not entry.startswith(prefix):
+            continue
+        pid = entry[len(prefix) :].split("-")[0]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            stale = os.path.join(parent, entry)
+            if os.path.isdir(stale):
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                pathlib.Path(stale).unlink(missing_ok=True)
+
+
+def _process_alive(pid):
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process
+    return True
+
+
+def check_free_space(folder, needed_bytes, output):
+    """Raises ``OSError(ENOSPC)`` when ``folder``'s disk cannot hold
+    ``needed_bytes`` (times 1.05, plus 16 MiB) for ``output``.
+
+    Args:
+        folder: a folder on the disk to check.
+        needed_bytes: the bytes the write needs.
+        output: the destination, named in the message.
+
+    Example:
+    >>> import tempfile
+    >>> check_free_space(tempfile.gettempdir(), 1, "out")
+    """
+    needed = int(needed_bytes * SPACE_MARGIN) + SPACE_SLACK
+    free = shutil.disk_usage(folder).free
+    if free < needed:
+        raise OSError(
+            errno.ENOSPC,
+            f"Not enough free space to write {os.fspath(output)!r}: it needs about "
+            f"{needed / 2**20:.1f} MiB, its disk has {free / 2**20:.1f} MiB free",
+        )

@@ -1,0 +1,1 @@
+"""The keras_masking test suite; its folders mirror the package."""
