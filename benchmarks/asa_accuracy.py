@@ -25,12 +25,12 @@ import keras
 import numpy as np
 from small_chinese_bert import DEFAULT_VOCAB
 from small_chinese_bert import chinese_tokenizer
+from small_chinese_bert import load_fewclue
 from small_chinese_bert import pretrained_small_chinese_bert
 
 import keras_masking
+from keras_masking.clue import TASKS
 from keras_masking.data import encode_texts
-from keras_masking.data.clue import TASKS
-from keras_masking.data.clue import load_fewclue
 
 FEWCLUE = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "fewclue"
 

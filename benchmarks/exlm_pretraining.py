@@ -32,10 +32,10 @@ import keras
 import numpy as np
 from small_chinese_bert import DEFAULT_VOCAB
 from small_chinese_bert import chinese_tokenizer
+from small_chinese_bert import load_fewclue
 
+from keras_masking.clue import TASKS
 from keras_masking.data import encode_texts
-from keras_masking.data.clue import TASKS
-from keras_masking.data.clue import load_fewclue
 from keras_masking.data.corpora import peoples_daily_sentences
 from keras_masking.models import ExLMEncoder
 from keras_masking.models import ExLMPretrainer

@@ -25,6 +25,20 @@ DEFAULT_VOCAB = ROOT.parent / "shared" / "data" / "vocab" / "bert-base-chinese-v
 DEFAULT_CACHE = ROOT / "benchmarks" / ".cache"
 
 
+def load_fewclue(root, task, split):
+    """A FewCLUE classification split as ``(texts, second texts or None, label ids)``.
+
+    Read with `keras_masking.clue.read_split` (``train`` / ``dev``: the pooled
+    ``*_few_all.json`` files); label ids follow the task's label order.
+    """
+    from keras_masking.clue import read_split
+
+    data = read_split(root, task, split, benchmark="fewclue")
+    examples = data.examples
+    second = None if examples[0].text_b is None else [e.text_b for e in examples]
+    return [e.text_a for e in examples], second, [data.labels.index(e.label) for e in examples]
+
+
 def chinese_tokenizer(vocab=DEFAULT_VOCAB):
     """The Chinese BERT WordPiece tokenizer (character level for Chinese)."""
     return bert_tokenizer(vocab)

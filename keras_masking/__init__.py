@@ -9,14 +9,44 @@ Subpackages:
     methods: the "apply to a model" functions (`correct_mlm_embeddings`,
         `with_drop_token`, `with_asa`, `fl_tune`, ...).
     callbacks: `MLMEmbeddingCorrection` for `fit`.
-    clue: CLUE / FewCLUE readers, task models, metrics, `finetune` runs and
-        submission files.
     losses: ExLM's `dag_loss` / `DAGLoss`, ASA's divergences.
     utils: backend-edge helpers (`disable_xla_cpu_fusion_emitters`).
+
+The applications built on the library load only when asked for:
+``keras_masking.clue`` (CLUE / FewCLUE readers, task models, metrics,
+`finetune` runs and submission files), ``keras_masking.demo`` (the main
+job) and ``keras_masking.cli`` (the ``keras-masking`` command).
 """
 
+import importlib
+import os
+import sys
+
+
+def _quiet_command_line():
+    """True in the ``keras-masking`` command (or ``python -m keras_masking.cli``)
+    run without ``--verbose``: there the backend's start-up lines (TensorFlow's
+    C++ logs, "Could not find cuda drivers") are hidden. Library users see
+    whatever their own settings show."""
+    command = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    is_cli = command == "keras-masking" or sys.argv[0].endswith(
+        os.path.join("keras_masking", "cli.py")
+    )
+    return is_cli and "--verbose" not in sys.argv[1:]
+
+
+if _quiet_command_line():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    _stderr, _null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(_null, 2)  # the C++ start-up lines bypass Python's sys.stderr
+    try:
+        import keras  # noqa: F401  (loads the backend, quietly)
+    finally:
+        os.dup2(_stderr, 2)
+        os.close(_stderr)
+        os.close(_null)
+
 from keras_masking import callbacks
-from keras_masking import clue
 from keras_masking import data
 from keras_masking import distribution
 from keras_masking import layers
@@ -36,3 +66,14 @@ from keras_masking.methods import unmerge_fl
 from keras_masking.methods import with_asa
 from keras_masking.methods import with_drop_token
 from keras_masking.version import __version__
+
+
+# The applications: imported on first use (`keras_masking.clue.finetune`), so
+# that `import keras_masking` loads the library alone.
+_APPLICATIONS = ("clue", "demo", "cli")
+
+
+def __getattr__(name):
+    if name in _APPLICATIONS:
+        return importlib.import_module(f"keras_masking.{name}")
+    raise AttributeError(f"module 'keras_masking' has no attribute {name!r}")

@@ -12,16 +12,17 @@ Subcommands:
     clue submit
               check every run's submission file and build CLUE's zip.
 
-Outputs are written to a temporary folder next to OUTPUT and renamed when
-complete, so an interrupted run (a full disk, Ctrl-C) leaves no OUTPUT folder;
-``convert`` and ``correct-embeddings`` first check that OUTPUT's disk has room
-(the model's weights, from the model or the input),
-and a temporary folder left by a process that died (a crash inside h5py on a
-full disk) is removed by the next write to the same OUTPUT. ``clue`` keeps its
-run folder when interrupted (run the same command to resume) and says so.
-An OUTPUT that exists and is not empty, or that is the input folder or inside
-it, is refused before anything is read. Errors end in one line on stderr:
-exit code 2 for a bad command line, 1 for a run that failed.
+The command is quiet by default: progress lines come through `logging` (INFO;
+DEBUG with ``--verbose``), and TensorFlow's C++ log lines and the warnings
+Keras gives on expected situations (no gradient for a pooler a token-level
+head does not read) are off; ``--verbose`` shows them. Outputs are written
+with `keras_masking.utils.files.write_folder_atomically` (a temporary folder
+renamed when complete, after checking the disk has room), so an interrupted
+command leaves no OUTPUT folder; ``clue`` keeps its run folder when
+interrupted (run the same command to resume) and says so. An OUTPUT that
+exists and is not empty, or that is the input folder or inside it, is refused
+before anything is read. Errors end in one line on stderr: exit code 2 for a
+bad command line, 1 for a run that failed.
 
 Example:
 ```
@@ -35,42 +36,50 @@ keras-masking --version
 """
 
 import argparse
-import errno
-import math
+import contextlib
+import logging
 import os
-import shutil
 import sys
-import uuid
+import warnings
 
-from keras_masking.version import __version__
+# TensorFlow reads its C++ log level once, when it loads: set it first.
+if "--verbose" not in sys.argv[1:]:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from keras_masking.utils.arguments import check_float  # noqa: E402
+from keras_masking.utils.arguments import check_int  # noqa: E402
+from keras_masking.utils.arguments import check_int_list  # noqa: E402
+from keras_masking.utils.files import write_folder_atomically  # noqa: E402
+from keras_masking.version import __version__  # noqa: E402
 
 PROG = "keras-masking"
 FAMILIES = ("bert", "roberta", "roformer", "nezha")
+# Warnings of situations the command expects (the message's start).
+EXPECTED_WARNINGS = ("Gradients do not exist for variables",)
 
 
 # === Argument types (a bad value is a usage error: exit code 2) ===
-def _rate(text):
-    """A float in [0, 1] from the command line."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0.0 <= value <= 1.0:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"Expected a number between 0 and 1. Received: {text!r}")
-    return value
+def _flag(check, name, **limits):
+    """An argparse type: the text as a number that ``check(name, value, **limits)`` accepts."""
+    convert = int if check is check_int else float
+
+    def parse(text):
+        try:
+            return check(name, convert(text), **limits)
+        except ValueError as error:
+            if "Received" in str(error):
+                raise argparse.ArgumentTypeError(str(error)) from None
+            kind = "an integer" if convert is int else "a number"
+            raise argparse.ArgumentTypeError(
+                f"Expected {kind} for {name}. Received: {name}={text!r}."
+            ) from None
+
+    return parse
 
 
-def _token_id(text):
-    """A non-negative integer from the command line (``5.9`` is refused)."""
-    try:
-        value = int(text.strip())
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(
-            f"Expected a non-negative integer token id. Received: {text!r}"
-        )
-    return value
+def _share(name):
+    """An argparse type: a float in [0, 1)."""
+    return _flag(check_float, name, minimum=0.0, maximum=1.0, open_maximum=True)
 
 
 def _token_ids(text):
@@ -78,16 +87,31 @@ def _token_ids(text):
     parts = [part.strip() for part in text.split(",")]
     if not any(parts):
         return None
-    ids = []
-    for part in parts:
-        try:
-            ids.append(_token_id(part))
-        except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(
-                "Expected comma-separated non-negative integer token ids, such as '0,100,101'. "
-                f"Received: {text!r} (bad entry {part!r})"
-            ) from None
-    return ids
+    try:
+        return list(check_int_list("token_ids", [int(part) for part in parts], minimum=0))
+    except ValueError:
+        bad = next(part for part in parts if not part.isdigit())
+        raise argparse.ArgumentTypeError(
+            "Expected comma-separated non-negative integer token ids, such as '0,100,101'. "
+            f"Received: {text!r} (bad entry {bad!r})"
+        ) from None
+
+
+def _few_shot(text):
+    if text == "all":
+        return text
+    if text in ("0", "1", "2", "3", "4"):
+        return int(text)
+    raise argparse.ArgumentTypeError(f"Expected 'all' or 0..4 for few_shot. Received: {text!r}")
+
+
+def _date(text):
+    from keras_masking.clue.submit import check_date
+
+    try:
+        return check_date(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 # === Output folders: checked first, written under a temporary name ===
@@ -120,93 +144,11 @@ def _check_output_folder(output, input_folders):
     return absolute
 
 
-def _write_folder(output, write, needed_bytes=None):
-    """Runs ``write(folder)`` on a temporary folder next to ``output``, then
-    renames it to ``output``; on any failure the temporary folder is removed.
-
-    Args:
-        output: the absolute output folder.
-        write: a callable taking the temporary folder.
-        needed_bytes: optional estimate of what ``write`` writes: a disk with
-            less free space (plus a margin) is refused before anything is
-            written.
-    """
-    parent = os.path.dirname(output)
-    os.makedirs(parent, exist_ok=True)
-    _remove_stale_partials(output)
-    if needed_bytes is not None:
-        _check_free_space(parent, needed_bytes, output)
-    partial = os.path.join(
-        parent, f".{os.path.basename(output)}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    )
-    os.mkdir(partial)
-    try:
-        write(partial)
-        if os.path.isdir(output):
-            os.rmdir(output)  # empty (checked before); fails if anything appeared
-        os.rename(partial, output)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-
-
-def _remove_stale_partials(output):
-    """Removes the temporary folders of ``output`` whose process has died.
-
-    A process killed while writing (h5py segfaults when the disk fills up)
-    cannot clean up; its ``.NAME.partial-PID-XXXX`` folder goes with the next
-    write to the same output.
-    """
-    parent, name = os.path.split(output)
-    prefix = f".{name}.partial-"
-    for entry in os.listdir(parent):
-        if not entry.startswith(prefix):
-            continue
-        pid = entry[len(prefix) :].split("-")[0]
-        if pid.isdigit() and not _process_alive(int(pid)):
-            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
-
-
-def _process_alive(pid):
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # another user's process
-    return True
-
-
-# Free space asked beyond the estimate: HDF5's and the JSON files' overhead.
-SPACE_MARGIN = 1.05
-SPACE_SLACK = 16 * 2**20
-
-
-def _check_free_space(folder, needed_bytes, output):
-    needed = int(needed_bytes * SPACE_MARGIN) + SPACE_SLACK
-    free = shutil.disk_usage(folder).free
-    if free < needed:
-        raise OSError(
-            errno.ENOSPC,
-            f"Not enough free space to write OUTPUT {output!r}: it needs about "
-            f"{_megabytes(needed)}, its disk has {_megabytes(free)} free",
-        )
-
-
-def _megabytes(count):
-    return f"{count / 2**20:.1f} MiB"
-
-
 def _weight_bytes(model):
     """The bytes of ``model``'s weights (what its preset's weights file holds)."""
     import numpy as np
 
-    return sum(
-        int(np.prod(variable.shape)) * np.dtype(variable.dtype).itemsize
-        for variable in model.weights
-    )
+    return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
 
 
 def _files_bytes(folder):
@@ -240,18 +182,9 @@ def _checkpoint_bytes(prefix):
     )
 
 
-def _checkpoint_prefix(path, argument, expected="a TF checkpoint prefix, folder or .index file"):
-    from keras_masking.models.tf_checkpoint import resolve_checkpoint_prefix
-
-    if not os.path.exists(path) and not os.path.exists(str(path) + ".index"):
-        raise FileNotFoundError(
-            f"{argument} {path!r}: no such file or folder; expected {expected}."
-        )
-    return resolve_checkpoint_prefix(path)
-
-
 # === Subcommands ===
 def _convert(args):
+    from keras_masking.clue.model_source import checkpoint_prefix
     from keras_masking.models import from_tf_checkpoint
 
     if not os.path.isfile(args.config):
@@ -259,25 +192,22 @@ def _convert(args):
         raise FileNotFoundError(
             f"CONFIG {args.config!r}: {what}; expected a bert_config.json file."
         )
-    prefix = _checkpoint_prefix(args.checkpoint, "CHECKPOINT")
+    prefix = checkpoint_prefix(args.checkpoint, "CHECKPOINT")
     inputs = (os.path.dirname(os.path.abspath(prefix)), os.path.dirname(args.config) or ".")
     output = _check_output_folder(args.output, inputs)
     model = from_tf_checkpoint(
-        args.config,
-        prefix,
-        model=args.model,
-        with_mlm=args.with_mlm,
-        strict=not args.lenient,
+        args.config, prefix, model=args.model, with_mlm=args.with_mlm, strict=not args.lenient
     )
-    _write_folder(output, model.save_to_preset, needed_bytes=_weight_bytes(model))
+    write_folder_atomically(output, model.save_to_preset, needed_bytes=_weight_bytes(model))
     print(f"Wrote a {type(model).__name__} preset to {args.output}")
 
 
 def _inspect(args):
+    from keras_masking.clue.model_source import checkpoint_prefix
     from keras_masking.models import read_tf_checkpoint
     from keras_masking.models.google_checkpoint_layout import is_training_state
 
-    values = read_tf_checkpoint(_checkpoint_prefix(args.checkpoint, "CHECKPOINT"))
+    values = read_tf_checkpoint(checkpoint_prefix(args.checkpoint, "CHECKPOINT"))
     for name in sorted(values):
         note = "  (training state)" if is_training_state(name) else ""
         print(f"{name:70s} {tuple(values[name].shape)}{note}")
@@ -292,9 +222,8 @@ def _inspect(args):
 
 
 def _correct_embeddings(args):
-    from keras_masking.methods.mlm_embedding_correction_files import correct_checkpoint_embeddings
-    from keras_masking.methods.mlm_embedding_correction_files import correct_preset_embeddings
-    from keras_masking.methods.mlm_embedding_correction_files import is_preset_folder
+    from keras_masking.clue.model_source import checkpoint_prefix
+    from keras_masking.methods import mlm_embedding_correction_files as files
 
     settings = dict(
         mask_token_id=args.mask_token_id,
@@ -303,42 +232,50 @@ def _correct_embeddings(args):
         random_token_rate=args.random_token_rate,
         unselectable_token_ids=args.unselectable_token_ids,
     )
-    if is_preset_folder(args.input):
+    if files.is_preset_folder(args.input):
         output = _check_output_folder(args.output, [args.input])
         records = []
 
         def write(folder):
             records.append(
-                correct_preset_embeddings(args.input, folder, args.tied_output, **settings)
+                files.correct_preset_embeddings(args.input, folder, args.tied_output, **settings)
             )
 
-        _write_folder(output, write, needed_bytes=_files_bytes(args.input))
+        write_folder_atomically(output, write, needed_bytes=_files_bytes(args.input))
         rows = records[0].corrected_rows
     else:
-        prefix = _checkpoint_prefix(
-            args.input, "INPUT", "a TF checkpoint (prefix, folder or .index) or a preset folder"
-        )
+        expected = "a TF checkpoint (prefix, folder or .index) or a preset folder"
+        prefix = checkpoint_prefix(args.input, "INPUT", expected)
         output = _check_output_folder(args.output, [os.path.dirname(os.path.abspath(prefix))])
 
         def write(folder):
-            correct_checkpoint_embeddings(
-                prefix,
-                folder,
-                tied_output=args.tied_output,
-                drop_mlm_head=args.drop_mlm_head,
+            files.correct_checkpoint_embeddings(
+                prefix, folder, tied_output=args.tied_output, drop_mlm_head=args.drop_mlm_head,
                 **settings,
-            )
+            )  # fmt: skip
 
-        _write_folder(output, write, needed_bytes=_checkpoint_bytes(prefix))
+        write_folder_atomically(output, write, needed_bytes=_checkpoint_bytes(prefix))
         rows = "all selectable"
     print(f"Corrected {rows} embedding rows; wrote {args.output}")
+
+
+# `keras-masking clue` flags -> `finetune` arguments (the others keep their name).
+CLUE_RENAMED = {"lr": "learning_rate", "warmup": "warmup_proportion"}
+CLUE_NOT_PASSED = ("command", "task", "data_dir", "output_dir", "quiet", "verbose")
 
 
 def _clue(args):
     from keras_masking import clue
 
+    options = {
+        CLUE_RENAMED.get(name, name): value
+        for name, value in vars(args).items()
+        if name not in CLUE_NOT_PASSED
+    }
     try:
-        result = _finetune(clue.finetune, args)
+        result = clue.finetune(
+            args.task, args.data_dir, args.output_dir, verbose=0 if args.quiet else 1, **options
+        )
     except KeyboardInterrupt:
         print(f"{PROG} clue: interrupted; {_kept_run(args.output_dir)}", file=sys.stderr)
         raise SystemExit(130) from None
@@ -378,38 +315,6 @@ def _kept_run(output_dir):
     return f"kept {output_dir}: run.json, no finished epoch; the same command starts it again."
 
 
-def _finetune(finetune, args):
-    return finetune(
-        args.task,
-        args.data_dir,
-        args.output_dir,
-        checkpoint=args.checkpoint,
-        model=args.model,
-        preset=args.preset,
-        config=args.config,
-        vocab=args.vocab,
-        correct_embeddings=args.correct_embeddings,
-        drop_token=args.drop_token,
-        asa=args.asa,
-        fl_tuning=args.fl_tuning,
-        prefix_tuning=args.prefix_tuning,
-        lora=args.lora,
-        exlm_k=args.exlm_k,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        learning_rate=args.lr,
-        max_length=args.max_length,
-        accumulation=args.accumulation,
-        warmup_proportion=args.warmup,
-        weight_decay=args.weight_decay,
-        seed=args.seed,
-        benchmark=args.benchmark,
-        few_shot=args.few_shot,
-        verbose=0 if args.quiet else 1,
-        data_parallel=args.data_parallel,
-    )
-
-
 def _clue_submit(args):
     from keras_masking.clue.submit import submit
 
@@ -423,7 +328,41 @@ def _demo(argv):
     demo_main(argv)
 
 
-# === Errors ===
+# === Output and errors ===
+@contextlib.contextmanager
+def _output(verbose):
+    """Progress lines through `logging`; expected warnings off unless ``verbose``.
+
+    Logging and warning settings are restored on exit (the command may run
+    inside another program, as in tests). Where the program already has
+    logging handlers, they receive the lines instead.
+    """
+    package = logging.getLogger("keras_masking")
+    saved = package.level
+    handler = None
+    if not logging.getLogger().handlers and not package.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        package.addHandler(handler)
+    package.setLevel(logging.DEBUG if verbose else logging.INFO)
+    quieted = {name: logging.getLogger(name) for name in ("tensorflow", "absl")}
+    levels = {name: logger.level for name, logger in quieted.items()}
+    with warnings.catch_warnings():
+        if not verbose:
+            for message in EXPECTED_WARNINGS:
+                warnings.filterwarnings("ignore", message=message)
+            for logger in quieted.values():
+                logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            package.setLevel(saved)
+            if handler is not None:
+                package.removeHandler(handler)
+            for name, logger in quieted.items():
+                logger.setLevel(levels[name])
+
+
 def _is_expected_error(error):
     """Bad files and values, missing extras (not bugs): one line, exit code 1."""
     if isinstance(error, (ValueError, OSError, ImportError)):
@@ -435,14 +374,10 @@ def _is_expected_error(error):
     )
 
 
-def _one_line(error):
-    message = str(error) or type(error).__name__
-    return " ".join(message.split())
-
-
-def _run(command, function, *arguments):
+def _run(command, function, argument, verbose=False):
     try:
-        function(*arguments)
+        with _output(verbose):
+            function(argument)
     except KeyboardInterrupt:
         print(f"{PROG} {command}: interrupted; no output was written.", file=sys.stderr)
         return 130
@@ -451,7 +386,8 @@ def _run(command, function, *arguments):
     except Exception as error:
         if not _is_expected_error(error):
             raise
-        print(f"{PROG} {command}: error: {_one_line(error)}", file=sys.stderr)
+        message = " ".join((str(error) or type(error).__name__).split())
+        print(f"{PROG} {command}: error: {message}", file=sys.stderr)
         return 1
     return 0
 
@@ -463,6 +399,7 @@ def _exit_code(exit_request):
     return code if isinstance(code, int) else 1
 
 
+# === Parsers ===
 def build_parser():
     """The ``keras-masking`` argument parser.
 
@@ -477,6 +414,12 @@ def build_parser():
     """
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show DEBUG lines, TensorFlow's C++ logs and Keras' expected warnings "
+        "(accepted anywhere on the command line)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("demo", help="every method on real Chinese text", add_help=False)
 
@@ -504,10 +447,13 @@ def build_parser():
         "input", metavar="INPUT", help="TF checkpoint (prefix or folder) or preset folder"
     )
     correct.add_argument("output", metavar="OUTPUT", help="new (or empty) folder to write")
-    correct.add_argument("--mask-token-id", type=_token_id, required=True)
-    correct.add_argument("--mask-rate", type=_rate, default=0.15)
-    correct.add_argument("--mask-token-rate", type=_rate, default=0.8)
-    correct.add_argument("--random-token-rate", type=_rate, default=0.1)
+    correct.add_argument(
+        "--mask-token-id", type=_flag(check_int, "mask_token_id", minimum=0), required=True
+    )
+    rates = {"mask-rate": 0.15, "mask-token-rate": 0.8, "random-token-rate": 0.1}
+    for flag, default in rates.items():
+        rate = _flag(check_float, flag.replace("-", "_"), minimum=0.0, maximum=1.0)
+        correct.add_argument(f"--{flag}", type=rate, default=default)
     correct.add_argument(
         "--unselectable-token-ids",
         type=_token_ids,
@@ -520,62 +466,6 @@ def build_parser():
     )
     _add_clue_parser(commands)
     return parser
-
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"Expected a positive integer. Received: {text!r}")
-    return value
-
-
-def _count(text):
-    """An integer >= 0 (a method's size; 0 leaves it off)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"Expected an integer >= 0. Received: {text!r}")
-    return value
-
-
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"Expected a positive number. Received: {text!r}")
-    return value
-
-
-def _non_negative_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value >= 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"Expected a number >= 0. Received: {text!r}")
-    return value
-
-
-def _drop_rate(text):
-    value = _rate(text)
-    if value >= 1.0:
-        raise argparse.ArgumentTypeError(f"Expected a rate in [0, 1). Received: {text!r}")
-    return value
-
-
-def _few_shot(text):
-    if text == "all":
-        return text
-    if text in ("0", "1", "2", "3", "4"):
-        return int(text)
-    raise argparse.ArgumentTypeError(f"Expected 'all' or 0..4. Received: {text!r}")
 
 
 def _add_clue_parser(commands):
@@ -601,22 +491,30 @@ def _add_clue_parser(commands):
     clue.add_argument("--vocab", help="vocab.txt (default: next to the model)")
     methods = clue.add_argument_group("methods")
     methods.add_argument("--correct-embeddings", action="store_true")
-    methods.add_argument("--drop-token", type=_drop_rate, default=0.0, metavar="RATE")
-    methods.add_argument("--asa", type=_non_negative_float, default=None, metavar="TAU")
+    methods.add_argument("--drop-token", type=_share("drop_token"), default=0.0, metavar="RATE")
+    methods.add_argument(
+        "--asa", type=_flag(check_float, "asa", minimum=0.0), default=None, metavar="TAU"
+    )
     tuning = methods.add_mutually_exclusive_group()
-    tuning.add_argument("--fl-tuning", type=_count, default=0, metavar="UNITS")
-    tuning.add_argument("--prefix-tuning", type=_count, default=0, metavar="LENGTH")
-    tuning.add_argument("--lora", type=_count, default=0, metavar="RANK")
-    methods.add_argument("--exlm-k", type=_count, default=0, metavar="K")
+    for flag, metavar in (("fl-tuning", "UNITS"), ("prefix-tuning", "LENGTH"), ("lora", "RANK")):
+        size = _flag(check_int, flag.replace("-", "_"), minimum=0)
+        tuning.add_argument(f"--{flag}", type=size, default=0, metavar=metavar)
+    methods.add_argument(
+        "--exlm-k", type=_flag(check_int, "exlm_k", minimum=0), default=0, metavar="K"
+    )
     training = clue.add_argument_group("training (default: the task's)")
-    training.add_argument("--epochs", type=_positive_int)
-    training.add_argument("--batch-size", type=_positive_int)
-    training.add_argument("--lr", type=_positive_float, help="peak learning rate")
-    training.add_argument("--max-length", type=_positive_int)
-    training.add_argument("--accumulation", type=_positive_int, help="batches per optimizer step")
-    training.add_argument("--warmup", type=_drop_rate, default=0.1, help="warmup share of steps")
-    training.add_argument("--weight-decay", type=_non_negative_float, default=0.01)
-    training.add_argument("--seed", type=_count, default=0)
+    for flag in ("epochs", "batch-size", "max-length", "accumulation"):
+        training.add_argument(f"--{flag}", type=_flag(check_int, flag.replace("-", "_"), minimum=1))
+    training.add_argument(
+        "--lr",
+        type=_flag(check_float, "learning_rate", minimum=0.0, open_minimum=True),
+        help="peak learning rate",
+    )
+    training.add_argument("--warmup", type=_share("warmup"), default=0.1, help="warmup share")
+    training.add_argument(
+        "--weight-decay", type=_flag(check_float, "weight_decay", minimum=0.0), default=0.01
+    )
+    training.add_argument("--seed", type=_flag(check_int, "seed", minimum=0), default=0)
     training.add_argument("--benchmark", choices=("clue", "fewclue"), help="default: detected")
     training.add_argument("--few-shot", type=_few_shot, default="all", help="all or 0..4")
     training.add_argument(
@@ -625,15 +523,6 @@ def _add_clue_parser(commands):
         help="train on every device with the backend's data-parallel engine",
     )
     clue.add_argument("--quiet", action="store_true", help="no progress bars")
-
-
-def _date(text):
-    from keras_masking.clue.submit import check_date
-
-    try:
-        return check_date(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def build_submit_parser():
@@ -660,7 +549,7 @@ def main(argv=None):
 
     Args:
         argv: the arguments after the program name; ``sys.argv[1:]`` when
-            None.
+            None. ``--verbose`` may stand anywhere.
 
     Returns:
         The exit code: 0 on success, 2 for a bad command line, 1 when the run
@@ -672,26 +561,24 @@ def main(argv=None):
     ```
     """
     argv = sys.argv[1:] if argv is None else [str(argument) for argument in argv]
+    verbose = "--verbose" in argv
+    argv = [argument for argument in argv if argument != "--verbose"]
     if argv[:1] == ["demo"]:
-        return _run("demo", _demo, argv[1:])
-    if argv[:2] == ["clue", "submit"]:
-        try:
-            args = build_submit_parser().parse_args(argv[2:])
-        except SystemExit as exit_request:
-            return _exit_code(exit_request)
-        return _run("clue submit", _clue_submit, args)
-    parser = build_parser()
+        return _run("demo", _demo, argv[1:], verbose)
+    parser = build_submit_parser() if argv[:2] == ["clue", "submit"] else build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(argv[2:] if argv[:2] == ["clue", "submit"] else argv)
     except SystemExit as exit_request:
         return _exit_code(exit_request)
+    if argv[:2] == ["clue", "submit"]:
+        return _run("clue submit", _clue_submit, args, verbose)
     handlers = {
         "convert": _convert,
         "inspect": _inspect,
         "correct-embeddings": _correct_embeddings,
         "clue": _clue,
     }
-    return _run(args.command, handlers[args.command], args)
+    return _run(args.command, handlers[args.command], args, verbose)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ os.environ.setdefault(
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from tests.testing import random_features  # noqa: E402

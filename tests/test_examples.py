@@ -10,15 +10,15 @@ import importlib.util
 import json
 import pathlib
 
-from tests import clue_fixtures
+from tests.clue import fixtures as clue_fixtures
 import keras
 import numpy as np
 import pytest
-from tests.clue_helpers import CLS
-from tests.clue_helpers import MASK
-from tests.clue_helpers import PAD
-from tests.clue_helpers import SEP
-from tests.clue_helpers import tokenizer
+from tests.clue.helpers import CLS
+from tests.clue.helpers import MASK
+from tests.clue.helpers import PAD
+from tests.clue.helpers import SEP
+from tests.clue.helpers import tokenizer
 
 import keras_masking
 from keras_masking.clue import ModelSource
@@ -262,25 +262,6 @@ def test_text_classifier_fits_raw_sentence_pairs_and_saves_a_keras_hub_preset(
     assert isinstance(keras.saving.load_model(tmp_path / "model.keras"), type(classifier))
 
 
-# === The finetune wrapper ===
-def test_finetune_clue_wraps_finetune_and_saves_the_best_model(tmp_path, preset, data):
-    output = tmp_path / "model.keras"
-    argv = ["--preset", str(preset), "--task", "eprstmt", "--data-dir", str(data)]
-    argv += ["--output-dir", str(tmp_path / "run"), "--output", str(output), "--fl-tune", "4"]
-    argv += ["--epochs", "1", "--batch-size", "8", "--sequence-length", str(MAX_LENGTH)]
-    assert _script("finetune_clue").main([*argv, "--learning-rate", "1e-2"]) == 0
-    record = json.loads((tmp_path / "run" / "run.json").read_text(encoding="utf-8"))
-    assert record["status"] == "finished" and record["methods"] == ["fl_tuning"]
-    arguments = record["arguments"]
-    assert (arguments["fl_tuning"], arguments["max_length"], arguments["batch_size"]) == (4, 16, 8)
-    assert arguments["learning_rate"] == 1e-2
-    model = keras.saving.load_model(output)  # no custom_objects
-    assert record["best"]["score"] == pytest.approx(_dev_score(model, data, "eprstmt"))
-    test = _predictions(model, data, "eprstmt", "test")
-    _assert_submission_holds(test, tmp_path / "run", record["submission"], data, "eprstmt")
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["model.keras", "run"]
-
-
 # === Flags ===
 BAD_FLAGS = [
     ("clue_embedding_correction", ["--epochs", "0"], "--epochs"),
@@ -293,15 +274,6 @@ BAD_FLAGS = [
     ("clue_fl_tuning", ["--units", "0"], "--units"),
     ("clue_exlm", ["--k", "0"], "--k"),
     ("clue_text_classifier", ["--batch-size", "0"], "--batch-size"),
-    ("finetune_clue", ["--train-file", "afqmc/train.json"], "--train-file"),
-    ("finetune_clue", ["--dev-file", "afqmc/dev.json"], "--data-dir"),
-    ("finetune_clue", ["--output", "model.h5"], "--output must end in .keras"),
-    ("finetune_clue", ["--output", "missing/model.keras"], "--output's folder"),
-    ("finetune_clue", ["--drop-token", "1.0"], "--drop-token"),
-    ("finetune_clue", ["--fl-tune", "-4"], "--fl-tune"),
-    ("finetune_clue", ["--sequence-length", "2"], "--sequence-length"),
-    ("finetune_clue", ["--exlm-k", "2", "--drop-token", "0.1"], "--exlm-k and --drop-token"),
-    ("finetune_clue", ["--asa", "-1"], "--asa"),
 ]
 
 
@@ -329,8 +301,6 @@ MODEL_AND_DATA_FLAGS = [
     ("clue_drop_token", ["--preset", "missing", "--data-dir", "DATA"], "--preset 'missing'"),
     ("clue_asa", ["--preset", "PRESET", "--data-dir", "missing"], "--data-dir 'missing'"),
     ("clue_exlm", ["--checkpoint", "bert_model.ckpt"], "--checkpoint: an ExLM backbone"),
-    ("finetune_clue", ["--tf-checkpoint", "bert_model.ckpt", "--exlm-k", "2"], "--exlm-k needs"),
-    ("finetune_clue", ["--preset", "PRESET", "--task", "cluener", "--asa", "0.5"], "--asa does"),
 ]
 
 
@@ -348,7 +318,7 @@ def test_missing_files_and_models_that_do_not_fit_are_refused_by_flag(
     assert message in capsys.readouterr().err
 
 
-def test_a_used_output_dir_or_an_existing_output_is_never_written_over(
+def test_a_used_output_dir_is_never_written_over(
     tmp_path, preset, data, capsys, nothing_loads
 ):
     used = tmp_path / "used"
@@ -358,12 +328,6 @@ def test_a_used_output_dir_or_an_existing_output_is_never_written_over(
     with pytest.raises(SystemExit):
         _script("clue_asa").main([*argv, "--output-dir", str(used)])
     assert "--output-dir" in capsys.readouterr().err
-    existing = tmp_path / "model.keras"
-    existing.write_bytes(b"earlier model")
-    with pytest.raises(SystemExit):
-        _script("finetune_clue").main([*argv, "--output", str(existing)])
-    assert "exists" in capsys.readouterr().err
-    assert existing.read_bytes() == b"earlier model"
     assert (used / "results.json").read_text(encoding="utf-8") == "earlier run"
 
 

@@ -12,7 +12,7 @@ import pathlib
 import re
 import shlex
 
-from tests import clue_fixtures
+from tests.clue import fixtures as clue_fixtures
 import numpy as np
 import pytest
 
@@ -40,7 +40,7 @@ def commands(block):
 def readme_folder(tmp_path_factory):
     """README's layout: ``chinese_L-12_H-768_A-12/`` (config, checkpoint, vocab), ``fewclue/``."""
     import keras
-    from tests.clue_helpers import VOCABULARY
+    from tests.clue.helpers import VOCABULARY
 
     from keras_masking.models import TransformerBackbone
     from keras_masking.models import TransformerMaskedLM

@@ -83,10 +83,17 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
 
     def _apply(self):
         rate = self.rate_at(self.step)
-        layers = [layer for layer in walk_layers(self.model) if isinstance(layer, DropToken)]
+        # A backbone with enable_drop_token (or a DropTokenEncoder) holds its
+        # layer as ``drop_token``; a DropToken may also be a model's layer.
+        layers = {}
+        for layer in (self.model, *walk_layers(self.model)):
+            drop = layer if isinstance(layer, DropToken) else getattr(layer, "drop_token", None)
+            if isinstance(drop, DropToken):
+                layers[id(drop)] = drop
+        layers = list(layers.values())
         if not layers:
             raise ValueError(
-                "Expected a model with a DropToken layer (e.g. from with_drop_token) for "
+                "Expected a model with a DropToken layer (backbone.enable_drop_token) for "
                 f"DropTokenRateSchedule. Received: a model {self.model.name!r} with none."
             )
         if all(layer.rate == rate for layer in layers) and self.history:

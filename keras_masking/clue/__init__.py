@@ -53,4 +53,4 @@ from keras_masking.clue.tasks import TASKS
 from keras_masking.clue.tasks import ClueTask
 from keras_masking.clue.tasks import get_task
 from keras_masking.clue.tasks import task_names
-from keras_masking.clue.tokenization import tokenize_with_offsets
+from keras_masking.models.transformer_tokenizer import tokenize_with_offsets

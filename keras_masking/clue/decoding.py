@@ -11,16 +11,13 @@ labelled split's records.
 
 import numpy as np
 
-from keras_masking.clue.examples import ChoiceExample
-from keras_masking.clue.examples import EntityExample
-from keras_masking.clue.examples import IdiomPassage
-from keras_masking.clue.examples import SpanExample
-from keras_masking.clue.examples import TextExample
+from keras_masking.clue.examples import RECORD_TYPES
 from keras_masking.clue.metrics import accuracy
 from keras_masking.clue.metrics import cluener_scores
 from keras_masking.clue.metrics import cmrc2018_scores
 from keras_masking.clue.metrics import entity_f1
 from keras_masking.clue.tasks import get_task
+from keras_masking.utils.arguments import check_int
 
 _MAX_JOINT_CANDIDATES = 20
 
@@ -105,8 +102,7 @@ def decode_predictions(task, outputs, encoded, examples, **options):
         return _decode_idioms(outputs, encoded)
     if task.kind == "span":
         length = options.get("max_answer_length", meta["max_answer_length"])
-        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-            raise ValueError(f"Expected an int >= 1 for max_answer_length. Received: {length!r}.")
+        length = check_int("max_answer_length", length, minimum=1)
         return _decode_spans(outputs, encoded, examples, length)
     raise ValueError(f"Task {task.name!r} has an unknown kind {task.kind!r}.")
 
@@ -346,20 +342,8 @@ def _decode_entities(outputs, encoded, rows):
 
 
 def _gold(task, examples):
-    record = {
-        "classification": TextExample,
-        "multiple_choice": ChoiceExample,
-        "idiom": IdiomPassage,
-        "span": SpanExample,
-        "entity": EntityExample,
-    }[task.kind]
-    field = {
-        "classification": "label",
-        "multiple_choice": "label",
-        "idiom": "labels",
-        "span": "answers",
-        "entity": "entities",
-    }[task.kind]
+    record = RECORD_TYPES[task.kind]
+    field = {"idiom": "labels", "span": "answers", "entity": "entities"}.get(task.kind, "label")
     for example in examples:
         if not isinstance(example, record):
             raise ValueError(

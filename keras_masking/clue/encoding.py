@@ -19,6 +19,16 @@ choices), so one compiled model serves every batch:
 * entity (CLUENER): ``[CLS] text [SEP]``, entities as token spans; an
   entity whose boundaries fall inside a token, or past the truncation, is
   counted in ``meta`` (and logged), never silently dropped.
+
+Texts are tokenized by `tokenize_with_offsets` (the ids of the tokenizer
+itself, with character spans) and packed by `pack_segments`, the keras-hub
+`MultiSegmentPacker` that `TransformerTextClassifierPreprocessor` packs
+with. What the packer cannot do is done before it, in plain functions: the
+bert4keras cuts (the longer text first, which on a tie cuts the FIRST text
+where the packer's round robin cuts the second; C3's context first; CHID's
+window on the blank; CMRC2018's windows) and the character offsets of the
+span and entity tokens, which sit after ``[CLS]`` (and the first segment's
+``[SEP]``) in the packed row.
 """
 
 import dataclasses
@@ -26,27 +36,17 @@ import logging
 
 import numpy as np
 
-from keras_masking.clue.examples import ChoiceExample
-from keras_masking.clue.examples import EntityExample
-from keras_masking.clue.examples import IdiomPassage
-from keras_masking.clue.examples import SpanExample
-from keras_masking.clue.examples import TextExample
+from keras_masking.clue.examples import RECORD_TYPES
 from keras_masking.clue.tasks import get_task
-from keras_masking.clue.tokenization import special_token_id
-from keras_masking.clue.tokenization import tokenize_with_offsets
+from keras_masking.models.transformer_text_classifier_preprocessor import pack_segments
+from keras_masking.models.transformer_tokenizer import tokenize_with_offsets
+from keras_masking.utils.arguments import check_int
 
 logger = logging.getLogger(__name__)
 
 #: Choices per row when ``num_choices`` is not given: C3 has at most 4, CHID 10.
 DEFAULT_NUM_CHOICES = {"multiple_choice": 4, "idiom": 10}
 
-_RECORDS = {
-    "classification": TextExample,
-    "multiple_choice": ChoiceExample,
-    "idiom": IdiomPassage,
-    "span": SpanExample,
-    "entity": EntityExample,
-}
 _OPTIONS = {
     "classification": {"labels"},
     "multiple_choice": {"num_choices"},
@@ -144,7 +144,7 @@ def encode_examples(task, examples, tokenizer, max_length, **options):
     ([[2, 7, 5, 3, 0, 0], [2, 6, 3, 0, 0, 0]], [1, 0])
     """
     task = get_task(task)
-    if task.kind not in _RECORDS:
+    if task.kind not in RECORD_TYPES:
         raise ValueError(f"Task {task.name!r} has an unknown kind {task.kind!r}.")
     unknown = sorted(set(options) - _OPTIONS[task.kind])
     if unknown:
@@ -152,15 +152,11 @@ def encode_examples(task, examples, tokenizer, max_length, **options):
             f"Unknown options {unknown} for the {task.kind} task {task.name!r}; expected some "
             f"of {sorted(_OPTIONS[task.kind])}."
         )
-    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)):
-        raise ValueError(f"Expected an int for max_length. Received: max_length={max_length!r}.")
-    max_length = int(max_length)
-    if max_length < 4:
-        raise ValueError(f"Expected max_length >= 4. Received: max_length={max_length}.")
+    max_length = check_int("max_length", max_length, minimum=4)
     examples = list(examples)
     if not examples:
         raise ValueError(f"No examples to encode for task {task.name!r} (examples is empty).")
-    record = _RECORDS[task.kind]
+    record = RECORD_TYPES[task.kind]
     for index, example in enumerate(examples):
         if not isinstance(example, record):
             raise ValueError(
@@ -168,7 +164,8 @@ def encode_examples(task, examples, tokenizer, max_length, **options):
                 f"{type(example).__name__} at index {index} "
                 f"(id {getattr(example, 'id', None)!r})."
             )
-    special = _SpecialIds(tokenizer)
+    for token in ("[CLS]", "[SEP]", "[PAD]"):
+        special_token_id(tokenizer, token)
     encoder = {
         "classification": _encode_classification,
         "multiple_choice": _encode_multiple_choice,
@@ -176,18 +173,38 @@ def encode_examples(task, examples, tokenizer, max_length, **options):
         "span": _encode_span,
         "entity": _encode_entity,
     }[task.kind]
-    return encoder(task, examples, tokenizer, special, max_length, **options)
+    return encoder(task, examples, tokenizer, max_length, **options)
+
+
+def special_token_id(tokenizer, token):
+    """The id of a vocabulary token such as ``"[CLS]"`` or ``"[unused1]"``.
+
+    Args:
+        tokenizer: a keras-hub WordPiece tokenizer.
+        token: the token string.
+
+    Returns:
+        An int.
+
+    Raises:
+        ValueError: the token is not in the vocabulary (it is named).
+
+    Example:
+    >>> import keras_hub
+    >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused1]"]
+    >>> special_token_id(keras_hub.tokenizers.BertTokenizer(vocabulary=vocab), "[unused1]")
+    5
+    """
+    vocabulary = tokenizer.get_vocabulary()
+    if token not in vocabulary:
+        raise ValueError(
+            f"The tokenizer's vocabulary has no token {token!r}; this encoding needs it. "
+            "Use a BERT vocabulary that holds it, or choose another token in the options."
+        )
+    return int(tokenizer.token_to_id(token))
 
 
 # === Shared helpers ===
-class _SpecialIds:
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.cls = special_token_id(tokenizer, "[CLS]")
-        self.sep = special_token_id(tokenizer, "[SEP]")
-        self.pad = special_token_id(tokenizer, "[PAD]")
-
-
 def _ids(tokenizer, text):
     return tokenize_with_offsets(tokenizer, text)[0]
 
@@ -209,31 +226,12 @@ def _labelled(examples, field):
     return not missing
 
 
-def _row(segments, max_length, pad):
-    """``(token_ids, segment_ids)`` of ``[(ids, segment), ...]``, padded."""
-    token_ids = np.full(max_length, pad, "int32")
-    segment_ids = np.zeros(max_length, "int32")
-    position = 0
-    for ids, segment in segments:
-        token_ids[position : position + len(ids)] = ids
-        segment_ids[position : position + len(ids)] = segment
-        position += len(ids)
-    return token_ids, segment_ids, position
-
-
-def _empty_features(shape):
-    return {
-        "token_ids": np.zeros(shape, "int32"),
-        "segment_ids": np.zeros(shape, "int32"),
-        "padding_mask": np.zeros(shape, "int32"),
-    }
-
-
-def _fill(features, index, segments, max_length, pad):
-    token_ids, segment_ids, used = _row(segments, max_length, pad)
-    features["token_ids"][index] = token_ids
-    features["segment_ids"][index] = segment_ids
-    features["padding_mask"][index][:used] = 1
+def _pack(tokenizer, rows, max_length, choices=None):
+    """`pack_segments` of ``rows``; with ``choices``, shaped ``(-1, choices, max_length)``."""
+    features = pack_segments(tokenizer, rows, max_length)
+    if choices is not None:
+        features = {key: value.reshape(-1, choices, max_length) for key, value in features.items()}
+    return features
 
 
 def _truncate_longest_first(sequences, budget):
@@ -245,13 +243,6 @@ def _truncate_longest_first(sequences, budget):
         sequences[longest].pop()
         cut = True
     return sequences, cut
-
-
-def _num_choices(task, options):
-    value = options.get("num_choices", DEFAULT_NUM_CHOICES[task.kind])
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"Expected an int >= 1 for num_choices. Received: num_choices={value!r}.")
-    return int(value)
 
 
 def _check_choice_count(example, count, num_choices, what):
@@ -273,8 +264,20 @@ def _check_label(example, label, count, what):
         )
 
 
+def _meta(task, examples, ids=None, example_index=None, **extra):
+    return {
+        "kind": task.kind,
+        "ids": [example.id for example in examples] if ids is None else ids,
+        "example_index": list(range(len(examples))) if example_index is None else example_index,
+        **extra,
+    }
+
+
+_PADDED_CHOICE = ((),)  # [CLS] [SEP]: a real row, so that no attention row is fully masked
+
+
 # === Classification ===
-def _encode_classification(task, examples, tokenizer, special, max_length, labels=None):
+def _encode_classification(task, examples, tokenizer, max_length, labels=None):
     label_names = tuple(labels) if labels is not None else task.labels
     if not label_names:
         raise ValueError(
@@ -283,18 +286,14 @@ def _encode_classification(task, examples, tokenizer, special, max_length, label
         )
     label_ids = {label: index for index, label in enumerate(label_names)}
     labelled = _labelled(examples, "label")
-    features = _empty_features((len(examples), max_length))
     targets = np.zeros(len(examples), "int32") if labelled else None
-    truncated = 0
+    rows, truncated = [], 0
     for index, example in enumerate(examples):
         texts = [example.text_a] + ([example.text_b] if example.text_b is not None else [])
         budget = max_length - 1 - len(texts)
         pieces, cut = _truncate_longest_first([_ids(tokenizer, text) for text in texts], budget)
         truncated += cut
-        segments = [([special.cls] + pieces[0] + [special.sep], 0)]
-        if len(pieces) == 2:
-            segments.append((pieces[1] + [special.sep], 1))
-        _fill(features, index, segments, max_length, special.pad)
+        rows.append(tuple(pieces))
         if labelled:
             if example.label not in label_ids:
                 shown = list(label_names[:20]) + (["..."] if len(label_names) > 20 else [])
@@ -305,27 +304,19 @@ def _encode_classification(task, examples, tokenizer, special, max_length, label
                 )
             targets[index] = label_ids[example.label]
     meta = _meta(task, examples, label_names=label_names, truncated=truncated)
-    return EncodedSplit(features, targets, meta)
-
-
-def _meta(task, examples, ids=None, example_index=None, **extra):
-    return {
-        "kind": task.kind,
-        "ids": [example.id for example in examples] if ids is None else ids,
-        "example_index": list(range(len(examples))) if example_index is None else example_index,
-        **extra,
-    }
+    return EncodedSplit(_pack(tokenizer, rows, max_length), targets, meta)
 
 
 # === Multiple choice (C3) ===
-def _encode_multiple_choice(task, examples, tokenizer, special, max_length, **options):
-    num_choices = _num_choices(task, options)
+def _encode_multiple_choice(task, examples, tokenizer, max_length, **options):
+    num_choices = check_int(
+        "num_choices", options.get("num_choices", DEFAULT_NUM_CHOICES[task.kind]), minimum=1
+    )
     labelled = _labelled(examples, "label")
-    shape = (len(examples), num_choices, max_length)
-    features = _empty_features(shape)
-    features["choice_mask"] = np.zeros(shape[:2], "int32")
+    choice_mask = np.zeros((len(examples), num_choices), "int32")
     targets = np.zeros(len(examples), "int32") if labelled else None
-    truncated, counts = 0, []
+    sep = special_token_id(tokenizer, "[SEP]")
+    rows, truncated, counts = [], 0, []
     for index, example in enumerate(examples):
         _check_choice_count(example, len(example.choices), num_choices, "choices")
         counts.append(len(example.choices))
@@ -333,8 +324,8 @@ def _encode_multiple_choice(task, examples, tokenizer, special, max_length, **op
         question = _ids(tokenizer, example.question)
         cut = False
         for choice_index in range(num_choices):
-            if choice_index >= len(example.choices):  # a padded choice: [CLS] [SEP], masked
-                _fill_padded_choice(features, index, choice_index, special, max_length)
+            if choice_index >= len(example.choices):
+                rows.append(_PADDED_CHOICE)
                 continue
             choice = _ids(tokenizer, example.choices[choice_index])
             budget = max_length - 4
@@ -345,45 +336,28 @@ def _encode_multiple_choice(task, examples, tokenizer, special, max_length, **op
                 question_cut, choice_cut = question, choice
                 context_cut = context[: budget - len(question) - len(choice)]
             cut = cut or len(context_cut) < len(context)
-            segments = [
-                ([special.cls] + context_cut + [special.sep], 0),
-                (question_cut + [special.sep] + choice_cut + [special.sep], 1),
-            ]
-            _fill_choice(features, index, choice_index, segments, max_length, special.pad)
-            features["choice_mask"][index, choice_index] = 1
+            rows.append((context_cut, question_cut + [sep] + choice_cut))
+            choice_mask[index, choice_index] = 1
         truncated += cut
         if labelled:
             _check_label(example, example.label, len(example.choices), "choices")
             targets[index] = example.label
+    features = _pack(tokenizer, rows, max_length, num_choices)
+    features["choice_mask"] = choice_mask
     meta = _meta(task, examples, num_choices=counts, truncated=truncated)
     return EncodedSplit(features, targets, meta)
 
 
-def _fill_choice(features, row, choice, segments, max_length, pad):
-    token_ids, segment_ids, used = _row(segments, max_length, pad)
-    features["token_ids"][row, choice] = token_ids
-    features["segment_ids"][row, choice] = segment_ids
-    features["padding_mask"][row, choice, :used] = 1
-
-
-def _fill_padded_choice(features, row, choice, special, max_length):
-    # A real two-token sequence, so that no attention row is fully masked.
-    _fill_choice(features, row, choice, [([special.cls, special.sep], 0)], max_length, special.pad)
-
-
 # === Idiom cloze (CHID) ===
-def _encode_idiom(task, examples, tokenizer, special, max_length, **options):
-    num_choices = _num_choices(task, options)
+def _encode_idiom(task, examples, tokenizer, max_length, **options):
+    num_choices = check_int(
+        "num_choices", options.get("num_choices", DEFAULT_NUM_CHOICES[task.kind]), minimum=1
+    )
     blank_id = special_token_id(tokenizer, options.get("blank_token", "[unused1]"))
     other_id = special_token_id(tokenizer, options.get("other_blank_token", "[MASK]"))
-    other_length = options.get("other_blank_length", 4)
-    if isinstance(other_length, bool) or not isinstance(other_length, int) or other_length < 0:
-        raise ValueError(
-            "Expected an int >= 0 for other_blank_length. "
-            f"Received: other_blank_length={other_length!r}."
-        )
+    other_length = check_int("other_blank_length", options.get("other_blank_length", 4), 0)
     labelled = _labelled(examples, "labels")
-    rows = []  # (passage index, blank index)
+    blanks = []  # (passage index, blank index)
     for index, passage in enumerate(examples):
         if len(passage.parts) != len(passage.blank_ids) + 1:
             raise ValueError(
@@ -401,12 +375,10 @@ def _encode_idiom(task, examples, tokenizer, special, max_length, **options):
                 f"{_name(passage, 'Passage')} has {len(passage.labels)} labels for "
                 f"{len(passage.blank_ids)} blanks; expected one label per blank."
             )
-        rows.extend((index, blank) for blank in range(len(passage.blank_ids)))
-    shape = (len(rows), num_choices, max_length)
-    features = _empty_features(shape)
-    features["choice_mask"] = np.zeros(shape[:2], "int32")
-    targets = np.zeros(len(rows), "int32") if labelled else None
-    row = 0
+        blanks.extend((index, blank) for blank in range(len(passage.blank_ids)))
+    choice_mask = np.zeros((len(blanks), num_choices), "int32")
+    targets = np.zeros(len(blanks), "int32") if labelled else None
+    rows, row = [], 0
     for index, passage in enumerate(examples):
         parts = [_ids(tokenizer, part) for part in passage.parts]
         candidates = [_ids(tokenizer, candidate) for candidate in passage.candidates]
@@ -423,27 +395,25 @@ def _encode_idiom(task, examples, tokenizer, special, max_length, **options):
             right = _join_parts(parts[blank + 1 :], others)
             left, right = _window(left, right, budget)
             for choice in range(num_choices):
-                if choice >= len(candidates):
-                    _fill_padded_choice(features, row, choice, special, max_length)
-                    continue
-                segments = [
-                    ([special.cls] + candidates[choice] + [special.sep], 0),
-                    (left + [blank_id] + right + [special.sep], 1),
-                ]
-                _fill_choice(features, row, choice, segments, max_length, special.pad)
-                features["choice_mask"][row, choice] = 1
+                if choice < len(candidates):
+                    rows.append((candidates[choice], left + [blank_id] + right))
+                    choice_mask[row, choice] = 1
+                else:
+                    rows.append(_PADDED_CHOICE)
             if labelled:
                 _check_label(passage, passage.labels[blank], len(candidates), "candidates")
                 targets[row] = passage.labels[blank]
             row += 1
+    features = _pack(tokenizer, rows, max_length, num_choices)
+    features["choice_mask"] = choice_mask
     meta = _meta(
         task,
         examples,
-        ids=[examples[i].blank_ids[b] for i, b in rows],
-        example_index=[i for i, _ in rows],
-        blank_index=[b for _, b in rows],
-        passage_ids=[examples[i].id for i, _ in rows],
-        num_candidates=[len(examples[i].candidates) for i, _ in rows],
+        ids=[examples[i].blank_ids[b] for i, b in blanks],
+        example_index=[i for i, _ in blanks],
+        blank_index=[b for _, b in blanks],
+        passage_ids=[examples[i].id for i, _ in blanks],
+        num_candidates=[len(examples[i].candidates) for i, _ in blanks],
     )
     return EncodedSplit(features, targets, meta)
 
@@ -467,12 +437,12 @@ def _window(left, right, budget):
 
 
 # === Span extraction (CMRC2018) ===
-def _encode_span(task, examples, tokenizer, special, max_length, **options):
-    stride = _positive_int("stride", options.get("stride", task.defaults.get("stride", 128)))
-    max_query = _positive_int("max_query_length", options.get("max_query_length", 64))
-    max_answer = _positive_int("max_answer_length", options.get("max_answer_length", 30))
+def _encode_span(task, examples, tokenizer, max_length, **options):
+    stride = check_int("stride", options.get("stride", task.defaults.get("stride", 128)), 1)
+    max_query = check_int("max_query_length", options.get("max_query_length", 64), 1)
+    max_answer = check_int("max_answer_length", options.get("max_answer_length", 30), 1)
     labelled = _labelled(examples, "answers")
-    rows, lost, inexact = [], [], []  # rows: (example index, ids, segments, offsets, target)
+    windows, lost, inexact = [], [], []  # (example index, question, spans, window, target)
     for index, example in enumerate(examples):
         question = _ids(tokenizer, example.question)[:max_query]
         context, spans = tokenize_with_offsets(tokenizer, example.context)
@@ -492,28 +462,21 @@ def _encode_span(task, examples, tokenizer, special, max_length, **options):
             if answer is not None and answer[0] >= start and answer[1] < start + length:
                 offset = len(question) + 2 - start
                 target = (answer[0] + offset, answer[1] + offset)
-            rows.append((index, question, context[start : start + length], spans, window, target))
+            windows.append((index, question, context, spans, window, target))
             if start + length >= len(context):
                 break
             start += min(length, stride)
-    features = _empty_features((len(rows), max_length))
-    offsets = np.full((len(rows), max_length, 2), -1, "int32")
-    max_context = np.zeros((len(rows), max_length), bool)
-    targets = np.zeros((len(rows), 2), "int32") if labelled else None
-    windows = {}  # example index -> [(row, window)]
-    for row, (index, question, window_ids, spans, window, target) in enumerate(rows):
-        segments = [
-            ([special.cls] + question + [special.sep], 0),
-            (window_ids + [special.sep], 1),
-        ]
-        _fill(features, row, segments, max_length, special.pad)
-        first = len(question) + 2
+    rows = [(question, context[w.start : w.stop]) for _, question, context, _, w, _ in windows]
+    features = _pack(tokenizer, rows, max_length)
+    offsets = np.full((len(windows), max_length, 2), -1, "int32")
+    max_context = np.zeros((len(windows), max_length), bool)
+    by_example = {}  # example index -> [(row, first position, window)]
+    for row, (index, question, _, spans, window, _) in enumerate(windows):
+        first = len(question) + 2  # after [CLS] question [SEP]
         if len(window):
             offsets[row, first : first + len(window)] = [spans[i] for i in window]
-        windows.setdefault(index, []).append((row, first, window))
-        if labelled:
-            targets[row] = target
-    for example_windows in windows.values():
+        by_example.setdefault(index, []).append((row, first, window))
+    for example_windows in by_example.values():
         _mark_max_context(max_context, example_windows)
     if lost or inexact:
         logger.warning(
@@ -523,11 +486,12 @@ def _encode_span(task, examples, tokenizer, special, max_length, **options):
             len(lost),
             len(inexact),
         )
+    targets = np.array([w[-1] for w in windows], "int32").reshape(-1, 2) if labelled else None
     meta = _meta(
         task,
         examples,
-        ids=[examples[i].id for i, *_ in rows],
-        example_index=[i for i, *_ in rows],
+        ids=[examples[w[0]].id for w in windows],
+        example_index=[w[0] for w in windows],
         offsets=offsets,
         max_context=max_context,
         max_answer_length=max_answer,
@@ -587,26 +551,19 @@ def _answer_tokens(example, spans, lost, inexact):
     return first, last
 
 
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"Expected an int >= 1 for {name}. Received: {name}={value!r}.")
-    return int(value)
-
-
 # === Entities (CLUENER) ===
-def _encode_entity(task, examples, tokenizer, special, max_length, max_entities=None):
+def _encode_entity(task, examples, tokenizer, max_length, max_entities=None):
     types = task.labels
     if not types:
         raise ValueError(f"Task {task.name!r} has no entity types (labels is None).")
     type_ids = {name: index for index, name in enumerate(types)}
     labelled = _labelled(examples, "entities")
-    features = _empty_features((len(examples), max_length))
     offsets = np.full((len(examples), max_length, 2), -1, "int32")
-    kept, lost = [], []
+    rows, kept, lost = [], [], []
     for index, example in enumerate(examples):
         ids, spans = tokenize_with_offsets(tokenizer, example.text)
         ids, spans = ids[: max_length - 2], spans[: max_length - 2]
-        _fill(features, index, [([special.cls] + ids + [special.sep], 0)], max_length, special.pad)
+        rows.append((ids,))
         if spans:
             offsets[index, 1 : 1 + len(spans)] = spans
         entities = []
@@ -627,7 +584,7 @@ def _encode_entity(task, examples, tokenizer, special, max_length, max_entities=
         largest = max(len(entities) for entities in kept)
         if max_entities is None:
             max_entities = max(8, -(-largest // 8) * 8)
-        max_entities = _positive_int("max_entities", max_entities)
+        max_entities = check_int("max_entities", max_entities, minimum=1)
         if largest > max_entities:
             worst = examples[max(range(len(kept)), key=lambda i: len(kept[i]))].id
             raise ValueError(
@@ -650,7 +607,7 @@ def _encode_entity(task, examples, tokenizer, special, max_length, max_entities=
             max_length,
         )
     meta = _meta(task, examples, offsets=offsets, entity_types=tuple(types), lost_entities=lost)
-    return EncodedSplit(features, targets, meta)
+    return EncodedSplit(_pack(tokenizer, rows, max_length), targets, meta)
 
 
 def _check_entity(example, entity, type_ids):

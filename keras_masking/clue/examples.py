@@ -20,7 +20,15 @@ import dataclasses
 
 
 @dataclasses.dataclass(frozen=True)
-class TextExample:
+class _Record:
+    """What every record has: its id and where it was read (not compared)."""
+
+    id: object
+    source: str | None = dataclasses.field(default=None, compare=False, repr=False, kw_only=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class TextExample(_Record):
     """A single text or a text pair with a label string.
 
     Pairs read as (sentence1, sentence2); CSL as (``"；".join(keywords)``,
@@ -39,15 +47,13 @@ class TextExample:
     'Positive'
     """
 
-    id: object
     text_a: str
     text_b: str | None
     label: str | None
-    source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
-class ChoiceExample:
+class ChoiceExample(_Record):
     """A C3 question on a context, with its choices.
 
     Args:
@@ -64,16 +70,14 @@ class ChoiceExample:
     '你好'
     """
 
-    id: object
     context: str
     question: str
     choices: tuple
     label: int | None
-    source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
-class IdiomPassage:
+class IdiomPassage(_Record):
     """A CHID passage with blanks, each to be filled with one candidate idiom.
 
     CLUE CHID: one passage per line of the file; the line's content texts
@@ -97,16 +101,14 @@ class IdiomPassage:
     '他做事一心一意。'
     """
 
-    id: object
     candidates: tuple
     parts: tuple
     blank_ids: tuple
     labels: tuple | None
-    source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
-class SpanExample:
+class SpanExample(_Record):
     """A CMRC2018 question on a context, with its answer spans.
 
     Args:
@@ -127,15 +129,13 @@ class SpanExample:
     '北京'
     """
 
-    id: object
     context: str
     question: str
     answers: tuple | None
-    source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
-class EntityExample:
+class EntityExample(_Record):
     """A CLUENER sentence with its entities.
 
     Args:
@@ -153,7 +153,15 @@ class EntityExample:
     ('company', '浙商银行')
     """
 
-    id: object
     text: str
     entities: tuple | None
-    source: str | None = dataclasses.field(default=None, compare=False, repr=False)
+
+
+#: The record class of each task kind.
+RECORD_TYPES = {
+    "classification": TextExample,
+    "multiple_choice": ChoiceExample,
+    "idiom": IdiomPassage,
+    "span": SpanExample,
+    "entity": EntityExample,
+}

@@ -13,13 +13,14 @@ import keras
 
 from keras_masking.clue.encoding import DEFAULT_NUM_CHOICES
 from keras_masking.clue.tasks import get_task
-from keras_masking.distribution.dropout import ReplicaDropout
-from keras_masking.layers.global_pointer import GlobalPointer
-from keras_masking.layers.multiple_choice import ChoiceLogits
-from keras_masking.layers.multiple_choice import FlattenChoices
-from keras_masking.layers.span_logits import MaskedSpanLogits
-from keras_masking.losses.multilabel_crossentropy import MultilabelCategoricalCrossentropy
-from keras_masking.losses.span_crossentropy import SpanCrossentropy
+from keras_masking.distribution import ReplicaDropout
+from keras_masking.layers import ChoiceLogits
+from keras_masking.layers import FlattenChoices
+from keras_masking.layers import GlobalPointer
+from keras_masking.layers import MaskedSpanLogits
+from keras_masking.losses import MultilabelCategoricalCrossentropy
+from keras_masking.losses import SpanCrossentropy
+from keras_masking.utils.arguments import check_int
 
 _SEQUENCE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 _OPTIONS = {
@@ -106,18 +107,13 @@ def build_task_model(task, encoder, num_labels=None, max_length=None, **options)
             f"Unknown options {unknown} for the {task.kind} task {task.name!r}; expected some "
             f"of {sorted(_OPTIONS[task.kind])} (and name)."
         )
-    if max_length is not None and (
-        isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2
-    ):
-        raise ValueError(f"Expected an int >= 2 or None for max_length. Received: {max_length!r}.")
+    if max_length is not None:
+        check_int("max_length", max_length, minimum=2)
     wanted = _encoder_inputs(encoder)
     dropout = options.get("dropout", 0.1)
     if task.kind in ("multiple_choice", "idiom"):
         num_choices = options.get("num_choices", DEFAULT_NUM_CHOICES[task.kind])
-        if isinstance(num_choices, bool) or not isinstance(num_choices, int) or num_choices < 1:
-            raise ValueError(
-                f"Expected an int >= 1 for num_choices. Received: num_choices={num_choices!r}."
-            )
+        check_int("num_choices", num_choices, minimum=1)
         inputs = _inputs((num_choices, max_length))
         inputs["choice_mask"] = keras.Input((num_choices,), dtype="int32", name="choice_mask")
         flatten = FlattenChoices(name="flatten_choices")
@@ -137,7 +133,7 @@ def build_task_model(task, encoder, num_labels=None, max_length=None, **options)
                     "len(train_split.labels))."
                 )
             num_labels = len(task.labels)
-        _check_count("num_labels", num_labels)
+        check_int("num_labels", num_labels, minimum=1)
         pooled = ReplicaDropout(dropout, name="classifier_dropout")(outputs["pooled_output"])
         logits = keras.layers.Dense(num_labels, dtype="float32", name="logits")(pooled)
     elif task.kind == "span":
@@ -147,7 +143,7 @@ def build_task_model(task, encoder, num_labels=None, max_length=None, **options)
         )
     elif task.kind == "entity":
         num_types = len(task.labels) if num_labels is None else num_labels
-        _check_count("num_labels", num_types)
+        check_int("num_labels", num_types, minimum=1)
         pointer = GlobalPointer(
             num_types,
             head_size=options.get("head_size", 64),
@@ -208,8 +204,3 @@ def _encoder_inputs(encoder):
             "rotary2d backbone use keras_masking.models.ExLMEncoder(backbone)."
         )
     return tuple(key for key in _SEQUENCE_INPUTS if key in spec)
-
-
-def _check_count(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"Expected an int >= 1 for {name}. Received: {name}={value!r}.")

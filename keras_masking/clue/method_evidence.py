@@ -9,7 +9,7 @@ its mean, and the trainable parameter count (FL-tuning, P-tuning v2, LoRA).
 import keras
 import numpy as np
 
-from keras_masking.methods.parameter_report import parameter_report
+from keras_masking.methods import parameter_report
 
 SEQUENCE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 

@@ -1,15 +1,19 @@
-"""Which keras_masking methods a fine-tuning run applies, checked before loading.
+"""Which keras_masking methods a fine-tuning run applies, and applying them.
 
 `MethodPlan` holds the method switches of a run (the embedding correction,
 DropToken, ASA, FL-tuning, P-tuning v2, LoRA, ExLM). `check(task)` refuses a
 combination that does not make sense before anything is read, naming both
-switches and the reason; the other methods then apply in a fixed order:
-correction and parameter-efficient tuning on the backbone, the encoder
-(DropToken or ExLM) around it, the task head, and ASA as the trainer.
+switches and the reason; `apply(backbone, ...)` then applies the methods in a
+fixed order: correction and parameter-efficient tuning on the backbone, the
+encoder (DropToken or ExLM) around it, the task head, and ASA as the trainer.
 """
 
 import dataclasses
 
+import keras
+import numpy as np
+
+from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 
@@ -23,7 +27,42 @@ FLAGS = {
     "lora": "--lora",
     "exlm_k": "--exlm-k",
 }
-TUNING = ("fl_tuning", "prefix_tuning", "lora")
+PEFT = "each freezes the backbone and trains its own parameters; a run compares one "
+PEFT += "parameter-efficient method with full fine-tuning, so choose one"
+# Switches that do not combine, and why.
+EXCLUSIVE = (
+    ("fl_tuning", "prefix_tuning", PEFT),
+    ("fl_tuning", "lora", PEFT),
+    ("prefix_tuning", "lora", PEFT),
+    ("exlm_k", "drop_token", "the ExLM encoder expands [MASK], [CLS] and [SEP] into states "
+     "with 2D positions, which DropToken's shortened sequence does not carry"),
+    ("exlm_k", "correct_embeddings", "the correction undoes MLM's 80/10/10 input mismatch; an "
+     "ExLM backbone is fine-tuned through its expanding encoder instead"),
+    ("exlm_k", "asa", "ASA's adversaries mask the attention of a plain backbone; the expanding "
+     "encoder's states are not the sequence the task model sees"),
+)  # fmt: skip
+
+
+@dataclasses.dataclass
+class AppliedPlan:
+    """The models `MethodPlan.apply` built.
+
+    Attributes:
+        encoder: the backbone, or the DropToken / ExLM encoder around it.
+        task_model: the task model on ``encoder`` (what predicts and is saved).
+        trainer: what ``fit`` trains: ASA's trainer around ``task_model``, or
+            ``task_model`` itself.
+        callbacks: callbacks for the first ``fit`` (the embedding correction,
+            when it applies at the start of training).
+        correction: the correction record applied while building (a dict), or
+            None.
+    """
+
+    encoder: keras.Model
+    task_model: keras.Model
+    trainer: keras.Model
+    callbacks: list
+    correction: dict | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,12 +98,9 @@ class MethodPlan:
     exlm_k: int = 0
 
     def __post_init__(self):
-        if not isinstance(self.correct_embeddings, bool):
-            raise ValueError(
-                "Expected True or False for correct_embeddings. "
-                f"Received: correct_embeddings={self.correct_embeddings!r}."
-            )
         set_value = object.__setattr__
+        correct = check_bool("correct_embeddings", self.correct_embeddings)
+        set_value(self, "correct_embeddings", correct)
         set_value(
             self,
             "drop_token",
@@ -99,38 +135,10 @@ class MethodPlan:
         from keras_masking.clue.tasks import get_task
 
         task = get_task(task)
-        on = set(self.active())
-        tuning = [name for name in TUNING if name in on]
-        if len(tuning) > 1:
-            _refuse(
-                tuning[0],
-                tuning[1],
-                "each freezes the backbone and trains its own parameters; a run compares one "
-                "parameter-efficient method with full fine-tuning, so choose one",
-            )
-        if "exlm_k" in on:
-            if "drop_token" in on:
-                _refuse(
-                    "exlm_k",
-                    "drop_token",
-                    "the ExLM encoder expands [MASK], [CLS] and [SEP] into states with 2D "
-                    "positions, which DropToken's shortened sequence does not carry",
-                )
-            if "correct_embeddings" in on:
-                _refuse(
-                    "exlm_k",
-                    "correct_embeddings",
-                    "the correction undoes MLM's 80/10/10 input mismatch; an ExLM backbone "
-                    "is fine-tuned through its expanding encoder instead",
-                )
-            if "asa" in on:
-                _refuse(
-                    "exlm_k",
-                    "asa",
-                    "ASA's adversaries mask the attention of a plain backbone; the expanding "
-                    "encoder's states are not the sequence the task model sees",
-                )
-        if "asa" in on and task.kind == "entity":
+        for first, second, reason in EXCLUSIVE:
+            if self.is_on(first) and self.is_on(second):
+                raise ValueError(f"{FLAGS[first]} and {FLAGS[second]} do not combine: {reason}.")
+        if self.is_on("asa") and task.kind == "entity":
             raise ValueError(
                 f"--asa does not apply to {task.name}: ASA's divergence compares two "
                 "distributions, and GlobalPointer's entity scores are independent binary "
@@ -151,6 +159,92 @@ class MethodPlan:
         """A JSON-ready dict of the switches."""
         return dataclasses.asdict(self)
 
+    def apply(self, backbone, task, tokenizer, build_head, seed=0, correct_now=False,
+              token_ids=()):  # fmt: skip
+        """Applies the methods to ``backbone`` and builds the models to train.
 
-def _refuse(first, second, reason):
-    raise ValueError(f"{FLAGS[first]} and {FLAGS[second]} do not combine: {reason}.")
+        In order: the embedding correction (now, or as a callback that applies
+        it when the first ``fit`` begins), FL-tuning / P-tuning v2 / LoRA on the
+        backbone (in place), the encoder (DropToken or ExLM) around it, the
+        task model (``build_head(encoder)``) and ASA's trainer around it.
+
+        Args:
+            backbone: a `TransformerBackbone`.
+            task: a `ClueTask` or task name.
+            tokenizer: the run's keras-hub `BertTokenizer` (its [CLS], [SEP],
+                [MASK] and special ids).
+            build_head: a callable taking the encoder, returning the task model.
+            seed: the seed of DropToken's and ASA's draws.
+            correct_now: correct the embeddings while building (a resumed
+                run, whose saved weights then replace the trained ones) rather
+                than when training begins.
+            token_ids: the encoded token id arrays of every split (ExLM makes
+                room for the most [CLS] / [SEP] / [MASK] one row holds).
+
+        Returns:
+            An `AppliedPlan`.
+
+        Example:
+        ```python
+        from keras_masking.clue import build_task_model, task_loss
+
+        tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        tokenizer = keras_masking.data.bert_tokenizer(tokens + [f"t{i}" for i in range(123)])
+        applied = MethodPlan(fl_tuning=8).apply(
+            backbone, "tnews", tokenizer, lambda e: build_task_model("tnews", e, max_length=8)
+        )
+        applied.trainer.compile(optimizer="adam", loss=task_loss("tnews"))  # addFFN and head train
+        ```
+        """
+        import keras_masking
+        from keras_masking.clue.tasks import get_task
+
+        task = get_task(task)
+        callbacks, correction = [], None
+        if self.correct_embeddings:
+            settings = dict(
+                mask_token_id=tokenizer.mask_token_id,
+                unselectable_token_ids=tokenizer.special_token_ids,
+            )
+            if correct_now:
+                record = keras_masking.correct_mlm_embeddings(backbone, **settings)
+                correction = None if record is None else record.to_config()
+            else:
+                callbacks.append(keras_masking.callbacks.MLMEmbeddingCorrection(**settings))
+        if self.fl_tuning:
+            keras_masking.fl_tune(backbone, units=self.fl_tuning)
+        if self.prefix_tuning:
+            keras_masking.prefix_tune(backbone, length=self.prefix_tuning)
+        if self.lora:
+            backbone.enable_lora(self.lora)
+        if task.kind in ("span", "entity") and backbone.pooled_dense is not None:
+            backbone.pooled_dense.trainable = False  # token-level heads never read the pooler
+        special = (tokenizer.cls_token_id, tokenizer.sep_token_id)
+        encoder = backbone
+        if self.drop_token:
+            encoder = keras_masking.with_drop_token(
+                backbone,
+                self.drop_token,
+                unselectable_token_ids=special,
+                mode=self.drop_token_mode(task),
+                seed=seed,
+            )
+        elif self.exlm_k:
+            expanded = special + (tokenizer.mask_token_id,)
+            counts = [int(np.isin(ids, expanded).sum(axis=-1).max()) for ids in token_ids]
+            encoder = keras_masking.models.ExLMEncoder(
+                backbone,
+                k=self.exlm_k,
+                mask_token_id=tokenizer.mask_token_id,
+                special_token_ids=special,
+                max_expanded_tokens=max([1, *counts]),
+            )
+        task_model = build_head(encoder)
+        trainer = task_model
+        if self.asa is not None:
+            divergence = None
+            if task.kind == "span":
+                divergence = keras_masking.losses.span_position_divergence
+            trainer = keras_masking.with_asa(task_model, tau=self.asa, seed=seed,
+                                             divergence=divergence)  # fmt: skip
+        return AppliedPlan(encoder, task_model, trainer, callbacks, correction)

@@ -12,11 +12,11 @@ import dataclasses
 import os
 import pathlib
 
-from keras_masking.models.transformer_backbone import FAMILY_POSITIONS
+from keras_masking.utils.arguments import check_choice
 
 CONFIG_NAMES = ("bert_config.json", "config.json")
 VOCABULARY_NAMES = ("vocab.txt", os.path.join("assets", "tokenizer", "vocabulary.txt"))
-FAMILIES = tuple(FAMILY_POSITIONS)
+FAMILIES = ("bert", "roberta", "roformer", "nezha")
 # Tokens every task encoding uses.
 REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]")
 
@@ -54,8 +54,7 @@ class ModelSource:
                 "Expected exactly one of checkpoint and preset. Received: "
                 f"checkpoint={self.checkpoint!r}, preset={self.preset!r}."
             )
-        if self.model not in FAMILIES:
-            raise ValueError(f"Expected model in {FAMILIES}. Received: model={self.model!r}.")
+        check_choice("model", self.model, FAMILIES)
 
     @property
     def folder(self):
@@ -99,15 +98,7 @@ class ModelSource:
             A dict of the paths (``model``, ``config``, ``vocabulary``).
         """
         if self.checkpoint is not None:
-            from keras_masking.models.tf_checkpoint import resolve_checkpoint_prefix
-
-            path = self.checkpoint
-            if not os.path.exists(path) and not os.path.exists(f"{path}.index"):
-                raise FileNotFoundError(
-                    f"--checkpoint {path!r}: no such file or folder; expected a TF checkpoint "
-                    "prefix, folder or .index file."
-                )
-            model_path = resolve_checkpoint_prefix(path)
+            model_path = checkpoint_prefix(self.checkpoint, "--checkpoint")
         else:
             if not os.path.isdir(self.preset):
                 raise FileNotFoundError(f"--preset {self.preset!r}: no such folder.")
@@ -197,6 +188,36 @@ def check_max_length(backbone, max_length):
             f"(max_sequence_length={backbone.max_sequence_length}); pass --max-length "
             f"{backbone.max_sequence_length} or less."
         )
+
+
+def checkpoint_prefix(path, argument, expected="a TF checkpoint prefix, folder or .index file"):
+    """The prefix of the TF checkpoint ``path`` names, or an error naming ``argument``.
+
+    Args:
+        path: a checkpoint prefix, folder or ``.index`` file.
+        argument: the flag or argument named in the message (``"--checkpoint"``).
+        expected: what ``argument`` should be, for the message.
+
+    Returns:
+        The prefix (``.../bert_model.ckpt``), a str.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``, or no checkpoint in its folder.
+
+    Example:
+    >>> checkpoint_prefix("missing/bert_model.ckpt", "--checkpoint")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: --checkpoint 'missing/bert_model.ckpt': no such file or folder; ...
+    """
+    from keras_masking.models.tf_checkpoint import resolve_checkpoint_prefix
+
+    path = os.fspath(path)
+    if not os.path.exists(path) and not os.path.exists(f"{path}.index"):
+        raise FileNotFoundError(
+            f"{argument} {path!r}: no such file or folder; expected {expected}."
+        )
+    return resolve_checkpoint_prefix(path)
 
 
 def _existing(path, argument, expected):

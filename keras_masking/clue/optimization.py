@@ -10,7 +10,7 @@ advances once per update, not once per batch (`keras_masking.optimizers.AdamW`).
 import keras
 from keras import ops
 
-from keras_masking.optimizers.adamw import AdamW
+from keras_masking.optimizers import AdamW
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 

@@ -390,10 +390,10 @@ def read_split(data_dir, task, split, benchmark=None, few_shot="all"):
     labels = task.labels
     examples = []
     skipped = 0
-    seen = {}
+    seen = {}  # ids of every file of the split: where each was first read
     counts = {}
     for path in paths:
-        report = {}
+        report = {"ids": seen}
         for example in iter_examples(
             path,
             task,
@@ -405,8 +405,6 @@ def read_split(data_dir, task, split, benchmark=None, few_shot="all"):
             benchmark=benchmark,
             report=report,
         ):
-            if len(paths) > 1:
-                _check_unique(seen, example.id, path)
             examples.append(example)
         files.extend(report["files"])
         skipped += report["skipped"]
@@ -447,15 +445,6 @@ def read_split(data_dir, task, split, benchmark=None, few_shot="all"):
         ", ".join(os.fspath(path) for path in paths),
     )
     return ClueSplit(task, benchmark, name, examples, files, skipped, labelled, labels, counts)
-
-
-def _check_unique(seen, example_id, path):
-    if example_id in seen:
-        raise ValueError(
-            f"{os.fspath(path)}: id {example_id!r} was already used in "
-            f"{os.fspath(seen[example_id])}. Ids must be unique within a split."
-        )
-    seen[example_id] = path
 
 
 # === Reading one file ===
@@ -521,8 +510,9 @@ def iter_examples(
         benchmark = check_benchmark(benchmark)
     if report is None:
         report = {}
+    seen = report.pop("ids", {})  # read_split's: ids unique over the split's files
     report.update(files=[], skipped=0, counts={})
-    context = _Context(path, task, labelled, labels, require_ids, first_index, report)
+    context = _Context(path, task, labelled, labels, require_ids, first_index, report, seen)
     if task.kind == "multiple_choice":
         yield from _c3_examples(context)
     elif task.kind == "span":
@@ -589,20 +579,10 @@ def _json_lines(context):
         for number, raw in enumerate(file, start=1):
             digest.update(raw)
             where = f"{context.name}:{number}"
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as error:
-                raise ValueError(
-                    f"{where}: not UTF-8 (byte {error.start} of the line). CLUE files are UTF-8."
-                ) from error
+            line = _decode(raw, context.name, number)
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(
-                    f"{where}: not valid JSON ({error.msg} at column {error.colno})."
-                ) from error
+            record = _parse(line, context.name, number)
             if not isinstance(record, dict):
                 raise ValueError(
                     f"{where}: expected a JSON object. Received: {type(record).__name__}."
@@ -622,21 +602,36 @@ def _read_document(path):
     with open(path, "rb") as file:
         data = file.read()
     digest = hashlib.sha256(data).hexdigest()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise ValueError(f"{name}:{line}: not UTF-8. CLUE files are UTF-8.") from error
+    text = _decode(data, name)
     del data
     if not text.strip():
         raise ValueError(f"{name}: the file is empty.")
+    return _parse(text, name), digest
+
+
+def _decode(data, name, line=None):
+    """UTF-8 ``data`` (a byte-order mark dropped) of line ``line`` of file ``name``
+    (None: the whole file), or a ValueError naming the file and line."""
     try:
-        document = json.loads(text)
+        return data.decode("utf-8-sig" if line in (None, 1) else "utf-8")
+    except UnicodeDecodeError as error:
+        start = data.rfind(b"\n", 0, error.start) + 1
+        line = line or data[:start].count(b"\n") + 1
+        raise ValueError(
+            f"{name}:{line}: not UTF-8 (byte {error.start - start} of the line). "
+            "CLUE files are UTF-8."
+        ) from error
+
+
+def _parse(text, name, line=None):
+    """JSON ``text`` of line ``line`` of file ``name`` (None: the whole file), or a
+    ValueError naming the file and line."""
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(
-            f"{name}:{error.lineno}: not valid JSON ({error.msg} at column {error.colno})."
+            f"{name}:{line or error.lineno}: not valid JSON ({error.msg} at column {error.colno})."
         ) from error
-    return document, digest
 
 
 def _describe(value):

@@ -1,8 +1,8 @@
 """A fine-tuning run's folder: its record, its resume state, its best weights.
 
-Every file is written under a temporary name and renamed when complete, so a
-crash (a full disk, Ctrl-C, a killed job) leaves the previous version or
-nothing, never half a file. The folder holds:
+Every file is written through `keras_masking.utils.files` (a temporary name,
+renamed when complete), so a crash (a full disk, Ctrl-C, a killed job) leaves
+the previous version or nothing, never half a file. The folder holds:
 
 * ``run.json``: the run record (arguments, versions, data files with their
   hashes and counts, metrics per epoch, times, the methods' evidence, the
@@ -18,66 +18,17 @@ nothing, never half a file. The folder holds:
 import json
 import os
 import pathlib
-import uuid
+import warnings
 import zipfile
 
 import numpy as np
 
+from keras_masking.utils.files import write_atomically
+from keras_masking.utils.files import write_json_atomically
+
 RECORD = "run.json"
 STATE = "resume_state.npz"
 BEST = "best_weights.npz"
-
-
-def write_atomically(path, write, mode="w"):
-    """Writes ``path`` through a temporary file next to it, then renames it.
-
-    Args:
-        path: the final path.
-        write: a callable taking the open temporary file.
-        mode: ``"w"`` (UTF-8 text) or ``"wb"``.
-
-    Returns:
-        The path, as a `pathlib.Path`.
-
-    Raises:
-        OSError: the write failed (a full disk, no permission); its message
-            names ``path`` (never the temporary file, which is removed).
-
-    Example:
-    >>> import tempfile
-    >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> write_atomically(folder / "a.txt", lambda file: file.write("done")).read_text()
-    'done'
-    """
-    path = pathlib.Path(path)
-    temporary = path.with_name(f".{path.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        encoding = "utf-8" if "b" not in mode else None
-        with open(temporary, mode, encoding=encoding) as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        if error.filename not in (None, os.fspath(temporary), temporary):
-            raise
-        # Errors from inside a write (np.savez, json.dump: a full disk) name
-        # no file, and those of open() the temporary one: name the file meant.
-        if error.errno is None:
-            raise OSError(f"{os.fspath(path)}: {error}") from error
-        raise OSError(error.errno, error.strerror or str(error), os.fspath(path)) from error
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_json(path, value):
-    """`write_atomically` of a JSON document (UTF-8, not ASCII-escaped)."""
-    return write_atomically(
-        path, lambda file: json.dump(value, file, ensure_ascii=False, indent=2, sort_keys=False)
-    )
 
 
 class RunFolder:
@@ -162,7 +113,7 @@ class RunFolder:
     def write_record(self, record):
         """Writes ``run.json`` (atomically)."""
         self.path.mkdir(parents=True, exist_ok=True)
-        return write_json(self.record_path, record)
+        return write_json_atomically(self.record_path, record)
 
     def save_state(self, variables, epoch):
         """Saves every variable's value after ``epoch`` (atomically)."""
@@ -188,6 +139,41 @@ class RunFolder:
     def load_best(self, variables):
         """Assigns the best weights to ``variables``; returns their metadata."""
         return _load_variables(self.best_path, variables, "best weights")
+
+    def check_resumable(self, record):
+        """Refuses a folder whose record lists epochs its files lack.
+
+        Args:
+            record: the folder's run record (`read_record`).
+
+        Raises:
+            ValueError: the resume state or the best weights are missing.
+        """
+        finished = len(record.get("epochs") or [])
+        missing = []
+        if record.get("status") != "finished" and finished and not self.state_path.is_file():
+            missing.append(STATE)
+        if record.get("best") and not self.best_path.is_file():
+            missing.append(BEST)
+        if missing:
+            raise ValueError(
+                f"{os.fspath(self.path)!r}: its {RECORD} records {finished} finished epoch(s) "
+                f"but {' and '.join(missing)} is missing, so the run can neither resume nor use "
+                "its best weights (it would silently start again from epoch 0). Restore the "
+                "file, or remove the folder (or use another --output-dir) to start again."
+            )
+
+
+def __getattr__(name):
+    if name == "write_json":  # the old name, for one release
+        warnings.warn(
+            "keras_masking.clue.run_folder.write_json is deprecated; use "
+            "keras_masking.utils.files.write_json_atomically.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return write_json_atomically
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def variable_names(variables):

@@ -1,13 +1,15 @@
 """`finetune`: one CLUE / FewCLUE task from a checkpoint to a submission file.
 
 The run reads the task's splits, loads the encoder, applies the chosen
-methods, trains with AdamW (linear warmup and decay, no weight decay on
-biases and LayerNorm, gradient accumulation where the task needs it),
-scores dev after every epoch with the task's CLUE metric, keeps the best
-weights, writes the test predictions as CLUE's submission file and scores
-FewCLUE's labelled ``test_public``. Everything lands in one folder
-(`keras_masking.clue.run_folder`), and an interrupted run resumes from its
-last finished epoch with the result an uninterrupted run gives.
+methods (`MethodPlan.apply`), trains with AdamW (linear warmup and decay, no
+weight decay on biases and LayerNorm, gradient accumulation where the task
+needs it) in one ``fit`` whose callbacks (`keras_masking.clue.run_callbacks`)
+score dev after every epoch with the task's CLUE metric, keep the best
+weights and the resume state, then writes the test predictions as CLUE's
+submission file and scores FewCLUE's labelled ``test_public``. Everything
+lands in one folder (`keras_masking.clue.run_folder`), and an interrupted run
+resumes from its last finished epoch with the result an uninterrupted run
+gives.
 """
 
 import dataclasses
@@ -17,7 +19,6 @@ import os
 import pathlib
 import platform
 import sys
-import time
 
 import keras
 import numpy as np
@@ -37,18 +38,24 @@ from keras_masking.clue.model_source import check_max_length
 from keras_masking.clue.optimization import fine_tuning_optimizer
 from keras_masking.clue.readers import detect_benchmark
 from keras_masking.clue.readers import read_task_splits
+from keras_masking.clue.run_callbacks import DIVERGENCE_FACTOR  # noqa: F401 (documented here)
+from keras_masking.clue.run_callbacks import BestWeights
+from keras_masking.clue.run_callbacks import DevScore
+from keras_masking.clue.run_callbacks import ResumeState
+from keras_masking.clue.run_callbacks import RunRecord
+from keras_masking.clue.run_callbacks import TrainingFailure
 from keras_masking.clue.run_folder import RunFolder
 from keras_masking.clue.submission import write_submission
 from keras_masking.clue.tasks import get_task
-from keras_masking.distribution.engines import data_parallel_engine
-from keras_masking.distribution.engines import engine_in_scope
-from keras_masking.distribution.engines import engine_scope
-from keras_masking.distribution.engines import replicas_in_sync
+from keras_masking.distribution import data_parallel_engine
+from keras_masking.distribution import engine_in_scope
+from keras_masking.distribution import engine_scope
+from keras_masking.distribution import replicas_in_sync
 from keras_masking.distribution.replicas import in_tf_distribute_scope
+from keras_masking.utils import disable_xla_cpu_fusion_emitters
+from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
-from keras_masking.utils.eager_checks import non_finite_variables
-from keras_masking.utils.xla_cpu import disable_xla_cpu_fusion_emitters
 from keras_masking.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -58,9 +65,8 @@ logger = logging.getLogger(__name__)
 ENCODE_CHUNK = 4096
 # Tokens a kind's encoding needs besides [CLS], [SEP], [PAD], [UNK], [MASK].
 TASK_TOKENS = {"idiom": ("[unused1]",)}
-# An epoch whose mean training loss exceeds this many times the untrained
-# model's (the first batch's loss, at least 1) has diverged: the run fails.
-DIVERGENCE_FACTOR = 10.0
+# The settings that default to the task's (`ClueTask.defaults`).
+TASK_SETTINGS = ("epochs", "batch_size", "learning_rate", "max_length", "accumulation")
 
 
 @dataclasses.dataclass
@@ -142,21 +148,15 @@ def finetune(
             (RoBERTa-wwm), ``"roformer"`` or ``"nezha"``.
         config: ``bert_config.json`` (default: next to the checkpoint).
         vocab: ``vocab.txt`` (default: next to the model, or the preset's).
-        correct_embeddings: MLM embedding correction, by the one-line
-            `keras_masking.callbacks.MLMEmbeddingCorrection` callback in the
-            first epoch's ``fit`` (a resumed run is corrected as it is built,
-            before its saved weights are restored).
-        drop_token: DropToken's rate in [0, 1) ([CLS] and [SEP] kept). On
-            TensorFlow's CPU backend its steps are fast only with XLA's CPU
-            fusion emitters off: the run turns them off, which takes effect
-            if nothing in the process compiled with XLA before (else call
+        correct_embeddings, drop_token, asa, fl_tuning, prefix_tuning, lora,
+            exlm_k: the methods (`MethodPlan`). The embedding correction is
+            the `keras_masking.callbacks.MLMEmbeddingCorrection` callback of
+            the run's ``fit`` (a resumed run is corrected as it is built,
+            before its saved weights are restored). DropToken keeps [CLS] and
+            [SEP]; on TensorFlow's CPU backend the run turns XLA's CPU fusion
+            emitters off (fast token dropping), which takes effect if nothing
+            in the process compiled with XLA before (else call
             `keras_masking.utils.disable_xla_cpu_fusion_emitters` first).
-        asa: ASA's tau (None: off).
-        fl_tuning: FL-tuning's addFFN units (0: off).
-        prefix_tuning: P-tuning v2's prefix length (0: off).
-        lora: LoRA's rank on the query and value projections (0: off).
-        exlm_k: fine-tune an ExLM-pretrained (``rotary2d``) backbone through
-            its expanding encoder with ``k`` states (0: off).
         epochs, batch_size, learning_rate, max_length, accumulation: the
             training settings; None takes the task's defaults
             (``get_task(task).defaults``). With ``accumulation`` k, every
@@ -172,28 +172,20 @@ def finetune(
         seed: int >= 0; the same seed gives the same run.
         benchmark: None (detect), ``"clue"`` or ``"fewclue"``.
         few_shot: FewCLUE's ``"all"`` (``*_few_all``) or a split index 0..4.
-        verbose: 0 silent, 1 progress bars and a line per epoch, 2 a line per
-            epoch only.
-        callbacks: extra Keras callbacks for every epoch's ``fit``.
-        jit_compile: True (XLA, one compile per run) or False (no XLA:
-            TensorFlow's graph mode, JAX's op-by-op execution; a faster start
-            for tiny models). On JAX results agree to float rounding. On
-            TensorFlow, XLA and graph mode draw different random numbers
-            from the same seed (TensorFlow's stateless generators pick
-            another algorithm under XLA), so runs with random draws
-            (dropout, DropToken, ASA's noise) differ between the two, each
-            reproducible; the record's ``compile`` says which ran. Under a
-            `tf.distribute` strategy the steps are compiled without XLA
-            whatever it says (TensorFlow cannot XLA-compile a step over
-            mirrored variables).
-        data_parallel: True: build and train under the backend's own
-            data-parallel engine over every device (`keras.distribution`'s
-            DataParallel on JAX; `tf.distribute`'s MirroredStrategy on
-            TensorFlow, MultiWorkerMirroredStrategy when ``TF_CONFIG`` is
-            set): see `keras_masking.distribution.data_parallel_engine`.
-            ``batch_size`` stays the global batch. A run also trains under an
-            engine whose scope the caller entered. The record's
-            ``distribution`` says which engine and how many replicas ran.
+        verbose: Keras' progress output: 0 silent, 1 progress bars, 2 a line
+            per epoch. The run's own lines (data, methods, each epoch's dev
+            score) go to the ``logging`` module at INFO.
+        callbacks: extra Keras callbacks for the ``fit``; their logs hold
+            ``dev_score`` after each finished epoch.
+        jit_compile: True (XLA, one compile per run) or False (no XLA; a
+            faster start for tiny models). On TensorFlow the two draw other
+            random numbers from one seed, each reproducible; the record's
+            ``compile`` says which ran. Under `tf.distribute` the steps run
+            without XLA (TensorFlow cannot XLA-compile over mirrored variables).
+        data_parallel: True: train under the backend's data-parallel engine
+            over every device (`keras_masking.distribution.data_parallel_engine`;
+            ``batch_size`` stays the global batch), as under an engine whose
+            scope the caller entered. The record's ``distribution`` says which.
 
     Returns:
         A `FinetuneResult`. A run whose training loss turns non-finite, or
@@ -216,46 +208,25 @@ def finetune(
     result.best_score, result.submission_path  # dev accuracy (%), tnewsf_predict.json
     ```
     """
-    if not isinstance(data_parallel, bool):
-        raise ValueError(
-            f"Expected data_parallel to be True or False. Received: {data_parallel!r}."
-        )
-    if data_parallel:
+    if check_bool("data_parallel", data_parallel):
         options = dict(locals(), data_parallel=False)
         with engine_scope(data_parallel_engine()):
             return finetune(**options)
     task = get_task(task)
-    plan = MethodPlan(
-        correct_embeddings=correct_embeddings,
-        drop_token=drop_token,
-        asa=asa,
-        fl_tuning=fl_tuning,
-        prefix_tuning=prefix_tuning,
-        lora=lora,
-        exlm_k=exlm_k,
-    )
+    plan = MethodPlan(correct_embeddings=correct_embeddings, drop_token=drop_token, asa=asa,
+                      fl_tuning=fl_tuning, prefix_tuning=prefix_tuning, lora=lora,
+                      exlm_k=exlm_k)  # fmt: skip
     plan.check(task)
-    settings = _settings(
-        task,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        max_length=max_length,
-        accumulation=accumulation,
-        warmup_proportion=warmup_proportion,
-        weight_decay=weight_decay,
-        seed=seed,
-    )
+    given = dict(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
+                 max_length=max_length, accumulation=accumulation)  # fmt: skip
+    settings = _settings(task, given, warmup_proportion, weight_decay, seed)
     verbose = check_int("verbose", verbose, 0, 2)
-    if not isinstance(jit_compile, bool):
-        raise ValueError(f"Expected jit_compile to be True or False. Received: {jit_compile!r}.")
-    source = ModelSource(
-        checkpoint=_optional_path(checkpoint),
-        preset=_optional_path(preset),
-        model=model,
-        config=_optional_path(config),
-        vocabulary=_optional_path(vocab),
-    )
+    # TensorFlow cannot XLA-compile a step over mirrored variables (Keras'
+    # "auto" turns XLA off under tf.distribute too).
+    jit_compile = check_bool("jit_compile", jit_compile) and not in_tf_distribute_scope()
+    source = ModelSource(checkpoint=_optional_path(checkpoint), preset=_optional_path(preset),
+                         model=model, config=_optional_path(config),
+                         vocabulary=_optional_path(vocab))  # fmt: skip
     files = source.check()
     benchmark, _ = detect_benchmark(data_dir, task, benchmark)
     arguments = {
@@ -274,13 +245,12 @@ def finetune(
     folder = RunFolder(output_dir)
     earlier = folder.read_record(arguments)
     if earlier is not None:
-        _check_resumable(folder, earlier)
-
+        folder.check_resumable(earlier)
     splits = read_task_splits(arguments["data_dir"], task, benchmark, few_shot)
-    data_record = {name: _split_record(split) for name, split in splits.items()}
+    data = {name: _split_record(split) for name, split in splits.items()}
     if earlier is not None:
-        _check_same_data(folder, earlier.get("data", {}), data_record)
-    _say(verbose, _data_line(task, benchmark, splits))
+        _check_same_data(folder, earlier.get("data", {}), data)
+    logger.info(_data_line(task, benchmark, splits))
 
     if plan.drop_token:
         # Fast token dropping under TensorFlow's XLA on CPU (no effect elsewhere).
@@ -289,28 +259,25 @@ def finetune(
     backbone, tokenizer = source.load(required_tokens=TASK_TOKENS.get(task.kind, ()))
     check_max_length(backbone, settings["max_length"])
     encoded = _encode_splits(task, splits, tokenizer, settings, verbose)
-    # A new run corrects the embeddings with the one-line callback in its first
-    # fit; a resumed or finished one is corrected when built (its saved weights
-    # then replace the trained ones).
-    fresh = earlier is None or (
-        earlier.get("status") != "finished" and not folder.state_path.exists()
+    # A new run corrects the embeddings when its fit begins; a resumed or
+    # finished one when built (its saved weights then replace the trained ones).
+    resumed = earlier is not None and (
+        earlier.get("status") == "finished" or folder.state_path.exists()
     )
-    # TensorFlow cannot XLA-compile a step over mirrored variables (Keras'
-    # "auto" turns XLA off under tf.distribute too).
-    jit_compile = jit_compile and not in_tf_distribute_scope()
-    run = _build(task, plan, backbone, tokenizer, splits, encoded, settings, fresh, jit_compile)
+    run = _Run(task, benchmark, settings, folder, splits, encoded, verbose)
+    applied = _build(run, plan, backbone, tokenizer, resumed, jit_compile)
     record = {
         "keras_masking": __version__,
         "arguments": arguments,
         "versions": _versions(),
         "distribution": _distribution_record(),
         "compile": {"jit_compile": jit_compile},
-        "data": data_record,
+        "data": data,
         "model": {
             "backbone": backbone.get_config() | {"name": backbone.name},
             "trainable_parameters": run.evidence.trainable.trainable,
             "total_parameters": run.evidence.trainable.total,
-            "embedding_correction": run.correction,
+            "embedding_correction": applied.correction,
         },
         "methods": plan.active(),
         "schedule": _schedule_record(len(encoded["train"]), settings),
@@ -322,115 +289,178 @@ def finetune(
     }
     if earlier is not None and earlier.get("status") == "finished":
         folder.load_best(run.task_model.trainable_variables)
-        _say(verbose, f"{os.fspath(folder.path)}: finished earlier; nothing to redo.")
+        logger.info("%s: finished earlier; nothing to redo.", os.fspath(folder.path))
         return _result(earlier, run.task_model, folder)
+    failure = _train(run, record, earlier if resumed else None, applied.callbacks, callbacks)
+    return _finish(run, record, failure)
 
-    state_variables = run.state_variables()
+
+# === The run ===
+@dataclasses.dataclass
+class _Run:
+    """What the steps of a run share: its data, folder and models."""
+
+    task: object
+    benchmark: str
+    settings: dict
+    folder: RunFolder
+    splits: dict
+    encoded: dict
+    verbose: int
+    task_model: keras.Model = None
+    trainer: keras.Model = None
+    evidence: MethodEvidence = None
+
+    def predict(self, name):
+        """The task model's predictions on split ``name`` (id -> prediction)."""
+        encoded, examples = self.encoded[name], self.splits[name].examples
+        outputs = predict_in_batches(self.task_model, encoded.features, self.settings["batch_size"])
+        return decode_predictions(self.task, outputs, encoded, examples)
+
+    def evaluate(self, name):
+        """The task's CLUE metric on the labelled split ``name``."""
+        return score(self.task, self.predict(name), self.splits[name].examples)
+
+    def state_variables(self):
+        """Every variable a resumed run needs: the trainer's (seeds included)
+        and the optimizer's."""
+        optimizer = self.trainer.optimizer
+        if not optimizer.built:
+            optimizer.build(self.trainer.trainable_variables)
+        return list(self.trainer.variables) + list(optimizer.variables)
+
+
+def _build(run, plan, backbone, tokenizer, correct_now, jit_compile):
+    """Applies the methods, builds the task model and compiles the trainer."""
+    task, settings, encoded = run.task, run.settings, run.encoded
+    head_options = {}
+    if task.kind in ("multiple_choice", "idiom"):
+        head_options["num_choices"] = encoded["train"].features["token_ids"].shape[1]
+    if task.kind == "classification":
+        head_options["num_labels"] = len(run.splits["train"].labels)
+
+    def build_head(encoder):
+        return build_task_model(task, encoder, max_length=settings["max_length"], **head_options)
+
+    token_ids = [split.features["token_ids"] for split in encoded.values()]
+    applied = plan.apply(backbone, task, tokenizer, build_head, seed=settings["seed"],
+                         correct_now=correct_now, token_ids=token_ids)  # fmt: skip
+    run.task_model, run.trainer = applied.task_model, applied.trainer
+    optimizer = fine_tuning_optimizer(
+        settings["learning_rate"],
+        _schedule_record(len(encoded["train"]), settings)["updates"],
+        warmup_proportion=settings["warmup_proportion"],
+        weight_decay=settings["weight_decay"],
+        accumulation=settings["accumulation"],
+    )
+    run.trainer.compile(optimizer=optimizer, loss=task_loss(task), jit_compile=jit_compile)
+    if run.trainer is not run.task_model:
+        run.task_model.compile(jit_compile=jit_compile)  # predicts, never trains
+    run.evidence = MethodEvidence(
+        plan, run.task_model, applied.encoder, encoded["train"].features, settings["batch_size"]
+    )
+    return applied
+
+
+def _train(run, record, earlier, first_callbacks, callbacks):
+    """Trains the remaining epochs in one ``fit``; returns why it failed, or None."""
+    settings, folder = run.settings, run.folder
+    variables = run.state_variables()
     start = 0
-    history, best = [], None
-    if earlier is not None and folder.state_path.exists():
-        meta_epoch = folder.load_state(state_variables)
-        history = [dict(entry) for entry in earlier.get("epochs", [])][:meta_epoch]
-        if len(history) != meta_epoch:
+    if earlier is not None:
+        start = folder.load_state(variables)
+        record["epochs"] = [dict(entry) for entry in earlier.get("epochs", [])][:start]
+        if len(record["epochs"]) != start:
             raise ValueError(
-                f"{os.fspath(folder.record_path)}: the record lists {len(history)} epochs but the "
-                f"resume state holds {meta_epoch}; the folder is inconsistent."
+                f"{os.fspath(folder.record_path)}: the record lists {len(record['epochs'])} "
+                f"epochs but the resume state holds {start}; the folder is inconsistent."
             )
-        best = earlier.get("best")
-        start = meta_epoch
+        record["best"] = earlier.get("best")
         record["seconds"] = float(earlier.get("seconds", 0.0))
         record["initial_loss"] = earlier.get("initial_loss")
-        _say(verbose, f"Resuming {os.fspath(folder.path)} after epoch {start}.")
-    elif earlier is not None:
-        history = []  # an earlier run stopped before its first epoch ended
-    record["epochs"], record["best"] = history, best
+        logger.info("Resuming %s after epoch %d.", os.fspath(folder.path), start)
     folder.write_record(record)
-    _say(verbose, f"{', '.join(plan.active()) or 'plain fine-tuning'}; {run.evidence.trainable}")
+    methods = ", ".join(record["methods"]) or "plain fine-tuning"
+    logger.info("%s; %s", methods, run.evidence.trainable)
+    if start >= settings["epochs"]:
+        return None
+    train = run.encoded["train"]
+    orders = [
+        _grouped_order(epoch_order(len(train), settings["seed"], epoch), settings)
+        for epoch in range(start, settings["epochs"])
+    ]
+    batches = ArrayBatches(
+        train.features, train.labels, settings["batch_size"], order=np.concatenate(orders)
+    )
+    failure = TrainingFailure(record)
+    dev = DevScore(lambda: run.evaluate("dev"), failure)
+    best = BestWeights(folder, run.task_model.trainable_variables, best=record["best"])
+    correction = next(iter(first_callbacks), None)
+    run.trainer.fit(
+        batches,
+        epochs=settings["epochs"],
+        initial_epoch=start,
+        steps_per_epoch=len(orders[0]) // settings["batch_size"],
+        shuffle=False,  # the order is epoch_order's, which a resumed run repeats
+        verbose=run.verbose,
+        callbacks=[
+            *first_callbacks,
+            keras.callbacks.TerminateOnNaN(),
+            failure,
+            run.evidence,
+            dev,
+            best,
+            ResumeState(folder, variables),
+            RunRecord(folder, record, dev, best, run.evidence, correction),
+            *(callbacks or []),
+        ],
+    )
+    return failure.failure
 
-    failure = None
-    train = encoded["train"]
-    for epoch in range(start, settings["epochs"]):
-        epoch_started = time.time()
-        first = [run.correction_callback] if run.correction_callback and epoch == 0 else []
-        _say(verbose, f"Epoch {epoch + 1}/{settings['epochs']}")
-        batches = ArrayBatches(
-            train.features,
-            train.labels,
-            settings["batch_size"],
-            order=_grouped_order(epoch_order(len(train), settings["seed"], epoch), settings),
-        )
-        first_loss = _FirstLoss()
-        fitted = run.trainer.fit(
-            batches,
-            epochs=1,
-            shuffle=False,  # the order is epoch_order's, which a resumed run repeats
-            verbose=1 if verbose == 1 else 0,
-            callbacks=[
-                *first,
-                keras.callbacks.TerminateOnNaN(),
-                first_loss,
-                run.evidence,
-                *(callbacks or []),
-            ],
-        )
-        if first and run.correction_callback.record is not None:
-            record["model"]["embedding_correction"] = run.correction_callback.record.to_config()
-        logs = {name: float(values[-1]) for name, values in fitted.history.items()}
-        if record.get("initial_loss") is None and first_loss.loss is not None:
-            record["initial_loss"] = first_loss.loss
-        failure = _training_failure(logs, run, record.get("initial_loss"), epoch, best)
-        if failure:
-            break
-        dev = _evaluate(task, run, encoded["dev"], splits["dev"], settings)
-        entry = {
-            "epoch": epoch + 1,
-            "loss": logs["loss"],
-            "train_metrics": {k: v for k, v in logs.items() if k != "loss"},
-            "dev": dev,
-            "methods": run.evidence.summary(logs),
-            "seconds": round(time.time() - epoch_started, 3),
-        }
-        history.append(entry)
-        if best is None or dev["score"] > best["score"]:
-            best = {"epoch": epoch + 1, "score": dev["score"]}
-            folder.save_best(run.task_model.trainable_variables, epoch + 1, dev["score"])
-        folder.save_state(state_variables, epoch + 1)
-        record["epochs"], record["best"] = history, best
-        record["seconds"] = round(record["seconds"] + time.time() - epoch_started, 3)
-        folder.write_record(record)
-        _say(verbose, _epoch_line(task, entry, best))
 
-    if best is not None:
+def _finish(run, record, failure):
+    """Writes the submission files and test_public scores of the best weights."""
+    folder = run.folder
+    if record["best"] is not None:
         folder.load_best(run.task_model.trainable_variables)
-    submission, test_public = None, None
-    if best is not None and "test" in splits:
-        predictions = _predict(task, run, encoded["test"], splits["test"], settings)
-        submission = write_submission(folder.path, task, benchmark, predictions, splits["test"])
-        record["submission"] = submission.name
-    if best is not None and "test1.0" in splits:  # CLUE 1.0's test file too, as CLUE's baselines
-        predictions = _predict(task, run, encoded["test1.0"], splits["test1.0"], settings)
-        older = write_submission(folder.path, task, benchmark, predictions, splits["test1.0"])
-        record["submission_1.0"] = older.name
-    if best is not None and "test_public" in splits:
-        test_public = _evaluate(task, run, encoded["test_public"], splits["test_public"], settings)
-        record["test_public"] = test_public
+        # CLUE 1.0's test file too, where the data has it, as CLUE's baselines.
+        for key, name in (("submission", "test"), ("submission_1.0", "test1.0")):
+            if name in run.splits:
+                path = write_submission(folder.path, run.task, run.benchmark, run.predict(name),
+                                        run.splits[name])  # fmt: skip
+                record[key] = path.name
+        if "test_public" in run.splits:
+            record["test_public"] = run.evaluate("test_public")
     record["status"] = "failed" if failure else "finished"
     record["failure"] = failure
     folder.write_record(record)
     if failure:
         logger.warning("%s: %s", os.fspath(folder.path), failure)
-        _say(verbose, f"Failed: {failure}.")
-    elif submission is not None:
-        _say(verbose, f"Wrote {os.fspath(submission)}")
+    elif "submission" in record:
+        logger.info("Wrote %s", os.fspath(folder.path / record["submission"]))
     return _result(record, run.task_model, folder)
 
 
+def _result(record, task_model, folder):
+    best = record.get("best") or {}
+    submission = record.get("submission")
+    return FinetuneResult(
+        status=record["status"],
+        history=record.get("epochs", []),
+        best_epoch=best.get("epoch"),
+        best_score=best.get("score"),
+        model=task_model,
+        submission_path=None if submission is None else folder.path / submission,
+        test_public=record.get("test_public"),
+        record_path=folder.record_path,
+        record=record,
+    )
+
+
 # === Settings ===
-def _settings(task, **given):
-    defaults = task.defaults
+def _settings(task, given, warmup_proportion, weight_decay, seed):
     values = {
-        name: defaults[name] if given[name] is None else given[name]
-        for name in ("epochs", "batch_size", "learning_rate", "max_length", "accumulation")
+        name: task.defaults[name] if given[name] is None else given[name] for name in TASK_SETTINGS
     }
     return {
         "epochs": check_int("epochs", values["epochs"], minimum=1),
@@ -441,18 +471,17 @@ def _settings(task, **given):
         "max_length": check_int("max_length", values["max_length"], minimum=8),
         "accumulation": check_int("accumulation", values["accumulation"], minimum=1),
         "warmup_proportion": check_float(
-            "warmup_proportion", given["warmup_proportion"], 0.0, 1.0, open_maximum=True
+            "warmup_proportion", warmup_proportion, 0.0, 1.0, open_maximum=True
         ),
-        "weight_decay": check_float("weight_decay", given["weight_decay"], minimum=0.0),
-        "seed": check_int("seed", given["seed"], minimum=0),
-        "stride": defaults.get("stride"),
+        "weight_decay": check_float("weight_decay", weight_decay, minimum=0.0),
+        "seed": check_int("seed", seed, minimum=0),
+        "stride": task.defaults.get("stride"),
     }
 
 
 def _schedule_record(examples, settings):
     """Batches and optimizer updates per epoch (`_grouped_order`'s epochs)."""
-    group = settings["batch_size"] * settings["accumulation"]
-    updates = math.ceil(examples / group)
+    updates = math.ceil(examples / (settings["batch_size"] * settings["accumulation"]))
     return {
         "batches_per_epoch": updates * settings["accumulation"],
         "updates_per_epoch": updates,
@@ -470,26 +499,8 @@ def _grouped_order(order, settings):
     whole groups, as `ArrayBatches` completes the last batch, makes every
     epoch end on an update with the weights that dev is scored on.
     """
-    group = settings["batch_size"] * settings["accumulation"]
-    missing = -len(order) % group
+    missing = -len(order) % (settings["batch_size"] * settings["accumulation"])
     return np.concatenate([order, np.resize(order, missing)]) if missing else order
-
-
-def _check_resumable(folder, earlier):
-    """Refuses a run folder whose record lists epochs its files lack."""
-    finished = len(earlier.get("epochs") or [])
-    missing = []
-    if earlier.get("status") != "finished" and finished and not folder.state_path.is_file():
-        missing.append(folder.state_path.name)
-    if earlier.get("best") and not folder.best_path.is_file():
-        missing.append(folder.best_path.name)
-    if missing:
-        raise ValueError(
-            f"{os.fspath(folder.path)!r}: its {folder.record_path.name} records {finished} "
-            f"finished epoch(s) but {' and '.join(missing)} is missing, so the run can neither "
-            "resume nor use its best weights (it would silently start again from epoch 0). "
-            "Restore the file, or remove the folder (or use another --output-dir) to start again."
-        )
 
 
 def _absolute(path):
@@ -498,44 +509,6 @@ def _absolute(path):
 
 def _optional_path(path):
     return None if path is None else os.fspath(path)
-
-
-# === Failures ===
-class _FirstLoss(keras.callbacks.Callback):
-    """The training loss of an epoch's first batch (before any update)."""
-
-    def __init__(self):
-        super().__init__()
-        self.loss = None
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.loss is None and logs and "loss" in logs:
-            self.loss = float(logs["loss"])
-
-
-def _training_failure(logs, run, initial_loss, epoch, best):
-    """Why an epoch's training failed (non-finite or diverged), or None."""
-    loss = logs.get("loss", math.nan)
-    kept = "training stopped and the best weights of the finished epochs were kept"
-    if best is None:
-        kept = "training stopped; no epoch finished, so no submission was written"
-    if not math.isfinite(loss) or run.trainer.stop_training:
-        return f"the training loss became {logs.get('loss')} in epoch {epoch + 1}; {kept}"
-    bad = non_finite_variables(run.trainer.trainable_variables)
-    if bad:
-        return (
-            f"{len(bad)} weight(s) became non-finite in epoch {epoch + 1} (first: {bad[0][0]}); "
-            f"{kept}"
-        )
-    if initial_loss is not None and math.isfinite(initial_loss):
-        limit = DIVERGENCE_FACTOR * max(initial_loss, 1.0)
-        if loss > limit:
-            return (
-                f"the training loss diverged in epoch {epoch + 1}: {loss:.4g}, above {limit:.4g} "
-                f"({DIVERGENCE_FACTOR:g} times the untrained model's {initial_loss:.4g}, taken "
-                f"as at least 1; is the learning rate too high?); {kept}"
-            )
-    return None
 
 
 # === Data ===
@@ -591,163 +564,33 @@ def _encode_splits(task, splits, tokenizer, settings, verbose):
     options = _encode_options(task, splits, settings)
     encoded = {}
     for name, split in splits.items():
-        examples = split.examples
-        if task.kind == "classification" and len(examples) > ENCODE_CHUNK:
-            encoded[name] = _encode_in_chunks(
-                task, examples, tokenizer, settings["max_length"], options, name, verbose
-            )
+        if task.kind == "classification" and len(split.examples) > ENCODE_CHUNK:
+            encoded[name] = _encode_in_chunks(task, split.examples, tokenizer, settings, options,
+                                              verbose)  # fmt: skip
         else:
             encoded[name] = encode_examples(
-                task, examples, tokenizer, settings["max_length"], **options
+                task, split.examples, tokenizer, settings["max_length"], **options
             )
     return encoded
 
 
-def _encode_in_chunks(task, examples, tokenizer, max_length, options, name, verbose):
-    bar = keras.utils.Progbar(len(examples), verbose=1 if verbose == 1 else 0, unit_name="example")
+def _encode_in_chunks(task, examples, tokenizer, settings, options, verbose):
+    """Classification (a row per example), ``ENCODE_CHUNK`` rows at a time, with a bar."""
+    bar = keras.utils.Progbar(len(examples), verbose=int(verbose == 1), unit_name="example")
     parts = []
     for start in range(0, len(examples), ENCODE_CHUNK):
         chunk = examples[start : start + ENCODE_CHUNK]
-        parts.append(encode_examples(task, chunk, tokenizer, max_length, **options))
-        bar.update(start + len(chunk))
+        parts.append(encode_examples(task, chunk, tokenizer, settings["max_length"], **options))
+        bar.add(len(chunk))
+    first = parts[0]
     features = {
-        key: np.concatenate([part.features[key] for part in parts]) for key in parts[0].features
+        key: np.concatenate([part.features[key] for part in parts]) for key in first.features
     }
-    labels = None
-    if parts[0].labels is not None:
-        labels = np.concatenate([part.labels for part in parts])
-    meta = dict(parts[0].meta)
-    offset = 0
-    for key in ("ids", "example_index", "truncated"):
-        if key in meta:
-            meta[key] = []
-    for part in parts:
-        for key in ("ids", "truncated"):
-            if key in part.meta:
-                meta[key] = list(meta[key]) + list(part.meta[key])
-        meta["example_index"] = list(meta["example_index"]) + [
-            index + offset for index in part.meta["example_index"]
-        ]
-        offset += len(part.meta["example_index"])
-    return type(parts[0])(features, labels, meta)
-
-
-# === The model ===
-@dataclasses.dataclass
-class _Run:
-    task_model: keras.Model
-    trainer: keras.Model
-    evidence: MethodEvidence
-    correction: dict | None
-    correction_callback: object = None
-
-    def state_variables(self):
-        """Every variable a resumed run needs: the trainer's (seeds included)
-        and the optimizer's."""
-        optimizer = self.trainer.optimizer
-        if not optimizer.built:
-            optimizer.build(self.trainer.trainable_variables)
-        return list(self.trainer.variables) + list(optimizer.variables)
-
-
-def _build(task, plan, backbone, tokenizer, splits, encoded, settings, fresh=True,
-           jit_compile=True):  # fmt: skip
-    import keras_masking
-
-    correction, correction_callback = None, None
-    if plan.correct_embeddings:
-        correction_settings = dict(
-            mask_token_id=tokenizer.mask_token_id,
-            unselectable_token_ids=tokenizer.special_token_ids,
-        )
-        if fresh:
-            correction_callback = keras_masking.callbacks.MLMEmbeddingCorrection(
-                **correction_settings
-            )
-        else:
-            applied = keras_masking.correct_mlm_embeddings(backbone, **correction_settings)
-            correction = None if applied is None else applied.to_config()
-    if plan.fl_tuning:
-        keras_masking.fl_tune(backbone, units=plan.fl_tuning)
-    if plan.prefix_tuning:
-        keras_masking.prefix_tune(backbone, length=plan.prefix_tuning)
-    if plan.lora:
-        backbone.enable_lora(plan.lora)
-    if task.kind in ("span", "entity") and backbone.pooled_dense is not None:
-        backbone.pooled_dense.trainable = False  # token-level heads never read the pooler
-    special = (tokenizer.cls_token_id, tokenizer.sep_token_id)
-    encoder = backbone
-    if plan.drop_token:
-        encoder = keras_masking.with_drop_token(
-            backbone,
-            plan.drop_token,
-            protected_token_ids=special,
-            mode=plan.drop_token_mode(task),
-            seed=settings["seed"],
-        )
-    elif plan.exlm_k:
-        encoder = keras_masking.models.ExLMEncoder(
-            backbone,
-            k=plan.exlm_k,
-            mask_token_id=tokenizer.mask_token_id,
-            special_token_ids=special,
-            max_expanded_tokens=_most_expanded(encoded, special + (tokenizer.mask_token_id,)),
-        )
-    head_options = {}
-    if task.kind in ("multiple_choice", "idiom"):
-        head_options["num_choices"] = encoded["train"].features["token_ids"].shape[1]
-    num_labels = len(splits["train"].labels) if task.kind == "classification" else None
-    task_model = build_task_model(
-        task, encoder, num_labels=num_labels, max_length=settings["max_length"], **head_options
-    )
-    trainer = task_model
-    if plan.asa is not None:
-        divergence = None
-        if task.kind == "span":
-            from keras_masking.losses.asa_divergence import span_position_divergence
-
-            divergence = span_position_divergence
-        trainer = keras_masking.with_asa(
-            task_model, tau=plan.asa, seed=settings["seed"], divergence=divergence
-        )
-    total_steps = _schedule_record(len(encoded["train"]), settings)["updates"]
-    trainer.compile(
-        optimizer=fine_tuning_optimizer(
-            settings["learning_rate"],
-            total_steps,
-            warmup_proportion=settings["warmup_proportion"],
-            weight_decay=settings["weight_decay"],
-            accumulation=settings["accumulation"],
-        ),
-        loss=task_loss(task),
-        jit_compile=jit_compile,
-    )
-    if trainer is not task_model:
-        task_model.compile(jit_compile=jit_compile)  # predicts, never trains
-    evidence = MethodEvidence(
-        plan, task_model, encoder, encoded["train"].features, settings["batch_size"]
-    )
-    return _Run(task_model, trainer, evidence, correction, correction_callback)
-
-
-def _most_expanded(encoded, expanded_ids):
-    most = 1
-    for split in encoded.values():
-        ids = split.features["token_ids"]
-        counts = np.isin(ids, expanded_ids).sum(axis=-1)
-        most = max(most, int(counts.max()))
-    return most
-
-
-# === Evaluation ===
-def _predict(task, run, encoded, split, settings):
-    outputs = predict_in_batches(run.task_model, encoded.features, settings["batch_size"])
-    return decode_predictions(task, outputs, encoded, split.examples)
-
-
-def _evaluate(task, run, encoded, split, settings):
-    predictions = _predict(task, run, encoded, split, settings)
-    return score(task, predictions, split.examples)
+    labels = None if first.labels is None else np.concatenate([part.labels for part in parts])
+    meta = dict(first.meta, example_index=list(range(len(examples))))
+    meta["ids"] = [value for part in parts for value in part.meta["ids"]]
+    meta["truncated"] = sum(part.meta["truncated"] for part in parts)  # a count
+    return type(first)(features, labels, meta)
 
 
 # === Records ===
@@ -774,39 +617,3 @@ def _versions():
         "numpy": np.__version__,
         "python": platform.python_version(),
     }
-
-
-def _epoch_line(task, entry, best):
-    dev = entry["dev"]
-    methods = entry["methods"]
-    shown = ", ".join(
-        f"{key} {value:.3f}" for key, value in methods.items() if not key.startswith("trainable")
-    )
-    line = (
-        f"epoch {entry['epoch']}: loss {entry['loss']:.4f}, dev {dev['metric']} "
-        f"{dev['score']:.2f} (best {best['score']:.2f} at epoch {best['epoch']}), "
-        f"{entry['seconds']:.1f} s"
-    )
-    return line + (f"; {shown}" if shown else "")
-
-
-def _say(verbose, message):
-    logger.info(message)
-    if verbose:
-        print(message, flush=True)
-
-
-def _result(record, task_model, folder):
-    best = record.get("best") or {}
-    submission = record.get("submission")
-    return FinetuneResult(
-        status=record["status"],
-        history=record.get("epochs", []),
-        best_epoch=best.get("epoch"),
-        best_score=best.get("score"),
-        model=task_model,
-        submission_path=None if submission is None else folder.path / submission,
-        test_public=record.get("test_public"),
-        record_path=folder.record_path,
-        record=record,
-    )

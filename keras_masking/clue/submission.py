@@ -1,8 +1,8 @@
 """CLUE 1.1 and FewCLUE submission files: names, writing, checking, the zip.
 
 One file per task, named as the benchmark expects (`submission_file_name`),
-UTF-8 with Chinese kept as it is, written atomically (a temporary name, then
-``os.replace``). The records per task kind:
+UTF-8 with Chinese kept as it is, written atomically. The records per task
+kind:
 
 - classification: a line ``{"id": ..., "label": "<label string>"}`` per test
   example, in the test file's order (``"103"`` for TNEWS, never the class
@@ -17,9 +17,12 @@ UTF-8 with Chinese kept as it is, written atomically (a temporary name, then
 - CLUENER: a line ``{"id": ..., "label": {type: {entity text: [[start, end]]}}}``
   (end inclusive).
 
-`check_submission` finds what most often makes CLUE reject or mis-score a
-file: a wrong or unversioned name, class indices instead of label strings,
-missing or repeated ids, labels outside the label set.
+This layout is written down once: `write_submission` renders predictions
+into these records and refuses to write them when the same check that
+`check_submission` runs on a file finds a problem, such as those that most
+often make CLUE reject or mis-score a file: a wrong or unversioned name,
+class indices instead of label strings, missing, repeated or reordered ids,
+labels outside the label set, entity spans that are not their text.
 """
 
 import json
@@ -31,16 +34,12 @@ import re
 import zipfile
 from collections.abc import Mapping
 
-from keras_masking.clue.examples import ChoiceExample
-from keras_masking.clue.examples import EntityExample
-from keras_masking.clue.examples import IdiomPassage
-from keras_masking.clue.examples import SpanExample
-from keras_masking.clue.examples import TextExample
+from keras_masking.clue.examples import RECORD_TYPES
 from keras_masking.clue.readers import ClueSplit
-from keras_masking.clue.run_folder import write_atomically
 from keras_masking.clue.tasks import TASKS
 from keras_masking.clue.tasks import check_benchmark
 from keras_masking.clue.tasks import get_task
+from keras_masking.utils.files import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -69,17 +68,11 @@ _FEWCLUE_NAMES = {
     "eprstmt": "eprstmt",
     "csldcp": "csldcp",
 }
+_BENCHMARK_NAMES = {"clue": "CLUE", "fewclue": "FewCLUE"}
 VERSIONS = ("1.1", "1.0")
 _TEST_SPLITS = ("test", "test1.0", "test_public")
 _TAG = re.compile(r"#idiom\d{6}#")
 _MAX_PROBLEMS = 20
-_RECORDS = {
-    "classification": TextExample,
-    "multiple_choice": ChoiceExample,
-    "idiom": IdiomPassage,
-    "span": SpanExample,
-    "entity": EntityExample,
-}
 
 
 def submission_file_name(task, benchmark, version="1.1"):
@@ -106,25 +99,24 @@ def submission_file_name(task, benchmark, version="1.1"):
     """
     task = get_task(task)
     benchmark = check_benchmark(benchmark)
-    if version not in VERSIONS or (benchmark == "fewclue" and version != "1.1"):
-        expected = VERSIONS if benchmark == "clue" else ("1.1",)
+    if version not in _versions(benchmark):
         raise ValueError(
-            f"Expected version in {expected} for {benchmark}. Received: version={version!r}."
+            f"Expected version in {_versions(benchmark)} for {benchmark}. "
+            f"Received: version={version!r}."
         )
     names = _CLUE_NAMES if benchmark == "clue" else _FEWCLUE_NAMES
     if task.name not in names:
+        title = _BENCHMARK_NAMES[benchmark]
         raise ValueError(
-            f"{task.name} is not a {_benchmark_name(benchmark)} task; it has no submission file "
-            f"there. {_benchmark_name(benchmark)} tasks: {sorted(names)}."
+            f"{task.name} is not a {title} task; it has no submission file there. "
+            f"{title} tasks: {sorted(names)}."
         )
     stem = names[task.name]
-    if isinstance(stem, dict):
-        stem = stem[version]
-    return f"{stem}_predict.json"
+    return f"{stem[version] if isinstance(stem, dict) else stem}_predict.json"
 
 
-def _benchmark_name(benchmark):
-    return {"clue": "CLUE", "fewclue": "FewCLUE"}[benchmark]
+def _versions(benchmark):
+    return VERSIONS if benchmark == "clue" else ("1.1",)
 
 
 def _all_names():
@@ -132,13 +124,12 @@ def _all_names():
     names = {}
     for task in TASKS.values():
         for benchmark in task.benchmarks:
-            for version in VERSIONS if benchmark == "clue" else ("1.1",):
+            for version in _versions(benchmark):
                 name = submission_file_name(task, benchmark, version)
                 names.setdefault(name, (task.name, benchmark, version))
     return names
 
 
-# === The test split ===
 def _split_parts(task, benchmark, test_split):
     """``(examples, labels, version)`` of a `ClueSplit` or a list of records."""
     if isinstance(test_split, ClueSplit):
@@ -156,7 +147,7 @@ def _split_parts(task, benchmark, test_split):
         version = "1.0" if benchmark == "clue" and "test1.0.json" in names else "1.1"
         return list(test_split.examples), test_split.labels, version
     if isinstance(test_split, (list, tuple)):
-        record = _RECORDS[task.kind]
+        record = RECORD_TYPES[task.kind]
         wrong = [example for example in test_split if not isinstance(example, record)]
         if wrong:
             raise ValueError(
@@ -170,56 +161,126 @@ def _split_parts(task, benchmark, test_split):
     )
 
 
-def _expected_ids(task, examples):
-    """``[(id, example, blank index or None)]`` in test order."""
-    if task.kind == "idiom":
-        return [
-            (blank_id, passage, index)
-            for passage in examples
-            for index, blank_id in enumerate(passage.blank_ids)
-        ]
-    return [(example.id, example, None) for example in examples]
+# === The records of each kind: written and checked with the same code ===
+class _Layout:
+    """How one task's predictions sit in its submission file.
+
+    ``field`` is the value's field in a record a line (``"label"`` or
+    ``"answer"``), or None for ONE JSON object ``{id: value}``; `key` and
+    `value` give the id and the value as they are written, `problem` judges
+    a value read from (or about to be written to) the file.
+    """
+
+    def __init__(self, task, benchmark, labels):
+        self.task, self.labels = task, labels
+        one_object = task.kind == "span" or (task.kind == "idiom" and benchmark == "clue")
+        self.field = None if one_object else ("answer" if task.kind == "idiom" else "label")
+        self.tags = task.kind == "idiom" and benchmark == "clue"
+
+    def key(self, key):
+        return str(key) if self.task.kind == "multiple_choice" else key
+
+    def expected(self, examples):
+        """``{key: example}`` in test order (CHID: one key per blank)."""
+        if self.task.kind == "idiom":
+            return {blank: passage for passage in examples for blank in passage.blank_ids}
+        return {self.key(example.id): example for example in examples}
+
+    def value(self, prediction, example):
+        """A prediction as the file holds it; left as it is when it cannot be."""
+        kind = self.task.kind
+        if kind in ("multiple_choice", "idiom") and _is_int(prediction):
+            return str(int(prediction)) if kind == "multiple_choice" else int(prediction)
+        if kind != "entity" or example is None or not _are_entities(prediction):
+            return prediction
+        label = {}
+        for kind, start, end in sorted(prediction, key=lambda e: (int(e[1]), int(e[2]), e[0])):
+            start, end = int(start), int(end)
+            spans = label.setdefault(kind, {}).setdefault(example.text[start : end + 1], [])
+            if [start, end] not in spans:
+                spans.append([start, end])
+        return label
+
+    def problem(self, key, value, example):
+        """What is wrong with one value (``example``: its test record, or None)."""
+        kind, task = self.task.kind, self.task
+        if kind == "classification":
+            return _label_problem(task, self.labels, value)
+        if kind == "span":
+            return (
+                None
+                if isinstance(value, str)
+                else f"the answer must be a text. Received: {value!r:.40}"
+            )
+        if kind == "entity":
+            return _entity_problem(task, self.labels, value, example)
+        if self.tags and not _TAG.fullmatch(str(key)):
+            return f"key {key!r} is not a blank tag like '#idiom012345#'"
+        if kind == "multiple_choice":
+            if not isinstance(value, str):
+                return f"label {value!r} must be the choice index as a string, e.g. '{value}'"
+            if not value.isdigit():
+                return f"label {value!r} is not a choice index ('0', '1', ...)"
+            count, what = (len(example.choices) if example else None), "choices"
+        else:
+            if not _is_int(value):
+                return f"the answer must be a candidate index (an int). Received: {value!r:.40}"
+            count, what = (len(example.candidates) if example else None), "candidates"
+        if count is not None and not 0 <= int(value) < count:
+            return f"{what[:-1]} {value} is out of range: {count} {what}"
+        return None
+
+    def problems(self, records, expected):
+        """The problems of the values of ``[(where, key, value)]`` (``expected``: see
+        `expected`, or None); the ids the test split lacks are left to `_coverage_problems`."""
+        problems = []
+        for where, key, value in records:
+            if expected is None or key in expected:
+                problem = self.problem(key, value, None if expected is None else expected[key])
+                if problem:
+                    problems.append(f"{where}: {problem}")
+        return problems
 
 
 def _is_int(value):
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _index_hint(task, labels, value):
-    """A hint when ``value`` looks like a class index instead of a label."""
-    if labels is None:
-        return ""
-    index = None
-    if _is_int(value):
-        index = int(value)
-    elif isinstance(value, str) and value.isdigit():
-        index = int(value)
-    if index is not None and 0 <= index < len(labels) and labels[index] != str(value):
-        return (
-            f"; it looks like a class index: class {index} of {task.name} is "
-            f"{labels[index]!r} (write task.labels[index])"
+def _are_entities(value):
+    return (
+        not isinstance(value, (str, bytes, Mapping))
+        and hasattr(value, "__iter__")
+        and all(
+            isinstance(entity, (list, tuple))
+            and len(entity) == 3
+            and isinstance(entity[0], str)
+            and all(map(_is_int, entity[1:]))
+            for entity in value
         )
-    return ""
+    )
 
 
 def _label_problem(task, labels, value):
     """A problem with a classification label, or None."""
+    index = int(value) if _is_int(value) or (isinstance(value, str) and value.isdigit()) else None
+    hint = ""
+    if labels is not None and index is not None and 0 <= index < len(labels):
+        if labels[index] != str(value):
+            hint = (
+                f"; it looks like a class index: class {index} of {task.name} is "
+                f"{labels[index]!r} (write task.labels[index])"
+            )
     if not isinstance(value, str):
-        return (
-            f"label {value!r} is {_a(type(value).__name__)}; {task.name} expects the label string"
-            + (_index_hint(task, labels, value) or f" (one of {_few(labels)})")
+        noun = type(value).__name__
+        article = "an" if noun[:1] in "aeiou" else "a"
+        return f"label {value!r} is {article} {noun}; {task.name} expects the label string" + (
+            hint or f" (one of {_few(labels)})"
         )
     if labels is None:
         return None if value else "label is an empty string"
     if value not in labels:
-        return f"label {value!r} is not one of {task.name}'s labels {_few(labels)}" + _index_hint(
-            task, labels, value
-        )
+        return f"label {value!r} is not one of {task.name}'s labels {_few(labels)}{hint}"
     return None
-
-
-def _a(noun):
-    return f"an {noun}" if noun[:1] in "aeiou" else f"a {noun}"
 
 
 def _few(labels):
@@ -230,49 +291,73 @@ def _few(labels):
     return f"({', '.join(map(repr, labels[:4]))}, ..., {labels[-1]!r})"
 
 
-def _entity_problem(task, labels, value, text):
-    """A problem with a list of (type, start, end) entities, or None."""
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        return f"expected a list of (type, start, end) entities. Received: {value!r:.60}"
-    for entity in value:
-        if (
-            not isinstance(entity, (list, tuple))
-            or len(entity) != 3
-            or not isinstance(entity[0], str)
-            or not all(_is_int(position) for position in entity[1:])
-        ):
-            return f"expected (type, start, end) entities. Received: {entity!r:.60}"
-        kind, start, end = entity[0], int(entity[1]), int(entity[2])
+def _entity_problem(task, labels, value, example):
+    """A problem with a CLUENER label ``{type: {entity text: [[start, end]]}}``, or None."""
+    if not isinstance(value, dict):
+        return (
+            f"label must be an object {{type: {{entity: [[start, end]]}}}}. Received: {value!r:.40}"
+        )
+    text = example.text if example is not None else None
+    for kind, mentions in value.items():
         if labels is not None and kind not in labels:
             return f"entity type {kind!r} is not one of {task.name}'s types {_few(labels)}"
-        if not 0 <= start <= end < len(text):
-            return (
-                f"entity ({kind!r}, {start}, {end}) is outside the text of {len(text)} characters "
-                "(end is inclusive)"
-            )
+        if not isinstance(mentions, dict):
+            return f"label[{kind!r}] must be an object {{entity: [[start, end]]}}"
+        for entity, spans in mentions.items():
+            where = f"label[{kind!r}][{entity!r}]"
+            if not isinstance(spans, list) or not all(
+                isinstance(span, list) and len(span) == 2 and all(map(_is_int, span))
+                for span in spans
+            ):
+                return f"{where} must be a list of [start, end] pairs"
+            for start, end in spans:
+                if not 0 <= start <= end:
+                    return f"{where}: span [{start}, {end}] has end < start"
+                if text is not None and end >= len(text):
+                    return (
+                        f"entity ({kind!r}, {start}, {end}) is outside the text of {len(text)} "
+                        "characters (end is inclusive)"
+                    )
+                if end - start + 1 != len(entity):
+                    return (
+                        f"{where}: span [{start}, {end}] covers {end - start + 1} characters, "
+                        f"the entity {len(entity)} (end is inclusive)"
+                    )
+                if text is not None and text[start : end + 1] != entity:
+                    return (
+                        f"{kind} entity {entity!r} at [{start}, {end}] does not match the text "
+                        f"({text[start : end + 1]!r} there)"
+                    )
     return None
 
 
-def _prediction_problem(task, labels, value, example):
-    if task.kind == "classification":
-        return _label_problem(task, labels, value)
-    if task.kind == "multiple_choice":
-        if not _is_int(value) or not 0 <= value < len(example.choices):
-            return (
-                f"expected a choice index (an int in [0, {len(example.choices) - 1}]). "
-                f"Received: {value!r:.40}"
-            )
-        return None
-    if task.kind == "idiom":
-        if not _is_int(value) or not 0 <= value < len(example.candidates):
-            return (
-                f"expected a candidate index (an int in [0, {len(example.candidates) - 1}]). "
-                f"Received: {value!r:.40}"
-            )
-        return None
-    if task.kind == "span":
-        return None if isinstance(value, str) else f"expected the answer text. Received: {value!r}"
-    return _entity_problem(task, labels, value, example.text)
+def _coverage_problems(records, expected, in_order):
+    """Missing, unknown and (``in_order``: a record a line) misordered ids."""
+    keys, found = list(expected), [key for _, key, _ in records]
+    found_keys = set(found)
+    missing = [key for key in keys if key not in found_keys]
+    unknown = [key for key in found if key not in expected]
+    if missing and unknown and {str(k) for k in missing} == {str(k) for k in unknown}:
+        return [
+            f"ids have the wrong type: the file has {unknown[0]!r} where the test file has "
+            f"{missing[0]!r} (write the test file's ids as they are)"
+        ]
+    problems = []
+    if missing:
+        problems.append(
+            f"{len(missing)} of {len(keys)} test ids are missing (first: {missing[:5]!r})"
+        )
+    if unknown:
+        problems.append(f"{len(unknown)} ids are not in the test split (first: {unknown[:5]!r})")
+    if in_order and not problems:
+        for position, (wanted, (where, key, _)) in enumerate(zip(keys, records)):
+            if wanted != key:
+                problems.append(
+                    f"{where}: records are not in the test file's order "
+                    f"(expected id {wanted!r} at record {position}, found {key!r})"
+                )
+                break
+    return problems
 
 
 def _summarise(problems):
@@ -284,7 +369,7 @@ def _summarise(problems):
 
 # === Writing ===
 def write_submission(output_dir, task, benchmark, predictions, test_split):
-    """Validates predictions against the test split and writes the task's file.
+    """Checks predictions against the test split and writes the task's file.
 
     Args:
         output_dir: the folder to write into (created if missing).
@@ -302,10 +387,11 @@ def write_submission(output_dir, task, benchmark, predictions, test_split):
         The `pathlib.Path` of the file written.
 
     Raises:
-        ValueError: before anything is written: ids missing from or unknown
-            to the test split, labels outside the label set (class indices
-            instead of label strings), choice / candidate indices out of
-            range, bad entities.
+        ValueError: before anything is written, with every problem
+            `check_submission` would find in the file: ids missing from or
+            unknown to the test split, labels outside the label set (class
+            indices instead of label strings), choice / candidate indices out
+            of range, entities outside their text.
 
     Example:
 
@@ -328,65 +414,35 @@ def write_submission(output_dir, task, benchmark, predictions, test_split):
             "Expected predictions, a dict {id: prediction}. "
             f"Received: {type(predictions).__name__}."
         )
-    expected = _expected_ids(task, examples)
-    expected_keys = {key for key, _, _ in expected}
-    problems = []
-    missing = [key for key, _, _ in expected if key not in predictions]
-    if missing:
-        problems.append(
-            f"{len(missing)} of {len(expected)} test ids have no prediction "
-            f"(first: {missing[:5]!r})."
-        )
-    unknown = [key for key in predictions if key not in expected_keys]
-    if unknown:
-        problems.append(
-            f"{len(unknown)} predictions are for ids the test split does not have "
-            f"(first: {unknown[:5]!r})."
-        )
-    for key, example, _ in expected:
-        if key in predictions:
-            problem = _prediction_problem(task, labels, predictions[key], example)
-            if problem:
-                problems.append(f"id {key!r}: {problem}.")
+    layout = _Layout(task, benchmark, labels)
+    expected = layout.expected(examples)
+    order = {key: position for position, key in enumerate(expected)}
+    records = sorted(
+        (
+            (f"id {key!r}", layout.key(key), layout.value(value, expected.get(layout.key(key))))
+            for key, value in predictions.items()
+        ),
+        key=lambda record: order.get(record[1], len(order)),
+    )
+    problems = layout.problems(records, expected) + _coverage_problems(records, expected, False)
     if problems:
         raise ValueError(
             f"Not writing {name}: the predictions do not fit {task.name}'s test split:\n  "
             + "\n  ".join(_summarise(problems))
         )
-    text = _submission_text(task, benchmark, predictions, expected)
+    if layout.field is None:
+        text = json.dumps({key: value for _, key, value in records}, ensure_ascii=False) + "\n"
+    else:
+        lines = (
+            json.dumps({"id": key, layout.field: value}, ensure_ascii=False)
+            for _, key, value in records
+        )
+        text = "\n".join(lines) + "\n"
     output_dir = pathlib.Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / name
-    write_atomically(path, lambda file: file.write(text))
-    logger.info("Wrote %s (%d predictions).", path, len(expected))
+    path = write_atomically(output_dir / name, lambda file: file.write(text))
+    logger.info("Wrote %s (%d predictions).", path, len(records))
     return path
-
-
-def _submission_text(task, benchmark, predictions, expected):
-    if task.kind == "span":
-        answers = {key: predictions[key] for key, _, _ in expected}
-        return json.dumps(answers, ensure_ascii=False) + "\n"
-    if task.kind == "idiom" and benchmark == "clue":
-        return json.dumps({key: int(predictions[key]) for key, _, _ in expected}) + "\n"
-    lines = []
-    for key, example, _ in expected:
-        value = predictions[key]
-        if task.kind == "classification":
-            record = {"id": key, "label": value}
-        elif task.kind == "multiple_choice":
-            record = {"id": str(key), "label": str(int(value))}
-        elif task.kind == "idiom":
-            record = {"id": key, "answer": int(value)}
-        else:
-            label = {}
-            for kind, start, end in sorted(value, key=lambda e: (int(e[1]), int(e[2]), e[0])):
-                start, end = int(start), int(end)
-                spans = label.setdefault(kind, {}).setdefault(example.text[start : end + 1], [])
-                if [start, end] not in spans:
-                    spans.append([start, end])
-            record = {"id": key, "label": label}
-        lines.append(json.dumps(record, ensure_ascii=False))
-    return "\n".join(lines) + "\n"
 
 
 # === Checking ===
@@ -442,86 +498,81 @@ def check_submission(path, task, benchmark, test_split=None):
         text = text[1:]
     if not text.strip():
         return problems + ["the file is empty"]
-    lines = not (task.kind == "span" or (task.kind == "idiom" and benchmark == "clue"))
-    if lines:
-        found, record_problems = _read_lines(task, labels, text)
-    else:
-        found, record_problems = _read_object(task, text)
-    problems += record_problems
-    if examples is not None and found is not None:
-        problems += _coverage_problems(task, found, examples, lines)
+    layout = _Layout(task, benchmark, labels)
+    read = _read_object if layout.field is None else _read_lines
+    records, read_problems = read(layout, text)
+    if records is None:
+        return _summarise(problems + read_problems)
+    expected = layout.expected(examples) if examples is not None else None
+    problems += sorted(read_problems + layout.problems(records, expected), key=_line_number)
+    if expected is not None:
+        problems += _coverage_problems(records, expected, in_order=layout.field is not None)
     return _summarise(problems)
 
 
+def _line_number(problem):
+    match = re.match(r"line (\d+):", problem)
+    return int(match.group(1)) if match else 0
+
+
 def _name_problems(name, task, benchmark, version):
-    versions = [version] if version else (VERSIONS if benchmark == "clue" else ("1.1",))
-    expected = []
-    for each in versions:
-        candidate = submission_file_name(task, benchmark, each)
-        if candidate not in expected:
-            expected.append(candidate)
+    expected = list(
+        dict.fromkeys(
+            submission_file_name(task, benchmark, each)
+            for each in ([version] if version else _versions(benchmark))
+        )
+    )
     if name in expected:
         return []
     message = (
-        f"file name {name!r} is not what {_benchmark_name(benchmark)} expects for {task.name}: "
-        f"{expected[0]!r}"
+        f"file name {name!r} is not what {_BENCHMARK_NAMES[benchmark]} expects for "
+        f"{task.name}: {expected[0]!r}"
     )
     if len(expected) > 1:
         message += f" (or {expected[1]!r} for CLUE 1.0's test file)"
     return [message]
 
 
-def _read_object(task, text):
-    """``({key: value}, problems)`` of a file that is one JSON object."""
-    problems = []
+def _read_object(layout, text):
+    """``([(where, key, value)], problems)`` of a file that is one JSON object."""
+    problems, records = [], []
 
     def pairs(items):
-        result = {}
+        keys = set()
         for key, value in items:
-            if key in result:
+            if key in keys:
                 problems.append(f"id {key!r} appears more than once")
-            result[key] = value
-        return result
+            keys.add(key)
+        return dict(items)
 
-    shape = "{'#idiom012345#': index}" if task.kind == "idiom" else "{question id: answer}"
+    shape = "{'#idiom012345#': index}" if layout.tags else "{question id: answer}"
+    name = layout.task.name
     try:
         document = json.loads(text, object_pairs_hook=pairs)
     except json.JSONDecodeError as error:
         if error.msg == "Extra data":
             return None, [
-                f"line {error.lineno}: a second JSON value; {task.name} expects ONE JSON object "
+                f"line {error.lineno}: a second JSON value; {name} expects ONE JSON object "
                 f"{shape} (not a record a line)"
             ]
         return None, [f"line {error.lineno}: not valid JSON ({error.msg})"]
     if not isinstance(document, dict):
         return None, [
-            f"expected ONE JSON object {shape} for {task.name}. Received: {type(document).__name__}"
+            f"expected ONE JSON object {shape} for {name}. Received: {type(document).__name__}"
         ]
     if set(document) in ({"id", "label"}, {"id", "answer"}):
         return None, [
-            f"the file holds one record {sorted(document)}; {task.name} expects ONE JSON object "
+            f"the file holds one record {sorted(document)}; {name} expects ONE JSON object "
             f"{shape} over all test ids"
         ]
-    for key, value in document.items():
-        if task.kind == "idiom":
-            if not _TAG.fullmatch(key):
-                problems.append(f"key {key!r} is not a blank tag like '#idiom012345#'")
-            if not _is_int(value):
-                problems.append(
-                    f"id {key!r}: the answer must be a candidate index (an int). "
-                    f"Received: {value!r:.40}"
-                )
-        elif not isinstance(value, str):
-            problems.append(f"id {key!r}: the answer must be a text. Received: {value!r:.40}")
-    return document, problems
+    records = [(f"id {key!r}", key, value) for key, value in document.items()]
+    return records, problems
 
 
-def _read_lines(task, labels, text):
-    """``({id: (line, value)}, problems)`` of a JSON-lines submission."""
-    field = "answer" if task.kind == "idiom" else "label"
-    found = {}
-    problems = []
-    order = []
+def _read_lines(layout, text):
+    """``([(where, key, value)], problems)`` of a file with a record a line."""
+    field = layout.field
+    records, problems, lines = [], [], {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -531,142 +582,22 @@ def _read_lines(task, labels, text):
             problems.append(f"line {number}: not valid JSON ({error.msg})")
             continue
         if not isinstance(record, dict):
-            if task.kind in ("span", "idiom"):
-                problems.append(f"line {number}: expected a JSON object")
-            else:
-                problems.append(
-                    f"line {number}: expected a JSON object {{'id': ..., '{field}': ...}}. "
-                    f"Received: {type(record).__name__}"
-                )
+            problems.append(
+                f"line {number}: expected a JSON object {{'id': ..., '{field}': ...}}. "
+                f"Received: {type(record).__name__}"
+            )
             continue
         missing = [name for name in ("id", field) if name not in record]
         if missing:
             problems.append(f"line {number}: missing {' and '.join(map(repr, missing))}")
             continue
-        key, value = record["id"], record[field]
-        if task.kind == "multiple_choice":
-            key = str(key)
-        if key in found:
-            problems.append(f"line {number}: id {key!r} repeats line {found[key][0]}")
+        key = layout.key(record["id"])
+        if key in lines:
+            problems.append(f"line {number}: id {key!r} repeats line {lines[key]}")
             continue
-        found[key] = (number, value)
-        order.append(key)
-        problem = _record_problem(task, labels, value)
-        if problem:
-            problems.append(f"line {number}: {problem}")
-    found = {key: found[key] for key in order}
-    return found, problems
-
-
-def _record_problem(task, labels, value):
-    """A problem with a record's value, judged without the test split."""
-    if task.kind == "classification":
-        return _label_problem(task, labels, value)
-    if task.kind == "multiple_choice":
-        if not isinstance(value, str):
-            return f"label {value!r} must be the choice index as a string, e.g. '{value}'"
-        if not value.isdigit():
-            return f"label {value!r} is not a choice index ('0', '1', ...)"
-        return None
-    if task.kind == "idiom":
-        if not _is_int(value):
-            return f"answer {value!r} must be a candidate index (an int)"
-        return None
-    # entity
-    if not isinstance(value, dict):
-        return (
-            f"label must be an object {{type: {{entity: [[start, end]]}}}}. Received: {value!r:.40}"
-        )
-    for kind, mentions in value.items():
-        if labels is not None and kind not in labels:
-            return f"entity type {kind!r} is not one of {task.name}'s types {_few(labels)}"
-        if not isinstance(mentions, dict):
-            return f"label[{kind!r}] must be an object {{entity: [[start, end]]}}"
-        for entity, spans in mentions.items():
-            if not isinstance(spans, list) or not all(
-                isinstance(span, list) and len(span) == 2 and all(map(_is_int, span))
-                for span in spans
-            ):
-                return f"label[{kind!r}][{entity!r}] must be a list of [start, end] pairs"
-            for start, end in spans:
-                if not 0 <= start <= end:
-                    return f"label[{kind!r}][{entity!r}]: span [{start}, {end}] has end < start"
-                if end - start + 1 != len(entity):
-                    return (
-                        f"label[{kind!r}][{entity!r}]: span [{start}, {end}] covers "
-                        f"{end - start + 1} characters, the entity {len(entity)} (end is inclusive)"
-                    )
-    return None
-
-
-def _coverage_problems(task, found, examples, lines):
-    """Problems that need the test split: coverage, order, ranges."""
-    expected = _expected_ids(task, examples)
-    if task.kind == "multiple_choice":
-        expected = [(str(key), example, blank) for key, example, blank in expected]
-    keys = [key for key, _, _ in expected]
-    expected_keys = set(keys)
-    problems = []
-    missing = [key for key in keys if key not in found]
-    unknown = [key for key in found if key not in expected_keys]
-    if missing and unknown and {str(k) for k in missing} == {str(k) for k in unknown}:
-        problems.append(
-            f"ids have the wrong type: the file has {unknown[0]!r} where the test file has "
-            f"{missing[0]!r} (write the test file's ids as they are)"
-        )
-    else:
-        if missing:
-            problems.append(
-                f"{len(missing)} of {len(keys)} test ids are missing (first: {missing[:5]!r})"
-            )
-        if unknown:
-            problems.append(
-                f"{len(unknown)} ids are not in the test split (first: {unknown[:5]!r})"
-            )
-    if lines and not missing and not unknown:
-        for position, (expected_key, found_key) in enumerate(zip(keys, found)):
-            if expected_key != found_key:
-                problems.append(
-                    f"line {found[found_key][0]}: records are not in the test file's order "
-                    f"(expected id {expected_key!r} at record {position}, found {found_key!r})"
-                )
-                break
-    for key, example, _ in expected:
-        if key not in found:
-            continue
-        value = found[key][1] if lines else found[key]
-        where = f"line {found[key][0]}" if lines else f"id {key!r}"
-        problem = None
-        if task.kind == "multiple_choice" and isinstance(value, str) and value.isdigit():
-            if int(value) >= len(example.choices):
-                problem = f"choice {value} is out of range: {len(example.choices)} choices"
-        elif task.kind == "idiom" and _is_int(value):
-            if not 0 <= value < len(example.candidates):
-                problem = f"candidate {value} is out of range: {len(example.candidates)} candidates"
-        elif task.kind == "entity" and isinstance(value, dict):
-            problem = _entity_text_problem(value, example.text)
-        if problem:
-            problems.append(f"{where}: {problem}")
-    return problems
-
-
-def _entity_text_problem(label, text):
-    for kind, mentions in label.items():
-        if not isinstance(mentions, dict):
-            return None  # reported already
-        for entity, spans in mentions.items():
-            for span in spans if isinstance(spans, list) else ():
-                if not (isinstance(span, list) and len(span) == 2 and all(map(_is_int, span))):
-                    continue
-                start, end = span
-                if end - start + 1 != len(entity):
-                    continue  # reported already
-                if text[start : end + 1] != entity or end >= len(text):
-                    return (
-                        f"{kind} entity {entity!r} at [{start}, {end}] does not match the text "
-                        f"({text[start : end + 1]!r} there)"
-                    )
-    return None
+        lines[key] = number
+        records.append((f"line {number}", key, record[field]))
+    return records, problems
 
 
 # === The zip ===
@@ -727,8 +658,7 @@ def build_submission_zip(files, zip_path):
     if not paths:
         raise ValueError("Expected at least one submission file. Received: files=[].")
     known = _all_names()
-    seen = {}
-    benchmarks = {}
+    seen, benchmarks = {}, {}
     for path in paths:
         if not path.is_file():
             raise FileNotFoundError(f"No such submission file: {os.fspath(path)}.")
@@ -743,8 +673,7 @@ def build_submission_zip(files, zip_path):
                 f"{os.fspath(path)}."
             )
         seen[path.name] = path
-        task, benchmark, _ = known[path.name]
-        benchmarks.setdefault(benchmark, path.name)
+        benchmarks.setdefault(known[path.name][1], path.name)
     if len(benchmarks) > 1:
         raise ValueError(
             "The files mix CLUE and FewCLUE submissions "

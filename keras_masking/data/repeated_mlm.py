@@ -4,9 +4,13 @@ import dataclasses
 
 import numpy as np
 
-from keras_masking.layers.state_expansion import check_token_id_list
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_int_list
+from keras_masking.utils.arguments import check_seed
+from keras_masking.utils.arguments import pop_renamed_argument
+from keras_masking.utils.eager_checks import check_integer_ids
+from keras_masking.utils.eager_checks import check_zero_one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,14 +35,22 @@ class RepeatedMLMBatch:
 
 
 def repeated_mlm(
-    token_ids, padding_mask, k, mask_rate, mask_token_id, special_token_ids=(), seed=None
+    token_ids,
+    padding_mask,
+    k,
+    mask_rate,
+    mask_token_id,
+    unselectable_token_ids=(),
+    seed=None,
+    **deprecated,
 ):
     """Repeats every token ``k`` times, then masks each copy at ``mask_rate``.
 
     Repetition keeps the share of unreal [MASK] tokens at ``p`` while the
     share of tokens whose meaning is lost (every copy masked) falls to
-    ``p^k``: the paper's way to tell the two effects apart. Special tokens
-    are repeated but never masked.
+    ``p^k``: the paper's way to tell the two effects apart. Each copy is
+    masked independently (so that the share is ``p^k``, not a count per
+    row). Unselectable tokens ([CLS], [SEP]) are repeated but never masked.
 
     Args:
         token_ids: int array ``(batch, L)``.
@@ -46,8 +58,11 @@ def repeated_mlm(
         k: int >= 1, copies per token.
         mask_rate: float in (0, 1), the per-copy masking probability ``p``.
         mask_token_id: int >= 0.
-        special_token_ids: ids never masked.
+        unselectable_token_ids: ids never masked (formerly
+            ``special_token_ids``).
         seed: int or None.
+        **deprecated: ``special_token_ids``, the old name of
+            ``unselectable_token_ids``.
 
     Raises:
         ValueError: for an argument of the wrong type or range, naming it.
@@ -57,43 +72,37 @@ def repeated_mlm(
 
     Example:
     >>> batch = repeated_mlm(np.array([[101, 5, 6, 102]]), np.ones((1, 4)), 2, 0.5, 103,
-    ...                      special_token_ids=(101, 102), seed=0)
+    ...                      unselectable_token_ids=(101, 102), seed=0)
     >>> batch.token_ids.shape
     (1, 8)
     """
+    unselectable_token_ids = pop_renamed_argument(
+        deprecated, "special_token_ids", "unselectable_token_ids", unselectable_token_ids
+    )
+    if deprecated:
+        raise TypeError(f"repeated_mlm() got unexpected keyword arguments {sorted(deprecated)}.")
     k = check_int("k", k, minimum=1)
     mask_rate = check_float("mask_rate", mask_rate, 0.0, 1.0, open_minimum=True, open_maximum=True)
     mask_token_id = check_int("mask_token_id", mask_token_id, minimum=0)
-    special_token_ids = check_token_id_list("special_token_ids", special_token_ids)
-    if seed is not None:
-        seed = check_int("seed", seed, minimum=0)
+    unselectable_token_ids = check_int_list(
+        "unselectable_token_ids", unselectable_token_ids, minimum=0
+    )
+    seed = check_seed("seed", seed)
     token_ids = np.asarray(token_ids)
     padding_mask = np.asarray(padding_mask)
-    if token_ids.dtype == bool or not np.issubdtype(token_ids.dtype, np.integer):
+    check_integer_ids("token_ids", token_ids)
+    if token_ids.ndim != 2 or token_ids.shape != padding_mask.shape:
         raise ValueError(
-            f"Expected an integer array for token_ids. Received: token_ids of dtype "
-            f"{token_ids.dtype}."
+            "Expected token_ids of shape (batch, sequence) and a padding_mask of the same "
+            f"shape. Received: token_ids.shape={token_ids.shape}, "
+            f"padding_mask.shape={padding_mask.shape}."
         )
-    if token_ids.ndim != 2:
-        raise ValueError(
-            f"Expected token_ids of shape (batch, sequence). Received: "
-            f"token_ids.shape={token_ids.shape}."
-        )
-    if token_ids.shape != padding_mask.shape:
-        raise ValueError(
-            f"Expected padding_mask of the shape of token_ids {token_ids.shape}. "
-            f"Received: padding_mask.shape={padding_mask.shape}."
-        )
-    if not np.isin(padding_mask.astype("float64"), (0.0, 1.0)).all():
-        bad = sorted(set(padding_mask[~np.isin(padding_mask.astype("float64"), (0, 1))].tolist()))
-        raise ValueError(
-            f"Expected padding_mask of 0s and 1s. Received values {bad[:10]} in padding_mask."
-        )
+    check_zero_one("padding_mask", padding_mask)
     padding_mask = padding_mask.astype(bool)
     rng = np.random.default_rng(seed)
     repeated = np.repeat(token_ids, k, axis=1)
     real = np.repeat(padding_mask, k, axis=1)
-    maskable = real & ~np.isin(repeated, special_token_ids)
+    maskable = real & ~np.isin(repeated, unselectable_token_ids)
     masked = maskable & (rng.random(repeated.shape) < mask_rate)
     ids = np.where(masked, mask_token_id, repeated)
     labels = np.where(masked, repeated, -1)

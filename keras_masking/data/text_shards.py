@@ -31,8 +31,10 @@ host ``shard_index`` reading every ``num_shards``-th file of the sorted list
 """
 
 import os
+import types
 
 from keras_masking.ops.embedding_correction import validate_masking_rates
+from keras_masking.ops.token_selection import select_tokens
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 
@@ -464,6 +466,23 @@ def _special_ids(tokenizer):
 
 
 # === Pipeline ===
+def _tensorflow_ops():
+    """TensorFlow's operations under `keras.ops`' names: `select_tokens` in a
+    `tf.data` pipeline, whatever the Keras backend."""
+    import tensorflow as tf
+
+    return types.SimpleNamespace(
+        cast=tf.cast,
+        sum=tf.reduce_sum,
+        floor=tf.floor,
+        round=tf.round,
+        minimum=tf.minimum,
+        maximum=tf.maximum,
+        where=tf.where,
+        argsort=tf.argsort,
+    )
+
+
 def _key(seed, purpose, index):
     """A stateless-RNG key: one stream per ``purpose`` and ``index``."""
     import tensorflow as tf
@@ -609,14 +628,14 @@ class _BertMasking:
         candidates = tf.cast(padding_mask, tf.bool)
         for special_id in self.special_ids:
             candidates &= token_ids != special_id
-        count = tf.reduce_sum(tf.cast(candidates, tf.float32), axis=1)
-        picks = tf.clip_by_value(
-            tf.round(self.mask_rate * count), tf.minimum(count, 1.0), float(self.max_predictions)
+        picked = select_tokens(
+            candidates,
+            self.mask_rate,
+            tf.random.stateless_uniform(shape, seeds[0]),
+            min_count=1,
+            max_count=self.max_predictions,
+            backend_ops=_tensorflow_ops(),
         )
-        noise = tf.random.stateless_uniform(shape, seeds[0])
-        score = tf.where(candidates, noise, 2.0)
-        rank = tf.argsort(tf.argsort(score, axis=1, stable=True), axis=1, stable=True)
-        picked = candidates & (tf.cast(rank, tf.float32) < picks[:, None])
         # Picked positions first, in order, then the others.
         positions = tf.range(length, dtype=tf.int32)[None, :]
         order = tf.argsort(tf.where(picked, positions, positions + length), axis=1, stable=True)

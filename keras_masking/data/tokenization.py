@@ -85,6 +85,10 @@ def bert_tokenizer(vocabulary, lowercase=True, case_folding="bert", **kwargs):
 def encode_texts(tokenizer, texts, sequence_length, second_texts=None):
     """Encodes texts (or text pairs) as ``[CLS] a [SEP] (b [SEP])`` arrays.
 
+    The tokens and the packing of `TransformerTextClassifierPreprocessor`
+    (keras-hub's `MultiSegmentPacker`, through `pack_segments`), as numpy
+    arrays for a whole corpus.
+
     Args:
         tokenizer: a keras-hub `BertTokenizer`.
         texts: list of strings.
@@ -95,10 +99,13 @@ def encode_texts(tokenizer, texts, sequence_length, second_texts=None):
     Returns:
         A dict of int32 numpy arrays ``token_ids``, ``segment_ids``,
         ``padding_mask``, each ``(len(texts), sequence_length)``.
-    """
-    import keras
-    import keras_hub
 
+    Example:
+    >>> tokenizer = bert_tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "好", "吗"])
+    >>> encode_texts(tokenizer, ["好吗"], 6, second_texts=["好"])["token_ids"].tolist()
+    [[2, 5, 6, 3, 5, 3]]
+    """
+    from keras_masking.models.transformer_text_classifier_preprocessor import pack_segments
     from keras_masking.utils.arguments import check_int
 
     # Everything is checked before the tokenizer runs: a bare string would be
@@ -107,30 +114,17 @@ def encode_texts(tokenizer, texts, sequence_length, second_texts=None):
     texts = _check_texts("texts", texts)
     minimum = 2 if second_texts is None else 3
     sequence_length = check_int("sequence_length", sequence_length, minimum=minimum)
+    segments = [texts]
     if second_texts is not None:
-        second_texts = _check_texts("second_texts", second_texts)
-        if len(second_texts) != len(texts):
+        segments.append(_check_texts("second_texts", second_texts))
+        if len(segments[1]) != len(texts):
             raise ValueError(
                 "Expected as many second_texts as texts. Received: "
-                f"len(texts)={len(texts)}, len(second_texts)={len(second_texts)}."
+                f"len(texts)={len(texts)}, len(second_texts)={len(segments[1])}."
             )
-    packer = keras_hub.layers.MultiSegmentPacker(
-        start_value=tokenizer.cls_token_id,
-        end_value=tokenizer.sep_token_id,
-        pad_value=tokenizer.pad_token_id,
-        sequence_length=sequence_length,
-    )
-    segments = [tokenizer(list(texts))]
-    if second_texts is not None:
-        segments.append(tokenizer(list(second_texts)))
-    token_ids, segment_ids = packer(tuple(segments))
-    token_ids = np.asarray(keras.ops.convert_to_numpy(token_ids), "int32")
-    segment_ids = np.asarray(keras.ops.convert_to_numpy(segment_ids), "int32")
-    return {
-        "token_ids": token_ids,
-        "segment_ids": segment_ids,
-        "padding_mask": (token_ids != tokenizer.pad_token_id).astype("int32"),
-    }
+    token_ids = [tokenizer(segment) for segment in segments]
+    token_ids = [ids.to_list() if hasattr(ids, "to_list") else ids for ids in token_ids]
+    return pack_segments(tokenizer, list(zip(*token_ids)), sequence_length)
 
 
 def _check_texts(name, texts):

@@ -14,6 +14,8 @@ from keras_masking.demo.settings import ENTITY_METHODS
 from keras_masking.demo.settings import MODEL_SIZES
 from keras_masking.demo.settings import SENTIMENT_METHODS
 from keras_masking.demo.settings import DemoSettings
+from keras_masking.utils.arguments import check_bool
+from keras_masking.utils.arguments import check_int
 from keras_masking.utils.xla_cpu import disable_xla_cpu_fusion_emitters
 
 logger = logging.getLogger(__name__)
@@ -39,7 +41,7 @@ class _Progress:
 
     def say(self, message):
         if self.verbose:
-            print(message, flush=True)
+            logger.info(message)
 
 
 def default_output_dir():
@@ -77,7 +79,9 @@ def run(output_dir=None, settings=None, quick=False, verbose=1, cache=None):
         settings: a `DemoSettings` (default: ``DemoSettings()``, or
             ``DemoSettings.quick()`` when ``quick``).
         quick: the small settings, when ``settings`` is None.
-        verbose: 1 progress bars and lines, 2 lines only, 0 silent.
+        verbose: 1 progress bars and lines, 2 lines only, 0 silent. The
+            lines go to the `logging` module (logger ``keras_masking.demo.pipeline``,
+            level INFO).
         cache: where pretrained encoders are kept (default: the user's cache
             folder, see `keras_masking.demo.pretraining.cache_folder`).
 
@@ -104,10 +108,8 @@ def run(output_dir=None, settings=None, quick=False, verbose=1, cache=None):
     from keras_masking.demo import corpus
 
     # Everything is checked before the output folder is made.
-    if not isinstance(quick, bool):
-        raise ValueError(f"Expected a bool for quick. Received: quick={quick!r}.")
-    if verbose not in (0, 1, 2) or isinstance(verbose, bool):
-        raise ValueError(f"Expected verbose in (0, 1, 2). Received: verbose={verbose!r}.")
+    check_bool("quick", quick)
+    check_int("verbose", verbose, minimum=0, maximum=2)
     if settings is None:
         settings = DemoSettings.quick() if quick else DemoSettings()
     if not isinstance(settings, DemoSettings):
@@ -328,5 +330,7 @@ def main(argv=None):
         if value is not None:
             overrides[field] = value
     settings = DemoSettings.quick(**overrides) if args.quick else DemoSettings(**overrides)
+    if not logging.getLogger().handlers:  # run as a command: show the progress lines
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
     run(args.output_dir, settings=settings, verbose=2 if args.quiet else 1)
     return 0

@@ -256,7 +256,7 @@ def pretrained_encoders(settings, corpora, tokenizer, say, progress=1, cache=Non
         settings: a `DemoSettings`.
         corpora: from `demo_corpora`.
         tokenizer: the demo's tokenizer.
-        say: a function printing one progress line.
+        say: a function that logs one progress line.
         progress: Keras ``verbose`` for the pretraining ``fit``.
         cache: the cache folder (default: `cache_folder()`).
 

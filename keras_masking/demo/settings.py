@@ -4,6 +4,8 @@ import dataclasses
 
 import keras
 
+from keras_masking.utils.arguments import check_bool
+from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_int
 
 MAX_SEED = 2**32 - 1  # numpy's largest seed
@@ -84,10 +86,7 @@ class DemoSettings:
     jit_compile: bool = True
 
     def __post_init__(self):
-        if self.model_size not in MODEL_SIZES:
-            raise ValueError(
-                f"Expected model_size in {sorted(MODEL_SIZES)}. Received: {self.model_size!r}."
-            )
+        check_choice("model_size", self.model_size, sorted(MODEL_SIZES))
         check_int("pretraining_steps", self.pretraining_steps, minimum=1)
         check_int("sequence_length", self.sequence_length, minimum=16, maximum=512)
         check_int("entity_length", self.entity_length, minimum=16, maximum=512)
@@ -100,8 +99,7 @@ class DemoSettings:
         # Runs take seeds seed ... seed + seeds - 1, and a seed seeds numpy
         # (`keras.utils.set_random_seed`): each must be below 2**32.
         check_int("seed", self.seed, minimum=0, maximum=MAX_SEED + 1 - self.seeds)
-        if not isinstance(self.jit_compile, bool):
-            raise ValueError(f"Expected jit_compile to be a bool. Received: {self.jit_compile!r}.")
+        check_bool("jit_compile", self.jit_compile)
         for name in ("sentiment_sizes", "entity_sizes"):
             sizes = tuple(getattr(self, name))
             if len(sizes) != 3:

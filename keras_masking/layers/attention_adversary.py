@@ -145,3 +145,29 @@ class AttentionAdversary(keras.layers.Layer):
             }
         )
         return config
+
+
+def attention_adversaries(layers, hidden_dim, alpha=1.0, noise=False, seed=None):
+    """One built `AttentionAdversary` per attacked layer, ``{index: adversary}``.
+
+    Args:
+        layers: the attacked layer indices.
+        hidden_dim: int, the encoder's hidden size.
+        alpha, noise: see `AttentionAdversary`.
+        seed: int or None; layer ``i``'s adversary gets ``seed + i``.
+
+    Example:
+    >>> sorted(attention_adversaries([0, 2], hidden_dim=8))
+    [0, 2]
+    """
+    adversaries = {}
+    for index in layers:
+        adversary = AttentionAdversary(
+            alpha=alpha,
+            noise=noise,
+            seed=None if seed is None else seed + index,
+            name=f"adversary_{index}",
+        )
+        adversary.build((None, None, hidden_dim))
+        adversaries[index] = adversary
+    return adversaries

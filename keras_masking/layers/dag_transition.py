@@ -3,14 +3,14 @@
 import math
 
 import keras
-import numpy as np
 from keras import ops
 
 from keras_masking.layers.initializers import bert_initializer
-from keras_masking.layers.state_expansion import check_integer_tensor
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import check_ids_in_range
-from keras_masking.utils.eager_checks import concrete_value
+from keras_masking.utils.eager_checks import check_integer_ids
+from keras_masking.utils.eager_checks import check_zero_one
+from keras_masking.utils.eager_checks import static_shape
 
 _NEGATIVE = -1e9
 
@@ -139,7 +139,7 @@ class DAGTransition(keras.layers.Layer):
         ):
             if value is None:
                 continue
-            other = tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
+            other = static_shape(value)
             batches = (shape[0], None, 1) if batch_one else (shape[0], None)
             if (
                 len(other) != 2
@@ -151,15 +151,9 @@ class DAGTransition(keras.layers.Layer):
                     f"{shape[1]} vertices). Received: {name}.shape={tuple(other)}."
                 )
         if slot_index is not None:
-            check_integer_tensor("slot_index", slot_index)
-        values = concrete_value(vertex_mask)
-        if values is not None and values.size:
-            bad = ~np.isin(np.asarray(values, "float64"), (0.0, 1.0))
-            if bad.any():
-                found = sorted(set(np.asarray(values)[bad].tolist()))[:10]
-                raise ValueError(
-                    f"Expected vertex_mask of 0s and 1s. Received values {found} in vertex_mask."
-                )
+            check_integer_ids("slot_index", slot_index)
+        if vertex_mask is not None:
+            check_zero_one("vertex_mask", vertex_mask)
 
     def call(self, hidden, vertex_mask=None, slot_index=None):
         self._check_inputs(hidden, vertex_mask, slot_index)

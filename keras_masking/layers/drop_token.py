@@ -1,7 +1,5 @@
 """DropToken: drop random tokens in training, keeping the others' positions."""
 
-import numbers
-
 import keras
 import numpy as np
 from keras import ops
@@ -14,47 +12,14 @@ from keras_masking.ops.token_dropping import kept_indices
 from keras_masking.ops.token_dropping import restore_full_length
 from keras_masking.ops.token_dropping import sample_keep_mask
 from keras_masking.ops.token_dropping import static_keep_length
+from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_int_list
+from keras_masking.utils.arguments import check_seed
+from keras_masking.utils.arguments import pop_renamed_argument
 from keras_masking.utils.eager_checks import concrete_value
 
 MODES = ("gather", "attention")
-
-
-def check_int_list(name, values):
-    """A sequence of integers >= 0 as a tuple of Python ints.
-
-    Args:
-        name: the argument's name in the message.
-        values: a list, tuple or 1D numpy array of integers (numpy integers
-            accepted; bool, floats, strings and a bare number refused).
-
-    Returns:
-        A tuple of Python ints, in the order given.
-
-    Example:
-
-    >>> check_int_list("protected_token_ids", [101, 102])
-    (101, 102)
-    """
-    if isinstance(values, np.ndarray) and values.ndim == 1:
-        values = values.tolist()
-    if isinstance(values, (str, bytes, dict, set)) or not isinstance(values, (list, tuple)):
-        raise ValueError(
-            f"Expected a list or tuple of integers >= 0 for {name}. Received: {name}={values!r}."
-        )
-    bad = [
-        value
-        for value in values
-        if isinstance(value, (bool, np.bool_))
-        or not isinstance(value, numbers.Integral)
-        or value < 0
-    ]
-    if bad:
-        raise ValueError(
-            f"Expected integers >= 0 in {name}. Received: {name}={values!r} "
-            f"(not integers >= 0: {bad[:5]!r})."
-        )
-    return tuple(int(value) for value in values)
 
 
 def _dtype_kind(tensor):
@@ -71,9 +36,10 @@ class DropToken(keras.layers.Layer):
     dropping; rotary and relative schemes read the returned position ids).
 
     Per example, real unprotected tokens are dropped at ``rate`` (stochastic
-    rounding; one is kept when the slots have room for it); padding is
-    dropped before real tokens; protected tokens ([CLS], [SEP], or positions
-    you name) are never dropped. The random scores that choose the tokens are
+    rounding, by `keras_masking.ops.select_tokens`; one is kept when the
+    slots have room for it); padding is dropped before real tokens;
+    unselectable tokens ([CLS], [SEP]) and protected positions are never
+    dropped. The random scores that choose the tokens are
     float32 under every dtype policy, so mixed precision keeps the same
     tokens as float32.
 
@@ -85,7 +51,7 @@ class DropToken(keras.layers.Layer):
       original indices and the full-length keep mask (to restore outputs).
       When the protected tokens fill the slots, the row keeps just them.
       A row whose protected tokens alone outnumber the slots (more than a
-      share ``1 - rate`` of the sequence, counting ``protected_token_ids``)
+      share ``1 - rate`` of the sequence, counting ``unselectable_token_ids``)
       cannot be gathered: an eager call raises a ValueError; a compiled step,
       which cannot raise, returns NaN hidden states for that row so that the
       loss shows it (its ``keep_mask`` then marks only the tokens gathered).
@@ -97,8 +63,8 @@ class DropToken(keras.layers.Layer):
     Args:
         rate: float in [0, 1), the share of droppable tokens to drop (numpy
             scalars accepted).
-        protected_token_ids: list or tuple of ids never dropped (e.g.
-            ``(101, 102)``).
+        unselectable_token_ids: list or tuple of ids never dropped (e.g.
+            ``(101, 102)``; formerly ``protected_token_ids``).
         protected_positions: list or tuple of positions never dropped (e.g.
             ``(0,)``).
         mode: ``"gather"`` or ``"attention"``.
@@ -113,7 +79,7 @@ class DropToken(keras.layers.Layer):
         hidden: float ``(batch, sequence, dim)``, embeddings after positions.
         padding_mask: 0/1 or bool ``(batch, sequence)``.
         token_ids: int ``(batch, sequence)``; needed for
-            ``protected_token_ids``.
+            ``unselectable_token_ids``.
         position_ids: int ``(batch or 1, sequence)`` (or ``(batch or 1,
             sequence, 2)`` for 2D rotary positions), or None (``0..L-1``).
         training: bool. Identity when False.
@@ -135,29 +101,37 @@ class DropToken(keras.layers.Layer):
     def __init__(
         self,
         rate,
-        protected_token_ids=(),
+        unselectable_token_ids=(),
         protected_positions=(),
         mode="gather",
         seed=None,
         slot_multiple=8,
         **kwargs,
     ):
+        unselectable_token_ids = pop_renamed_argument(
+            kwargs, "protected_token_ids", "unselectable_token_ids", unselectable_token_ids
+        )
         rate = check_drop_rate(rate)
-        protected_token_ids = check_int_list("protected_token_ids", protected_token_ids)
-        protected_positions = check_int_list("protected_positions", protected_positions)
-        if not isinstance(mode, str) or mode not in MODES:
-            raise ValueError(f"Expected mode in {MODES}. Received: mode={mode!r}.")
-        if seed is not None:
-            seed = check_int("seed", seed, minimum=0)
+        unselectable_token_ids = check_int_list(
+            "unselectable_token_ids", unselectable_token_ids, minimum=0
+        )
+        protected_positions = check_int_list("protected_positions", protected_positions, minimum=0)
+        mode = check_choice("mode", mode, MODES)
+        seed = check_seed("seed", seed)
         slot_multiple = check_int("slot_multiple", slot_multiple, minimum=1)
         super().__init__(**kwargs)
         self.rate = rate
         self.slot_multiple = slot_multiple
-        self.protected_token_ids = protected_token_ids
+        self.unselectable_token_ids = unselectable_token_ids
         self.protected_positions = protected_positions
         self.mode = mode
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
+
+    @property
+    def protected_token_ids(self):
+        """Deprecated name of ``unselectable_token_ids``."""
+        return self.unselectable_token_ids
 
     def set_rate(self, rate):
         """Changes the drop rate (takes effect at the next trace of a step).
@@ -200,8 +174,8 @@ class DropToken(keras.layers.Layer):
             positions = ops.arange(length, dtype="int32")[None, :]
             for position in self.protected_positions:
                 protected = protected | (positions == position)
-        if self.protected_token_ids:
-            for token in self.protected_token_ids:
+        if self.unselectable_token_ids:
+            for token in self.unselectable_token_ids:
                 protected = protected | (token_ids == token)
         return protected & real
 
@@ -238,10 +212,10 @@ class DropToken(keras.layers.Layer):
                     f"Expected integer token_ids. Received: token_ids of dtype "
                     f"{_dtype_kind(token_ids)}."
                 )
-        elif self.protected_token_ids and training and self.rate:
+        elif self.unselectable_token_ids and training and self.rate:
             raise ValueError(
-                "DropToken needs token_ids to protect protected_token_ids="
-                f"{self.protected_token_ids}. Received: token_ids=None."
+                "DropToken needs token_ids to protect unselectable_token_ids="
+                f"{self.unselectable_token_ids}. Received: token_ids=None."
             )
         if position_ids is not None:
             shape = tuple(position_ids.shape)
@@ -341,8 +315,8 @@ class DropToken(keras.layers.Layer):
             row = int(np.argmax(counts))
             raise ValueError(
                 f"Row {row} has {int(counts[row])} protected tokens but gather mode keeps only "
-                f"{keep_length} of its {length} tokens at rate={self.rate} (protected_token_ids="
-                f"{self.protected_token_ids}, protected_positions={self.protected_positions}). "
+                f"{keep_length} of its {length} tokens at rate={self.rate} (unselectable_token_ids"
+                f"={self.unselectable_token_ids}, protected_positions={self.protected_positions}). "
                 "Expected at most as many protected tokens as kept slots: lower the rate, raise "
                 "slot_multiple, protect fewer ids, or use mode='attention'."
             )
@@ -378,7 +352,7 @@ class DropToken(keras.layers.Layer):
         config.update(
             {
                 "rate": self.rate,
-                "protected_token_ids": list(self.protected_token_ids),
+                "unselectable_token_ids": list(self.unselectable_token_ids),
                 "protected_positions": list(self.protected_positions),
                 "mode": self.mode,
                 "seed": self.seed,
@@ -386,6 +360,13 @@ class DropToken(keras.layers.Layer):
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if "protected_token_ids" in config:  # saved before the rename
+            config["unselectable_token_ids"] = config.pop("protected_token_ids")
+        return cls(**config)
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")

@@ -1,36 +1,13 @@
 """P-tuning v2's trainable per-layer key/value prefixes, and its shared prefix MLP."""
 
 import keras
-import numpy as np
 from keras import ops
 
 from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import bert_initializer
+from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
-
-
-def _check_bool(name, value):
-    """Returns ``value`` as a Python bool, or raises a ValueError naming it.
-
-    Python and numpy booleans are accepted; numbers (even 0 and 1) and
-    strings are not.
-
-    Args:
-        name: the argument's name in the message.
-        value: the value received.
-
-    Returns:
-        ``bool(value)``.
-
-    Example:
-
-    >>> _check_bool("reparameterize", True)
-    True
-    """
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    raise ValueError(f"Expected True or False for {name}. Received: {name}={value!r}.")
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -170,7 +147,7 @@ class KeyValuePrefix(keras.layers.Layer):
         num_heads = check_int("num_heads", num_heads, minimum=1)
         head_dim = check_int("head_dim", head_dim, minimum=1)
         dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
-        reparameterize = _check_bool("reparameterize", reparameterize)
+        reparameterize = check_bool("reparameterize", reparameterize)
         hidden_units = check_int("hidden_units", hidden_units, minimum=1)
         if isinstance(encoder, dict):
             encoder = keras.saving.deserialize_keras_object(encoder)
@@ -297,7 +274,7 @@ def key_value_prefixes(
     num_heads = check_int("num_heads", num_heads, minimum=1)
     head_dim = check_int("head_dim", head_dim, minimum=1)
     dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
-    reparameterize = _check_bool("reparameterize", reparameterize)
+    reparameterize = check_bool("reparameterize", reparameterize)
     hidden_units = check_int("hidden_units", hidden_units, minimum=1)
     encoder = None
     if reparameterize:

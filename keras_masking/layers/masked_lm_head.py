@@ -119,27 +119,16 @@ class MaskedLMHead(keras.layers.Layer):
         self.output_bias = self.add_weight(
             shape=(vocabulary_size,), initializer="zeros", autocast=False, name="output_bias"
         )
-        self.output_row_scale = self.add_weight(
-            shape=(vocabulary_size,),
-            initializer="ones",
-            trainable=False,
-            autocast=False,
-            name="output_row_scale",
-        )
-        self.output_row_shift_weight = self.add_weight(
-            shape=(vocabulary_size,),
-            initializer="zeros",
-            trainable=False,
-            autocast=False,
-            name="output_row_shift_weight",
-        )
-        self.output_shift = self.add_weight(
-            shape=(hidden_dim,),
-            initializer="zeros",
-            trainable=False,
-            autocast=False,
-            name="output_shift",
-        )
+        # The compensation of a corrected embedding table (identity by default).
+        for name, size, initializer in (
+            ("output_row_scale", vocabulary_size, "ones"),
+            ("output_row_shift_weight", vocabulary_size, "zeros"),
+            ("output_shift", hidden_dim, "zeros"),
+        ):
+            weight = self.add_weight(
+                shape=(size,), initializer=initializer, trainable=False, autocast=False, name=name
+            )
+            setattr(self, name, weight)
         self.built = True
 
     def keep_original_output_rows(self, row_scale, row_shift_weight, shift):

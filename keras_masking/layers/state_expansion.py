@@ -1,117 +1,39 @@
 """ExLM's state expansion: every [MASK] (and [CLS]/[SEP]) becomes k slots."""
 
-import numbers
+import math
 
 import keras
-import numpy as np
 from keras import ops
 
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
-from keras_masking.utils.eager_checks import concrete_value
+from keras_masking.utils.arguments import check_int_list
+from keras_masking.utils.eager_checks import check_integer_ids
+from keras_masking.utils.eager_checks import check_zero_one
+from keras_masking.utils.eager_checks import static_shape
 
 
-def check_token_id_list(name, token_ids, vocabulary_size=None):
-    """Returns ``token_ids`` as a tuple of Python ints, or raises a ValueError.
-
-    Args:
-        name: the argument's name in the message.
-        token_ids: a list, tuple or 1D array of integer ids.
-        vocabulary_size: exclusive upper bound of the ids, or None.
-
-    Returns:
-        A tuple of ints.
-
-    Example:
-    >>> check_token_id_list("special_token_ids", (101, np.int64(102)))
-    (101, 102)
-    """
-    if isinstance(token_ids, (str, bytes, numbers.Number)) or not hasattr(token_ids, "__iter__"):
+def _check_inputs(token_ids, padding_mask, expand_mask):
+    """Integer ``(batch, L)`` ids with a static ``L``, a 0/1 mask (and an
+    expand mask) of their shape; values when concrete."""
+    check_integer_ids("token_ids", token_ids)
+    shape = static_shape(token_ids)
+    if len(shape) != 2 or shape[1] is None:
         raise ValueError(
-            f"Expected a list of integer token ids for {name}. Received: {name}={token_ids!r}."
+            "Expected token_ids of shape (batch, sequence) with a static sequence length (the "
+            f"expanded length is static). Received: token_ids.shape={shape}."
         )
-    values = tuple(token_ids)
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ValueError(
-                f"Expected a list of integer token ids for {name}. Received: {name}={token_ids!r}."
-            )
-    values = tuple(int(value) for value in values)
-    for value in values:
-        if value < 0 or (vocabulary_size is not None and value >= vocabulary_size):
-            bound = "0 or more" if vocabulary_size is None else f"in [0, {vocabulary_size})"
-            raise ValueError(f"Expected token ids {bound} for {name}. Received: {name}={values}.")
-    return values
-
-
-def check_integer_tensor(name, value):
-    """Raises a ValueError unless ``value`` holds integers (not bool, not float).
-
-    Args:
-        name: the argument's name in the message.
-        value: a tensor, numpy array or (nested) list.
-
-    Example:
-    >>> check_integer_tensor("token_ids", np.array([[101, 7, 102]]))
-    """
-    dtype = getattr(value, "dtype", None)
-    if dtype is None:
-        dtype = np.asarray(value).dtype
-    dtype = keras.backend.standardize_dtype(dtype)
-    if "int" not in dtype:
-        raise ValueError(
-            f"Expected an integer tensor for {name}. Received: {name} of dtype {dtype}."
-        )
-
-
-def check_sequence_inputs(token_ids, padding_mask, others=(), static_length=True):
-    """Checks ``(batch, L)`` token ids and a 0/1 padding mask of the same shape.
-
-    Shapes and dtypes are checked in every call; the mask's values when they
-    are concrete (eager calls).
-
-    Args:
-        token_ids: integer ``(batch, L)``.
-        padding_mask: 0/1 ``(batch, L)`` (int, bool or float).
-        others: ``(name, tensor or None)`` pairs that must have the same shape.
-        static_length: whether ``L`` must be known when tracing.
-
-    Example:
-    >>> check_sequence_inputs(np.array([[101, 7, 102]]), np.array([[1, 1, 2]]))
-    Traceback (most recent call last):
-    ...
-    ValueError: Expected padding_mask of 0s and 1s. Received values [2] in padding_mask.
-    """
-    check_integer_tensor("token_ids", token_ids)
-    shape = tuple(ops.shape(token_ids)) if not hasattr(token_ids, "shape") else token_ids.shape
-    if len(shape) != 2:
-        raise ValueError(
-            f"Expected token_ids of shape (batch, sequence). Received: token_ids.shape={shape}."
-        )
-    if static_length and shape[1] is None:
-        raise ValueError(
-            "Expected token_ids with a static sequence length (the expanded length is "
-            f"static). Received: token_ids.shape={shape}."
-        )
-    for name, value in (("padding_mask", padding_mask),) + tuple(others):
-        if value is None:
-            continue
-        other = tuple(np.shape(value)) if not hasattr(value, "shape") else tuple(value.shape)
-        if len(other) != 2 or any(
-            a is not None and b is not None and a != b for a, b in zip(other, shape)
+    for name, value in (("padding_mask", padding_mask), ("expand_mask", expand_mask)):
+        other = None if value is None else static_shape(value)
+        if other is not None and (
+            len(other) != 2
+            or any(a is not None and b is not None and a != b for a, b in zip(other, shape))
         ):
             raise ValueError(
-                f"Expected {name} of the shape of token_ids {tuple(shape)}. "
+                f"Expected {name} of the shape of token_ids {shape}. "
                 f"Received: {name}.shape={other}."
             )
-    values = concrete_value(padding_mask)
-    if values is not None and values.size:
-        bad = ~np.isin(np.asarray(values, "float64"), (0.0, 1.0))
-        if bad.any():
-            found = sorted(set(np.asarray(values)[bad].tolist()))[:10]
-            raise ValueError(
-                f"Expected padding_mask of 0s and 1s. Received values {found} in padding_mask."
-            )
+    check_zero_one("padding_mask", padding_mask)
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -182,7 +104,7 @@ class StateExpansion(keras.layers.Layer):
     ):
         k = check_int("k", k, minimum=1)
         mask_token_id = check_int("mask_token_id", mask_token_id, minimum=0)
-        expand_token_ids = check_token_id_list("expand_token_ids", expand_token_ids)
+        expand_token_ids = check_int_list("expand_token_ids", expand_token_ids, minimum=0)
         if max_expanded_tokens is not None:
             max_expanded_tokens = check_int("max_expanded_tokens", max_expanded_tokens, minimum=0)
         if mask_rate is not None:
@@ -205,7 +127,7 @@ class StateExpansion(keras.layers.Layer):
         if self.max_expanded_tokens is not None:
             most = self.max_expanded_tokens
         elif self.mask_rate is not None:
-            most = int(np.ceil(self.mask_rate * length)) + 3
+            most = math.ceil(self.mask_rate * length) + 3
         else:
             most = length
         return min(most, length)
@@ -222,7 +144,7 @@ class StateExpansion(keras.layers.Layer):
         return expanded
 
     def call(self, token_ids, padding_mask, expand_mask=None):
-        check_sequence_inputs(token_ids, padding_mask, (("expand_mask", expand_mask),))
+        _check_inputs(token_ids, padding_mask, expand_mask)
         token_ids = ops.cast(token_ids, "int32")
         real = ops.cast(padding_mask, "bool")
         length = token_ids.shape[1]

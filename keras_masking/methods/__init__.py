@@ -1,4 +1,10 @@
-"""The "apply to a model" functions of each method."""
+"""Method mechanisms and helpers.
+
+Each fine-tuning method is turned on by one call on the model
+(``backbone.enable_drop_token(...)``, ``classifier.enable_asa(...)``...);
+the functions `with_drop_token`, `with_asa`, `fl_tune`, `prefix_tune`,
+`merge_fl` and `unmerge_fl` are deprecated spellings kept for one release.
+"""
 
 from keras_masking.methods.adapters import AdapterSet
 from keras_masking.methods.adapters import load_adapter
@@ -14,6 +20,8 @@ from keras_masking.methods.drop_token import with_drop_token
 from keras_masking.methods.fl_tuning import add_ffn_parameter_count
 from keras_masking.methods.fl_tuning import fl_tune
 from keras_masking.methods.fl_tuning import merge_fl
+from keras_masking.methods.fl_tuning import model_backbone
+from keras_masking.methods.fl_tuning import prefix_tune
 from keras_masking.methods.fl_tuning import unmerge_fl
 from keras_masking.methods.mlm_embedding_correction import MLMEmbeddingCorrection
 from keras_masking.methods.mlm_embedding_correction import correct_mlm_embeddings
@@ -24,5 +32,4 @@ from keras_masking.methods.mlm_model_average import mlm_model_average
 from keras_masking.methods.mlm_model_average import sample_mlm_maskings
 from keras_masking.methods.parameter_report import ParameterReport
 from keras_masking.methods.parameter_report import parameter_report
-from keras_masking.methods.prefix_tuning import prefix_tune
 from keras_masking.methods.token_embedding_lookup import find_token_embedding

@@ -8,18 +8,16 @@ it changes the model, and puts the model back if assigning fails, so a file
 either loads completely or not at all.
 """
 
-import contextlib
 import json
 import os
-import uuid
 import zipfile
 import zlib
 
 import keras
 import numpy as np
 
-from keras_masking.methods.backbone_surgery import transformer_backbones
-from keras_masking.methods.fl_tuning import _unchanged_on_error
+from keras_masking.methods.fl_tuning import model_backbone
+from keras_masking.utils.files import write_atomically
 
 ADAPTER_FORMAT = "keras_masking.adapter"
 ADAPTER_VERSION = 2
@@ -92,7 +90,7 @@ def load_adapter(model, path):
     keras_masking.methods.load_adapter(fresh, "tnews.npz")  # 'tnews'
     ```
     """
-    backbone = _single_backbone(model)
+    backbone = model_backbone(model)
     description, arrays = read_adapter(path)
     _load_into(model, backbone, description, arrays, _input_path(path))
     return description.get("name")
@@ -185,7 +183,7 @@ class AdapterSet:
     """
 
     def __init__(self, model):
-        self.backbone = _single_backbone(model)
+        self.backbone = model_backbone(model)
         self.model = model
         self._adapters = {}
         self.active = None
@@ -286,17 +284,11 @@ def _output_path(path):
 def _write_adapter(path, description, arrays):
     """Writes one adapter archive under a temporary name, then renames it."""
     numbered = {f"v{i}": value for i, value in enumerate(arrays)}
-    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
-    try:
-        with open(temporary, "xb") as file:
-            np.savez(file, __adapter__=np.array(json.dumps(description)), **numbered)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
+
+    def write(file):
+        np.savez(file, __adapter__=np.array(json.dumps(description)), **numbered)
+
+    write_atomically(path, write, mode="wb")
     return path
 
 
@@ -392,13 +384,6 @@ def _is_name_and_shape(entry):
     )
 
 
-def _single_backbone(model):
-    backbones = transformer_backbones(model)
-    if len(backbones) != 1:
-        raise ValueError(f"Adapters need exactly one backbone; this model has {len(backbones)}.")
-    return backbones[0]
-
-
 def _adapter_variables(model, backbone):
     """Attachment variables (by layer, each shared one once) then the head's."""
     tuned, seen = [], set()
@@ -423,10 +408,12 @@ def _leaf(variable):
 
 
 def _adapter_state(model):
-    backbone = _single_backbone(model)
+    backbone = model_backbone(model)
     attachments = (backbone.add_ffn, backbone.key_value_prefix, backbone.add_attention_units)
     if all(attachment is None for attachment in attachments):
-        raise ValueError("This model has no adapter: call keras_masking.fl_tune or prefix_tune.")
+        raise ValueError(
+            "This model has no adapter: call model.enable_fl_tuning() or enable_prefix_tuning()."
+        )
     variables = _adapter_variables(model, backbone)
     description = {
         "format": ADAPTER_FORMAT,
@@ -466,7 +453,7 @@ def _load_into(model, backbone, description, arrays, source):
     """Attaches what the adapter needs and assigns its arrays, all or nothing."""
     _check_fits(backbone, model, description, source)
     before = _adapter_variables(model, backbone)
-    with _unchanged_on_error([backbone], variables=before):
+    with backbone.restore_on_error(variables=before):
         attached = False
         for key, attach in (
             ("add_ffn", backbone.attach_add_ffn),

@@ -2,49 +2,28 @@
 
 import copy
 import logging
+import warnings
 
 import keras
-from keras import ops
 
-from keras_masking.distribution.replicas import gather_replicas
-from keras_masking.distribution.replicas import replica_share
-from keras_masking.layers.attention_adversary import AttentionAdversary
+from keras_masking.layers.attention_adversary import attention_adversaries
 from keras_masking.losses.asa_divergence import ASA_TASKS
-from keras_masking.losses.asa_divergence import asa_divergence
-from keras_masking.methods.asa_encoders import adversarial_encoder_call
-from keras_masking.methods.asa_encoders import find_asa_encoder
+from keras_masking.methods.drop_token import DropTokenEncoder
+from keras_masking.models.asa_objective import TOKEN_DIVERGENCES
+from keras_masking.models.asa_objective import ASAObjective
+from keras_masking.models.asa_objective import masked_fraction  # noqa: F401 (public)
+from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.ops.attention_masks import validate_mask_semantics
+from keras_masking.utils.arguments import check_bool
+from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
-from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_seed
 
-_TRAINING_KEYS = ("adversarial", "clean", "masks", "padding_mask")
-TOKEN_DIVERGENCES = ("all", "real")
 _LOGGER = logging.getLogger(__name__)
 
 
-def masked_fraction(mask, padding_mask):
-    """Share of real query/key pairs an adversary masked, and their count.
-
-    Args:
-        mask: float ``(batch, query, key)``, 1 kept, 0 masked.
-        padding_mask: 0/1 ``(batch, sequence)``.
-
-    Returns:
-        ``(fraction, pairs)``, two float32 scalars.
-    """
-    real = ops.cast(padding_mask, "float32")
-    pairs = real[:, :, None] * real[:, None, :]
-    count = ops.sum(pairs)
-    masked = ops.sum((1.0 - ops.cast(mask, "float32")) * pairs)
-    return masked / ops.maximum(count, 1.0), count
-
-
-def _is_training_output(y_pred):
-    return isinstance(y_pred, dict) and tuple(sorted(y_pred)) == _TRAINING_KEYS
-
-
 @keras.saving.register_keras_serializable(package="keras_masking")
-class ASATrainer(keras.Model):
+class ASATrainer(ASAObjective, keras.Model):
     """Fine-tunes a user's task model with adversarial self-attention (ASA).
 
     Wu et al. (2023), "Adversarial Self-Attention for Language
@@ -63,74 +42,65 @@ class ASATrainer(keras.Model):
     ``task_loss + D``. ``rows`` is the encoder's batch (``B x choices`` for
     multiple choice); padded query rows count, as in the official code.
 
-    Why a trainer model: ASA changes the training step, not the function the
-    model computes. `ASATrainer` is the model you ``compile`` and ``fit``;
-    ``training=False`` calls (``predict``, ``evaluate``) are the task model
-    itself, bit for bit and at the same cost, and the adversaries belong to
-    the trainer only, so ``task_model.save(...)`` (or `inference_model`)
-    holds no adversary weight while ``trainer.save(...)`` keeps them to
-    resume training. The adversarial pass is a second functional graph built
-    once from the task model's own layers (``keras.models.clone_model`` with
-    the layers shared), so the user's head, pooling and reshapes (multiple
-    choice) are reused as they are.
+    This is how a user's own head on a `TransformerBackbone` trains with
+    ASA: turn it on with ``backbone.enable_asa(tau=...)`` (the backbone
+    holds the setting and the adversaries, so the task model saves and
+    loads with them), then ``ASATrainer(task_model)`` is the model to
+    ``compile`` and ``fit``; its settings come from the backbone. A
+    `TransformerTextClassifier` needs no trainer: it trains with ASA itself.
+    On a backbone without ``enable_asa`` the trainer makes its own
+    adversaries from its arguments (and ``task_model.save`` then holds
+    none). ``training=False`` calls (``predict``, ``evaluate``) are the
+    task model itself. The adversarial pass is a second functional graph
+    built once from the task model's own layers (``keras.models.clone_model``
+    with the layers shared), so the user's head, pooling and reshapes
+    (multiple choice) are reused as they are.
 
     The ``loss`` in the progress bar is ``task_loss + D``, the value the
-    official scripts log; ``mask_term`` is ``tau^2 * kept units / rows``
-    (the objective is their sum); ``divergence`` is ``D``; and
-    ``masked_fraction_<layer>`` is the share of real query/key pairs the
-    adversary of that layer masked (the paper's diagnostic: see
+    official scripts log; ``mask_term`` is ``tau^2 * kept units / rows``;
+    ``divergence`` is ``D``; and ``masked_fraction_<layer>`` is the share of
+    real query/key pairs the adversary of that layer masked (see
     `plot_masked_fractions`). Evaluation reports the compiled metrics only.
 
     The divergence ``D`` follows the task kind, as the official scripts:
-    symmetric KL of the softmaxes with PyTorch's ``batchmean`` (the sum over
-    every axis but the batch, divided by the batch): per example for
-    classification and multiple choice, SUMMED over positions for token
+    symmetric KL of the softmaxes with PyTorch's ``batchmean``: per example
+    for classification and multiple choice, SUMMED over positions for token
     classification; for regression (one output) the softmax is over the
-    batch (`keras_masking.losses.batch_softmax_divergence`), the global batch
-    when data-parallel (see `divergence`); a batch of one row makes it 0 and
-    logs a warning. A head with no official divergence (span or pointer
-    logits, several outputs) needs ``divergence=``.
+    (global) batch (`keras_masking.losses.batch_softmax_divergence`); a
+    batch of one row makes it 0 and logs a warning. A head with no official
+    divergence (span or pointer logits, several outputs) needs
+    ``divergence=``.
 
     Args:
         task_model: a functional Keras model (``keras.Model(inputs, outputs)``
             or a keras-hub task) that calls a `TransformerBackbone` once, or a
-            DropToken encoder in ``mode="attention"``; its outputs are logits
+            `DropTokenEncoder` in ``mode="attention"``; its outputs are logits
             (predictions for regression).
-        tau: finite float >= 0, the mask penalty's temperature (0.5
-            officially).
-        layers: layer indices to attack, or None for every layer (official).
-        alpha: finite float >= 0, the gradient reversal's strength (1
-            officially).
+        tau, layers, alpha, mask_semantics, noise, seed: see
+            `TransformerBackbone.enable_asa`; used only when the backbone has
+            no ASA setting of its own.
         task: ``"auto"`` (from the output shape: ``(B, 1)`` regression,
             ``(B, C)`` classification or multiple choice, ``(B, T, C)`` token
             classification), or one of `keras_masking.losses.ASA_TASKS`.
         divergence: None, or a callable ``(clean_outputs,
             adversarial_outputs) -> scalar`` that replaces the task kind's
             divergence (required for span or pointer heads).
-        mask_semantics: ``"replace"`` (official ``bert.py``: masked logits
-            become exactly -10000, a fully masked query row attends uniformly
-            to all keys), ``"additive"`` (``roberta.py``: the mask is added to
-            the logits) or ``"guarded"`` (replace, but a fully masked row
-            attends uniformly to the real keys; not official).
-        noise: bool. True adds real logistic noise before each adversary's
-            step (a deviation; the official noise cancels).
-        token_divergence: ``"all"`` (official: every position, padding and
-            special tokens included) or ``"real"`` (real tokens only, a
-            deviation) for token classification.
-        seed: int or None, for ``noise``.
+        token_divergence: ``"all"`` (official: every position) or ``"real"``
+            (real tokens only, a deviation) for token classification.
         **kwargs: `keras.Model` arguments (``name``).
 
     Example:
     ```python
+    backbone.enable_asa(tau=0.5)
     outputs = backbone(backbone.input)
     logits = keras.layers.Dense(2)(outputs["pooled_output"])
     classifier = keras.Model(backbone.input, logits)
-    trainer = keras_masking.with_asa(classifier, tau=0.5)
+    trainer = keras_masking.methods.ASATrainer(classifier)
     trainer.compile(optimizer=keras.optimizers.AdamW(1e-5),
                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                     metrics=["accuracy"], jit_compile=True)
     trainer.fit(features, labels, epochs=3)
-    classifier.predict(features)  # the clean model, no adversary
+    classifier.predict(features)  # the clean model
     ```
     """
 
@@ -151,58 +121,49 @@ class ASATrainer(keras.Model):
         super().__init__(**kwargs)
         check_float("tau", tau, minimum=0.0)
         check_float("alpha", alpha, minimum=0.0)
-        if not isinstance(noise, bool):
-            raise ValueError(f"Expected True or False for noise. Received: noise={noise!r}.")
-        if seed is not None:
-            check_int("seed", seed, minimum=0)
+        check_bool("noise", noise)
+        check_seed("seed", seed)
         validate_mask_semantics(mask_semantics)
-        if task != "auto" and task not in ASA_TASKS:
-            raise ValueError(
-                f"`task` must be 'auto' or one of {ASA_TASKS}. Received: task={task!r}"
-            )
+        check_choice("task", task, ("auto",) + tuple(ASA_TASKS))
         if divergence is not None and not callable(divergence):
-            raise ValueError(f"`divergence` must be None or a callable. Received: {divergence!r}")
-        if token_divergence not in TOKEN_DIVERGENCES:
             raise ValueError(
-                f"`token_divergence` must be one of {TOKEN_DIVERGENCES}. "
-                f"Received: token_divergence={token_divergence!r}"
+                f"Expected None or a callable for divergence. Received: divergence={divergence!r}."
             )
-        encoder, backbone = find_asa_encoder(task_model)
+        check_choice("token_divergence", token_divergence, TOKEN_DIVERGENCES)
+        encoder = _attacked_encoder(task_model)
+        backbone = encoder if isinstance(encoder, TransformerBackbone) else encoder.backbone
         self.task_model = task_model
         self.backbone = backbone
-        self.tau = float(tau)
-        self.alpha = float(alpha)
-        self.attacked_layers = backbone.layer_indices(layers)
+        settings = dict(tau=tau, alpha=alpha, mask_semantics=mask_semantics, noise=noise)
+        settings.update(seed=seed, layers=backbone.layer_indices(layers))
+        settings.update(backbone.asa or {})
+        self.tau = self.asa_tau = float(settings["tau"])
+        self.alpha = float(settings["alpha"])
+        self.attacked_layers = list(settings["layers"])
         self.layers_argument = None if layers is None else list(self.attacked_layers)
-        self.mask_semantics = mask_semantics
-        self.noise = noise
+        self.mask_semantics = settings["mask_semantics"]
+        self.noise = settings["noise"]
+        self.seed = settings["seed"]
         self.token_divergence = token_divergence
-        self.seed = seed
         self.divergence_fn = divergence
-        self.task = (
-            "custom" if divergence is not None else _resolve_task(task, task_model, backbone)
+        self.task = self.asa_task = (
+            "custom" if divergence is not None else _resolve_task(task, task_model)
         )
         if token_divergence == "real" and self.task != "token_classification":
             raise ValueError(
                 "token_divergence='real' applies to token classification only. "
                 f"This trainer's task is {self.task!r}."
             )
-        self.adversaries = []
-        for index in self.attacked_layers:
-            adversary = AttentionAdversary(
-                alpha=alpha,
-                noise=noise,
-                seed=None if seed is None else seed + index,
-                name=f"adversary_{index}",
+        if backbone.asa is None:
+            self.adversaries = list(
+                attention_adversaries(
+                    self.attacked_layers, backbone.hidden_dim, self.alpha, self.noise, self.seed
+                ).values()
             )
-            adversary.build((None, None, backbone.hidden_dim))
-            self.adversaries.append(adversary)
+        else:
+            self.adversaries = backbone.attention_adversaries
         self.adversarial_model = self._build_adversarial_model(encoder)
-        self.divergence_tracker = keras.metrics.Mean(name="divergence")
-        self.mask_term_tracker = keras.metrics.Mean(name="mask_term")
-        self.masked_fraction_trackers = [
-            keras.metrics.Mean(name=f"masked_fraction_{index}") for index in self.attacked_layers
-        ]
+        self.build_asa_trackers(self.attacked_layers)
         self.built = True
 
     def _build_adversarial_model(self, encoder):
@@ -213,10 +174,13 @@ class ASATrainer(keras.Model):
         def call_function(layer, *args, **kwargs):
             if layer is not encoder:
                 return layer(*args, **kwargs)
-            outputs, masks, padding_mask = adversarial_encoder_call(
-                encoder, args[0] if args else kwargs["inputs"], by_layer, self.mask_semantics
+            inputs = args[0] if args else kwargs["inputs"]
+            outputs, masks = self.backbone.adversarial_forward(
+                inputs, None, by_layer, self.mask_semantics, drop_token=encoder.drop_token
             )
-            captured.append((masks, padding_mask))
+            captured.append((masks, inputs["padding_mask"]))
+            if encoder is self.backbone:
+                outputs = {key: outputs[key] for key in ("sequence_output", "pooled_output")}
             return outputs
 
         clone = keras.models.clone_model(
@@ -228,125 +192,22 @@ class ASATrainer(keras.Model):
                 f"{len(captured)} times."
             )
         masks, padding_mask = captured[0]
-        return keras.Model(
-            clone.input,
-            {
-                "outputs": clone.output,
-                "masks": masks,
-                "padding_mask": ops.cast(padding_mask, "int32"),
-            },
-            name="asa_adversarial_pass",
-        )
+        outputs = {"adversarial": clone.output, "masks": masks, "padding_mask": padding_mask}
+        return keras.Model(clone.input, outputs, name="asa_adversarial_pass")
 
     @property
     def inference_model(self):
-        """The task model: what to save, export and serve (no adversary)."""
+        """The task model: what to save, export and serve."""
         return self.task_model
 
     def call(self, inputs, training=False):
         if not training:
             return self.task_model(inputs, training=False)
         clean = self.task_model(inputs, training=True)
-        adversarial = self.adversarial_model(inputs, training=True)
-        return {
-            "clean": clean,
-            "adversarial": adversarial["outputs"],
-            "masks": adversarial["masks"],
-            "padding_mask": adversarial["padding_mask"],
-        }
-
-    # === Loss ===
-    def divergence(self, y_pred):
-        """``D(clean, adversarial)`` of this trainer's task kind (float32).
-
-        Always over the global batch: under `tf.distribute` every replica
-        gathers the outputs of all replicas first (`gather_replicas`), so
-        ``D`` is what one device computes on the whole batch whatever its
-        form, the regression divergence's softmax over the batch and a
-        custom ``divergence=`` included. A regression batch of one row has
-        ``D = 0`` exactly (the softmax of one value is 1): that is logged
-        as a warning, once per trainer.
-        """
-        clean, adversarial = gather_replicas((y_pred["clean"], y_pred["adversarial"]))
-        if self.divergence_fn is not None:
-            return ops.cast(self.divergence_fn(clean, adversarial), "float32")
-        if self.task == "regression":
-            self._warn_about_a_single_row(clean)
-        weights = None
-        if self.token_divergence == "real":
-            weights = gather_replicas(y_pred["padding_mask"])
-        return asa_divergence(clean, adversarial, self.task, weights)
-
-    def _warn_about_a_single_row(self, predictions):
-        rows = tuple(predictions.shape)[0]
-        if rows != 1 or getattr(self, "_warned_single_row", False):
-            return
-        self._warned_single_row = True
-        _LOGGER.warning(
-            "ASA's regression divergence takes the softmax over the batch (as the official "
-            "code); on a batch of 1 row it is exactly 0, so that step trains the model on the "
-            "task loss only and the adversaries on the mask penalty only (they learn to mask "
-            "nothing). Train with batches of 2 rows or more (a batch size that leaves no "
-            "last batch of 1)."
+        passed = self.adversarial_model(inputs, training=True)
+        return self.asa_training_outputs(
+            clean, passed["adversarial"], passed["masks"], passed["padding_mask"]
         )
-
-    def mask_term(self, y_pred):
-        """``tau^2 * sum_l sum_ij M^l_ij / rows`` (float32)."""
-        total = 0.0
-        for mask in y_pred["masks"]:
-            rows = ops.cast(ops.shape(mask)[0], "float32")
-            total = total + ops.sum(ops.cast(mask, "float32")) / rows
-        return self.tau**2 * total
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        if not _is_training_output(y_pred):
-            return super().compute_loss(x, y, y_pred, sample_weight, training)
-        task_loss = super().compute_loss(x, y, y_pred["clean"], sample_weight, training)
-        # Keras scales its compiled task loss for tf.distribute replicas and
-        # adds the replicas' losses. The mask term is a mean over this
-        # replica's rows: it enters as its share of the global mean. The
-        # divergence is already the global value (gathered): each replica
-        # enters it weighted by its share of the rows, the weights summing
-        # to 1, and the gathered gradient reaches every replica's rows.
-        rows = self._rows(y_pred)
-        mask_term = replica_share(self.mask_term(y_pred), rows)
-        # The value is task + divergence (the official log); the gradient also
-        # carries the mask term, which reaches the adversaries only.
-        shown_zero = mask_term - ops.stop_gradient(mask_term)
-        divergence = replica_share(self.divergence(y_pred), self._divergence_rows(y_pred))
-        return ops.cast(task_loss, "float32") + divergence + shown_zero
-
-    @staticmethod
-    def _rows(y_pred):
-        """The rows the mask term divides by (the encoder's batch)."""
-        return ops.shape(y_pred["masks"][0])[0]
-
-    @staticmethod
-    def _divergence_rows(y_pred):
-        """The examples the divergence is a mean over (the task outputs' batch)."""
-        return ops.shape(keras.tree.flatten(y_pred["clean"])[0])[0]
-
-    def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        if not _is_training_output(y_pred):
-            result = super().compute_metrics(x, y, y_pred, sample_weight)
-            return {name: value for name, value in result.items() if name not in self._asa_names}
-        # Weighted by the rows each averages over: replicas add up exactly
-        # (the divergence is the global value on every replica).
-        self.divergence_tracker.update_state(
-            self.divergence(y_pred), sample_weight=self._divergence_rows(y_pred)
-        )
-        self.mask_term_tracker.update_state(
-            self.mask_term(y_pred), sample_weight=self._rows(y_pred)
-        )
-        for tracker, mask in zip(self.masked_fraction_trackers, y_pred["masks"]):
-            fraction, pairs = masked_fraction(mask, y_pred["padding_mask"])
-            tracker.update_state(fraction, sample_weight=pairs)
-        return super().compute_metrics(x, y, y_pred["clean"], sample_weight)
-
-    @property
-    def _asa_names(self):
-        trackers = [self.divergence_tracker, self.mask_term_tracker]
-        return {tracker.name for tracker in trackers + list(self.masked_fraction_trackers)}
 
     def get_config(self):
         return {
@@ -375,7 +236,37 @@ class ASATrainer(keras.Model):
         return cls(**config)
 
 
-def _resolve_task(task, task_model, backbone):
+def _attacked_encoder(task_model):
+    """The `TransformerBackbone` or attention-mode `DropTokenEncoder` the model calls."""
+    if isinstance(task_model, ASAObjective) and task_model.backbone.asa is not None:
+        raise ValueError(
+            "This model trains with ASA itself (its backbone has enable_asa): fit it directly."
+        )
+    functional = any(cls.__name__ == "Functional" for cls in type(task_model).__mro__)
+    layers = task_model.layers if functional else []
+    encoders = [
+        layer for layer in layers if isinstance(layer, (TransformerBackbone, DropTokenEncoder))
+    ]
+    if len(encoders) != 1:
+        raise ValueError(
+            "ASA needs a functional task model (keras.Model(inputs, outputs), or a keras-hub "
+            "task) that calls one keras_masking TransformerBackbone (or an attention-mode "
+            "DropTokenEncoder) directly; convert a keras-hub backbone at the door with "
+            "TransformerBackbone.from_keras_hub(backbone). Received: a "
+            f"{type(task_model).__name__} calling {len(encoders)} such encoders (its layers: "
+            f"{sorted({type(layer).__name__ for layer in layers})})."
+        )
+    encoder = encoders[0]
+    drop = encoder.drop_token
+    if drop is not None and drop.mode == "gather":
+        raise ValueError(
+            "ASA cannot attack an encoder that drops tokens in gather mode: the clean and "
+            "adversarial passes would run on different sequences. Use mode='attention'."
+        )
+    return encoder
+
+
+def _resolve_task(task, task_model):
     """The task kind, from ``task`` or the task model's output shape."""
     outputs = task_model.outputs
     if len(outputs) != 1:
@@ -406,34 +297,25 @@ def _resolve_task(task, task_model, backbone):
 
 
 def with_asa(task_model, tau=0.5, layers=None, **options):
-    """ASA fine-tuning in one line: an `ASATrainer` around ``task_model``.
+    """Deprecated: ``backbone.enable_asa(...)`` is the one way to turn ASA on.
 
-    If ``task_model`` is already compiled, the trainer is compiled with the
-    same arguments (the same loss, metrics of the same configuration,
-    ``jit_compile``, and the task model's optimizer itself, with every
-    setting it holds, ``exclude_from_weight_decay`` included; an optimizer
-    that was built already is replaced by a new one with the same
-    configuration and exclusions), so ``trainer.fit(...)`` works at once;
-    otherwise compile the trainer as you would the model.
-
-    Args:
-        task_model: see `ASATrainer`.
-        tau: float >= 0, the mask penalty's temperature (0.5 officially).
-        layers: layer indices to attack, or None for every layer.
-        **options: the other `ASATrainer` arguments (``alpha``, ``task``,
-            ``divergence``, ``mask_semantics``, ``noise``,
-            ``token_divergence``, ``seed``).
-
-    Returns:
-        An `ASATrainer`. ``trainer.inference_model`` is ``task_model``.
+    Returns an `ASATrainer` around ``task_model``, as before (compiled with
+    the task model's compile arguments if it was compiled). Instead: a
+    `TransformerTextClassifier` trains with ASA after
+    ``classifier.enable_asa(tau=...)``; a user's own head after
+    ``backbone.enable_asa(tau=...)`` and ``ASATrainer(task_model)``.
 
     Example:
     ```python
-    trainer = keras_masking.with_asa(classifier)   # classifier compiled before
-    trainer.fit(features, labels, epochs=3)
-    classifier.save("classifier.keras")            # no adversary weights
+    backbone.enable_asa(tau=0.5)  # instead
     ```
     """
+    warnings.warn(
+        "keras_masking.with_asa is deprecated; call classifier.enable_asa(...) (or "
+        "backbone.enable_asa(...) and keras_masking.methods.ASATrainer(task_model)).",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     trainer = ASATrainer(task_model, tau=tau, layers=layers, **options)
     if getattr(task_model, "compiled", False):
         _compile_like(trainer, task_model)

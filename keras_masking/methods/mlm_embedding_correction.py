@@ -5,11 +5,16 @@ dropout that masking was is turned off, and the consistent input is the
 expectation of what pretraining fed (see `keras_masking.ops.embedding_correction`
 for the formula). For BERT's defaults, every selectable row becomes
 ``0.85 E + 0.15 (0.8 E[MASK] + 0.1 E + 0.1 mean E)``.
+
+The method has one gesture per place it is used: `correct_mlm_embeddings` on a
+model in memory, the `keras_masking.callbacks.MLMEmbeddingCorrection` callback
+inside `fit`, and `correct_checkpoint_embeddings` / `correct_preset_embeddings`
+on files. Each leaves an `MLMEmbeddingCorrectionRecord` that the models keep.
 """
 
-import dataclasses
-import json
+import hashlib
 import logging
+import warnings
 import weakref
 
 import keras
@@ -17,6 +22,8 @@ import numpy as np
 
 from keras_masking.methods.token_embedding_lookup import find_tied_heads
 from keras_masking.methods.token_embedding_lookup import find_token_embedding
+from keras_masking.models.mlm_embedding_correction_record import MLMEmbeddingCorrectionRecord
+from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.ops.embedding_correction import apply_correction
 from keras_masking.ops.embedding_correction import check_embedding_table
 from keras_masking.ops.embedding_correction import check_token_id
@@ -26,106 +33,49 @@ from keras_masking.ops.embedding_correction import correction_scale
 from keras_masking.ops.embedding_correction import invert_expected_input_embeddings
 from keras_masking.ops.embedding_correction import selectable_rows
 from keras_masking.ops.embedding_correction import validate_masking_rates
+from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.layer_walk import walk_layers
 
 logger = logging.getLogger("keras_masking")
 TIED_OUTPUT_CHOICES = ("keep", "correct")
-# Exact original rows of corrections made in this process, for `undo`.
+# The settings of a correction besides ``mask_token_id``, with BERT's defaults.
+DEFAULT_SETTINGS = {"mask_rate": 0.15, "mask_token_rate": 0.8, "random_token_rate": 0.1}
+DEFAULT_SETTINGS.update(unselectable_token_ids=None, tied_output="keep")
+# The exact original table of each correction made in this process, with a
+# digest of the table it became: `undo` uses it while the table is unchanged.
 _ORIGINAL_TABLES = weakref.WeakKeyDictionary()
 
 
-@dataclasses.dataclass
-class MLMEmbeddingCorrection:
-    """What `correct_mlm_embeddings` did (JSON-able via `to_config`).
-
-    Attributes:
-        mask_token_id, mask_rate, mask_token_rate, random_token_rate,
-        unselectable_token_ids: the masking configuration used.
-        tied_output: ``"keep"`` or ``"correct"`` (see `correct_mlm_embeddings`).
-        vocabulary_size: rows of the table.
-        corrected_rows: how many rows changed.
-        scale: ``a = 1 - r (p_m + p_r)``.
-        shift: ``c = r (p_m E[MASK] + p_r mean E)`` as a list of floats.
-        embedding: name of the corrected layer.
-    """
-
-    mask_token_id: int
-    mask_rate: float
-    mask_token_rate: float
-    random_token_rate: float
-    unselectable_token_ids: list | None
-    tied_output: str
-    vocabulary_size: int
-    corrected_rows: int
-    scale: float
-    shift: list
-    embedding: str
-
-    def to_config(self):
-        """A plain JSON-able dict."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
-
-    @classmethod
-    def from_config(cls, config):
-        """Inverse of `to_config`.
-
-        Args:
-            config: a dict as `to_config` returns.
-
-        Returns:
-            An `MLMEmbeddingCorrection`.
-
-        Raises:
-            ValueError: not a dict, or missing or unknown keys (named).
-
-        Example:
-        ```python
-        record = keras_masking.correct_mlm_embeddings(backbone, mask_token_id=103)
-        assert MLMEmbeddingCorrection.from_config(record.to_config()) == record
-        ```
-        """
-        if not isinstance(config, dict):
-            raise ValueError(
-                "An MLM embedding correction record must be a dict. "
-                f"Received: config of type {type(config).__name__}"
-            )
-        fields = [field.name for field in dataclasses.fields(cls)]
-        missing = [name for name in fields if name not in config]
-        unknown = sorted(set(config) - set(fields))
-        if missing or unknown:
-            raise ValueError(
-                "Not an MLM embedding correction record: "
-                + (f"missing {missing}" if missing else "")
-                + ("; " if missing and unknown else "")
-                + (f"unknown keys {unknown}" if unknown else "")
-                + "."
-            )
-        return cls(**config)
+def __getattr__(name):
+    if name == "MLMEmbeddingCorrection":
+        warnings.warn(
+            "keras_masking.methods.MLMEmbeddingCorrection (the record) is now "
+            "keras_masking.models.MLMEmbeddingCorrectionRecord; the callback is "
+            "keras_masking.callbacks.MLMEmbeddingCorrection.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return MLMEmbeddingCorrectionRecord
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _owner_backbone(model, layer=None):
-    """The TransformerBackbone whose config records corrections, if any.
+def _digest(layer):
+    return hashlib.blake2b(keras.ops.convert_to_numpy(layer.embeddings).tobytes()).digest()
 
-    The model itself, its ``backbone``, or a `TransformerBackbone` nested
-    anywhere in it whose token embedding is ``layer``.
-    """
-    from keras_masking.models.transformer_backbone import TransformerBackbone
 
-    for candidate in (model, getattr(model, "backbone", None)):
-        if isinstance(candidate, TransformerBackbone) and (
-            layer is None or candidate.token_embedding is layer
-        ):
-            return candidate
-    if layer is None or not isinstance(model, keras.layers.Layer):
-        return None
-    for candidate in walk_layers(model):
+def _owner_backbone(model, layer):
+    """The `TransformerBackbone` whose token embedding is ``layer``, if any."""
+    candidates = (model, getattr(model, "backbone", None))
+    if isinstance(model, keras.layers.Layer):
+        candidates += tuple(walk_layers(model))
+    for candidate in candidates:
         if isinstance(candidate, TransformerBackbone) and candidate.token_embedding is layer:
             return candidate
     return None
 
 
 def correction_record(model, embedding=None):
-    """The `MLMEmbeddingCorrection` applied to ``model``, or None.
+    """The `MLMEmbeddingCorrectionRecord` applied to ``model``, or None.
 
     The record lives in a `TransformerBackbone`'s config (so it survives
     `save` / `load_model` / presets, and `from_tf_checkpoint` reads it back
@@ -137,7 +87,7 @@ def correction_record(model, embedding=None):
         embedding: optional layer or layer name (see `find_token_embedding`).
 
     Returns:
-        An `MLMEmbeddingCorrection`, or None.
+        An `MLMEmbeddingCorrectionRecord`, or None.
 
     Example:
     ```python
@@ -147,10 +97,8 @@ def correction_record(model, embedding=None):
     """
     layer = find_token_embedding(model, embedding)
     backbone = _owner_backbone(model, layer)
-    if backbone is not None and backbone.mlm_embedding_correction:
-        return MLMEmbeddingCorrection.from_config(backbone.mlm_embedding_correction)
-    record = getattr(layer, "mlm_embedding_correction", None)
-    return MLMEmbeddingCorrection.from_config(record) if record else None
+    record = getattr(backbone or layer, "mlm_embedding_correction", None)
+    return MLMEmbeddingCorrectionRecord.from_config(record) if record else None
 
 
 def _store_record(model, layer, record):
@@ -161,80 +109,106 @@ def _store_record(model, layer, record):
     layer.mlm_embedding_correction = config
 
 
-def check_tied_output(tied_output):
-    """Raises ValueError unless ``tied_output`` is ``"keep"`` or ``"correct"``."""
-    if not isinstance(tied_output, str) or tied_output not in TIED_OUTPUT_CHOICES:
-        raise ValueError(
-            f"`tied_output` must be one of {TIED_OUTPUT_CHOICES}. "
-            f"Received: tied_output={tied_output!r}"
-        )
-    return tied_output
-
-
-def check_correction_settings(
-    mask_token_id,
-    mask_rate=0.15,
-    mask_token_rate=0.8,
-    random_token_rate=0.1,
-    unselectable_token_ids=None,
-    tied_output="keep",
-    vocabulary_size=None,
-):
+def check_correction_settings(mask_token_id, vocabulary_size=None, **settings):
     """Validates a masking configuration; returns it with plain Python values.
 
     Args:
-        mask_token_id, mask_rate, mask_token_rate, random_token_rate,
-        unselectable_token_ids, tied_output: see `correct_mlm_embeddings`.
+        mask_token_id: see `correct_mlm_embeddings`.
         vocabulary_size: optional int; ids must then lie below it.
+        **settings: some of `DEFAULT_SETTINGS` (``mask_rate``,
+            ``mask_token_rate``, ``random_token_rate``,
+            ``unselectable_token_ids``, ``tied_output``: see
+            `correct_mlm_embeddings`); the others take BERT's defaults.
 
     Returns:
-        A dict with those keys (ids as ints, rates as floats).
+        A dict with ``mask_token_id`` and every key of `DEFAULT_SETTINGS`
+        (ids as ints, rates as floats).
 
     Raises:
         ValueError: naming the argument, what was expected and what was
             received.
+        TypeError: an unknown setting.
 
     Example:
     ```python
     check_correction_settings(103, unselectable_token_ids=[0, 101, 102, 103])
     ```
     """
-    rates = validate_masking_rates(mask_rate, mask_token_rate, random_token_rate)
+    unknown = sorted(set(settings) - set(DEFAULT_SETTINGS))
+    if unknown:
+        raise TypeError(
+            f"Unknown masking settings {unknown}; expected some of {list(DEFAULT_SETTINGS)}."
+        )
+    settings = {**DEFAULT_SETTINGS, **settings}
+    rates = validate_masking_rates(*[settings[name] for name in list(DEFAULT_SETTINGS)[:3]])
     correction_scale(*rates)
+    ids = settings["unselectable_token_ids"]
     return {
         "mask_token_id": check_token_id("mask_token_id", mask_token_id, vocabulary_size),
-        "mask_rate": rates[0],
-        "mask_token_rate": rates[1],
-        "random_token_rate": rates[2],
-        "unselectable_token_ids": check_token_ids(
-            "unselectable_token_ids", unselectable_token_ids, vocabulary_size
-        ),
-        "tied_output": check_tied_output(tied_output),
+        **dict(zip(DEFAULT_SETTINGS, rates)),
+        "unselectable_token_ids": check_token_ids("unselectable_token_ids", ids, vocabulary_size),
+        "tied_output": check_choice("tied_output", settings["tied_output"], TIED_OUTPUT_CHOICES),
     }
 
 
-def _plan_correction(model, settings, embedding):
-    """Every check of `correct_mlm_embeddings`; changes nothing.
+def correct_embedding_table(table, embedding="embeddings", mask_token_id=None, **settings):
+    """The corrected copy of a bare ``(vocabulary_size, dim)`` table, and its record.
+
+    The one computation behind `correct_mlm_embeddings` (a model),
+    `correct_checkpoint_embeddings` (a TF checkpoint) and the callback.
+
+    Args:
+        table: the token embedding table (numpy).
+        embedding: the table's name, for the record and the messages.
+        mask_token_id, **settings: see `check_correction_settings`.
 
     Returns:
-        ``(layer, table, scale, shift, rows, heads, settings)``, or
-        ``(layer, None, ...)`` when the model is already corrected.
+        ``(corrected, record)``: a new table with the dtype of ``table`` and
+        an `MLMEmbeddingCorrectionRecord`.
+
+    Raises:
+        ValueError: bad settings, or a table with NaN or inf.
+
+    Example:
+    ```python
+    corrected, record = correct_embedding_table(np.eye(4), mask_token_id=3)
+    record.scale  # 0.865
+    ```
     """
-    check_tied_output(settings["tied_output"])
-    layer = find_token_embedding(model, embedding)
-    settings = check_correction_settings(**settings, vocabulary_size=layer.input_dim)
-    if correction_record(model, layer) is not None:
-        return layer, None, None, None, None, None, settings
-    table = keras.ops.convert_to_numpy(layer.embeddings)
+    settings = check_correction_settings(mask_token_id, len(table), **settings)
     scale, shift = correction_coefficients(
-        check_embedding_table(table, f"{layer.name} (the token embedding)"),
+        check_embedding_table(table, embedding),
         settings["mask_token_id"],
         settings["mask_rate"],
         settings["mask_token_rate"],
         settings["random_token_rate"],
     )
-    rows = selectable_rows(table.shape[0], settings["unselectable_token_ids"])
-    heads = find_tied_heads(model, layer) if settings["tied_output"] == "keep" else []
+    rows = selectable_rows(len(table), settings["unselectable_token_ids"])
+    record = MLMEmbeddingCorrectionRecord(
+        **settings,
+        vocabulary_size=len(table),
+        corrected_rows=int(rows.sum()),
+        scale=float(scale),
+        shift=shift.tolist(),
+        embedding=embedding,
+    )
+    return apply_correction(table, scale, shift, rows), record
+
+
+def _plan_correction(model, embedding, mask_token_id, **settings):
+    """Every check of `correct_mlm_embeddings`; changes nothing.
+
+    Returns:
+        ``(layer, corrected table, record, tied heads)``, with None for the
+        last three when the model is already corrected.
+    """
+    layer = find_token_embedding(model, embedding)
+    check_correction_settings(mask_token_id, layer.input_dim, **settings)
+    if correction_record(model, layer) is not None:
+        return layer, None, None, None
+    table = keras.ops.convert_to_numpy(layer.embeddings)
+    corrected, record = correct_embedding_table(table, layer.name, mask_token_id, **settings)
+    heads = find_tied_heads(model, layer) if record.tied_output == "keep" else []
     for head in heads:
         if not hasattr(head, "keep_original_output_rows"):
             raise ValueError(
@@ -242,28 +216,18 @@ def _plan_correction(model, settings, embedding):
                 "cannot keep the original rows; pass tied_output='correct' to correct "
                 "both, or convert the model with keras_masking.models.from_keras_hub."
             )
-    return layer, table, scale, shift, rows, heads, settings
+    return layer, corrected, record, heads
 
 
-def check_mlm_correction(
-    model,
-    mask_token_id,
-    mask_rate=0.15,
-    mask_token_rate=0.8,
-    random_token_rate=0.1,
-    unselectable_token_ids=None,
-    tied_output="keep",
-    embedding=None,
-):
+def check_mlm_correction(model, mask_token_id, *, embedding=None, **settings):
     """Runs every check of `correct_mlm_embeddings` without changing anything.
 
     Use it before a long run whose end applies the correction (the
     `MLMEmbeddingCorrection` callback does, at the start of `fit`).
 
     Args:
-        model, mask_token_id, mask_rate, mask_token_rate, random_token_rate,
-        unselectable_token_ids, tied_output, embedding: see
-            `correct_mlm_embeddings`.
+        model, mask_token_id, embedding: see `correct_mlm_embeddings`.
+        **settings: the other arguments of `correct_mlm_embeddings`.
 
     Returns:
         True if `correct_mlm_embeddings` would correct the model, False if it
@@ -277,15 +241,7 @@ def check_mlm_correction(
     check_mlm_correction(classifier, mask_token_id=103)
     ```
     """
-    settings = dict(
-        mask_token_id=mask_token_id,
-        mask_rate=mask_rate,
-        mask_token_rate=mask_token_rate,
-        random_token_rate=random_token_rate,
-        unselectable_token_ids=unselectable_token_ids,
-        tied_output=tied_output,
-    )
-    return _plan_correction(model, settings, embedding)[1] is not None
+    return _plan_correction(model, embedding, mask_token_id, **settings)[1] is not None
 
 
 def correct_mlm_embeddings(
@@ -327,7 +283,7 @@ def correct_mlm_embeddings(
             embeddings (see `find_token_embedding`).
 
     Returns:
-        The `MLMEmbeddingCorrection` record, or None if the model was already
+        The `MLMEmbeddingCorrectionRecord`, or None if the model was already
         corrected (a second call changes nothing). A model loaded with
         `from_tf_checkpoint` from a corrected checkpoint counts as corrected.
 
@@ -341,34 +297,22 @@ def correct_mlm_embeddings(
     keras_masking.correct_mlm_embeddings(backbone, mask_token_id=103)
     ```
     """
-    settings = dict(
-        mask_token_id=mask_token_id,
-        mask_rate=mask_rate,
-        mask_token_rate=mask_token_rate,
-        random_token_rate=random_token_rate,
-        unselectable_token_ids=unselectable_token_ids,
-        tied_output=tied_output,
-    )
-    layer, table, scale, shift, rows, heads, settings = _plan_correction(model, settings, embedding)
-    if table is None:
+    settings = {name: value for name, value in locals().items() if name in DEFAULT_SETTINGS}
+    layer, corrected, record, heads = _plan_correction(model, embedding, mask_token_id, **settings)
+    if record is None:
         logger.info("%s is already MLM-corrected; nothing changed.", layer.name)
         return None
-    layer.embeddings.assign(apply_correction(table, scale, shift, rows))
+    original = keras.ops.convert_to_numpy(layer.embeddings)
+    layer.embeddings.assign(corrected)
+    rows = selectable_rows(record.vocabulary_size, record.unselectable_token_ids)
+    inverse = np.where(rows, 1.0 / record.scale, 1.0).astype("float32")
     for head in heads:
         head.keep_original_output_rows(
-            np.where(rows, 1.0 / scale, 1.0).astype("float32"),
-            np.where(rows, 1.0 / scale, 0.0).astype("float32"),
-            shift.astype("float32"),
+            inverse,
+            np.where(rows, inverse, 0.0).astype("float32"),
+            np.asarray(record.shift, "float32"),
         )
-    _ORIGINAL_TABLES[layer] = table
-    record = MLMEmbeddingCorrection(
-        **settings,
-        vocabulary_size=int(table.shape[0]),
-        corrected_rows=int(rows.sum()),
-        scale=float(scale),
-        shift=shift.tolist(),
-        embedding=layer.name,
-    )
+    _ORIGINAL_TABLES[layer] = (original, _digest(layer))
     _store_record(model, layer, record)
     return record
 
@@ -401,9 +345,9 @@ def masking_configuration(mask_generator):
     missing = [name for name in required if not hasattr(mask_generator, name)]
     if missing:
         raise TypeError(
-            "`mask_generator` must be a keras_hub MaskedLMMaskGenerator or masked-LM "
-            f"preprocessor. Received: mask_generator of type {type(mask_generator).__name__}, "
-            f"which has no {missing}."
+            "Expected a keras_hub MaskedLMMaskGenerator or masked-LM preprocessor for "
+            f"mask_generator. Received: mask_generator of type "
+            f"{type(mask_generator).__name__}, which has no {missing}."
         )
     unselectable = mask_generator.unselectable_token_ids
     return {
@@ -441,9 +385,10 @@ correct_mlm_embeddings.from_mask_generator = _correct_from_mask_generator
 def undo_mlm_embedding_correction(model, embedding=None):
     """Restores the token embedding from before `correct_mlm_embeddings`.
 
-    Exact (bit for bit) in the process that corrected; after a reload, the
-    record's coefficients invert the correction to within float32 rounding.
-    Tied-head compensation is reset.
+    Exact (bit for bit) in the process that corrected, while the table is
+    unchanged; otherwise (after a reload, or training) the record's
+    coefficients invert the correction to within float32 rounding. Tied-head
+    compensation is reset.
 
     Args:
         model: the corrected model.
@@ -471,42 +416,14 @@ def undo_mlm_embedding_correction(model, embedding=None):
             f"{len(record.shift)} table, but the layer is {layer.input_dim} x "
             f"{layer.output_dim}; nothing was changed."
         )
-    original = _ORIGINAL_TABLES.get(layer)
-    if original is None:
+    original, digest = _ORIGINAL_TABLES.pop(layer, (None, None))
+    if original is None or digest != _digest(layer):
         rows = selectable_rows(record.vocabulary_size, record.unselectable_token_ids)
         current = keras.ops.convert_to_numpy(layer.embeddings)
         original = invert_expected_input_embeddings(current, record.scale, record.shift, rows)
     layer.embeddings.assign(original)
-    _ORIGINAL_TABLES.pop(layer, None)
     for head in find_tied_heads(model, layer):
         if hasattr(head, "reset_output_rows"):
             head.reset_output_rows()
     _store_record(model, layer, None)
     return record
-
-
-def mark_loaded_weights(model, record=None):
-    """Sets the correction record of a model whose token embedding was loaded.
-
-    After loading a table from files (`load_tf_checkpoint_weights`), the
-    model is corrected exactly when the files were: the record is set (or
-    cleared), a previous in-process original is forgotten, and tied-head
-    compensation is reset.
-
-    Args:
-        model: a `TransformerBackbone` or `TransformerMaskedLM`.
-        record: the files' record config (see `MLMEmbeddingCorrection`), or
-            None for uncorrected files.
-
-    Example:
-    ```python
-    mark_loaded_weights(backbone, None)
-    ```
-    """
-    layer = find_token_embedding(model)
-    record = None if record is None else MLMEmbeddingCorrection.from_config(record)
-    _ORIGINAL_TABLES.pop(layer, None)
-    for head in find_tied_heads(model, layer):
-        if hasattr(head, "reset_output_rows"):
-            head.reset_output_rows()
-    _store_record(model, layer, record)

@@ -7,37 +7,24 @@ from keras_masking.methods.token_embedding_lookup import find_token_embedding
 from keras_masking.ops.embedding_correction import check_token_id
 from keras_masking.ops.embedding_correction import selectable_rows
 from keras_masking.ops.embedding_correction import validate_masking_rates
-
-
-def _positive_int(name, value, allow_none=False):
-    if allow_none and value is None:
-        return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-    return int(value)
-
-
-def _check_seed(seed):
-    if seed is not None and (
-        isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0
-    ):
-        raise ValueError(f"`seed` must be a non-negative integer or None. Received: seed={seed!r}")
-    return seed
+from keras_masking.ops.token_selection import select_tokens
+from keras_masking.utils.arguments import check_bool
+from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_seed
+from keras_masking.utils.eager_checks import check_ids_in_range
+from keras_masking.utils.eager_checks import check_integer_ids
+from keras_masking.utils.eager_checks import check_zero_one
 
 
 def _check_token_array(token_ids, vocabulary_size):
     array = np.asarray(token_ids)
-    if array.ndim < 1 or array.size == 0 or not np.issubdtype(array.dtype, np.integer):
+    if array.ndim != 2 or not array.size:
         raise ValueError(
-            "`token_ids` must be a non-empty integer array (batch, sequence). "
-            f"Received dtype {array.dtype}, shape {array.shape}."
+            "Expected token_ids of shape (batch, sequence), not empty. "
+            f"Received: token_ids.shape={array.shape}."
         )
-    bad = array[(array < 0) | (array >= vocabulary_size)]
-    if bad.size:
-        raise ValueError(
-            f"`token_ids` must lie in [0, {vocabulary_size}) (the vocabulary). "
-            f"Received out-of-range ids {sorted(set(bad.tolist()))[:5]}."
-        )
+    check_integer_ids("token_ids", array)
+    check_ids_in_range(array, vocabulary_size, "token_ids", "vocabulary_size")
     return array
 
 
@@ -85,7 +72,10 @@ def sample_mlm_maskings(
 ):
     """Draws ``samples`` maskings of every sequence, BERT style, at once.
 
-    Each selectable, non-padding token is selected with ``mask_rate``; a
+    In each row, ``floor(mask_rate * n + u)`` of its ``n`` selectable,
+    non-padding tokens are selected at random (`keras_masking.ops.
+    select_tokens`, ``u`` uniform in [0, 1)), so each is selected with
+    probability ``mask_rate``, as the pretraining masker's rate says; a
     selected token becomes ``mask_token_id`` with ``mask_token_rate``, a
     uniform random id in ``[0, vocabulary_size)`` with ``random_token_rate``,
     and stays itself otherwise.
@@ -116,27 +106,32 @@ def sample_mlm_maskings(
     mask_rate, mask_token_rate, random_token_rate = validate_masking_rates(
         mask_rate, mask_token_rate, random_token_rate
     )
-    samples = _positive_int("samples", samples)
-    vocabulary_size = _positive_int("vocabulary_size", vocabulary_size)
+    samples = check_int("samples", samples, minimum=1)
+    vocabulary_size = check_int("vocabulary_size", vocabulary_size, minimum=1)
     mask_token_id = check_token_id("mask_token_id", mask_token_id, vocabulary_size)
     token_ids = _check_token_array(token_ids, vocabulary_size)
     rows = selectable_rows(vocabulary_size, unselectable_token_ids)
     if padding_mask is not None:
         padding_mask = np.asarray(padding_mask)
-        if padding_mask.shape != token_ids.shape or not (
-            np.issubdtype(padding_mask.dtype, np.integer) or padding_mask.dtype == bool
-        ):
+        if padding_mask.shape != token_ids.shape:
             raise ValueError(
-                f"`padding_mask` must be a 0/1 or bool array of the shape of token_ids "
-                f"{token_ids.shape}. Received dtype {padding_mask.dtype}, "
-                f"shape {padding_mask.shape}."
+                f"Expected padding_mask of the shape of token_ids {token_ids.shape}. "
+                f"Received: padding_mask.shape={padding_mask.shape}."
             )
-    rng = np.random.default_rng(_check_seed(seed))
+        check_zero_one("padding_mask", padding_mask)
+    rng = np.random.default_rng(check_seed("seed", seed))
     shape = (samples,) + token_ids.shape
     selectable = rows[token_ids]
     if padding_mask is not None:
         selectable &= padding_mask.astype(bool)
-    selected = (rng.random(shape) < mask_rate) & selectable[None]
+    rows_shape = (samples * token_ids.shape[0], token_ids.shape[1])
+    selected = select_tokens(
+        np.broadcast_to(selectable, shape).reshape(rows_shape),
+        mask_rate,
+        rng.random(rows_shape, dtype=np.float32),
+        rounding=rng.random(rows_shape[:1], dtype=np.float32),
+    )
+    selected = keras.ops.convert_to_numpy(selected).reshape(shape)
     choice = rng.random(shape)
     to_mask = selected & (choice < mask_token_rate)
     to_random = (
@@ -221,15 +216,19 @@ def mlm_model_average(
     #     classifier, classifier.preprocessor(["今天天气很好"]), mask_token_id=103)
     ```
     """
-    samples = _positive_int("samples", samples)
-    batch_size = _positive_int("batch_size", batch_size, allow_none=True)
-    if not isinstance(from_logits, (bool, np.bool_)):
-        raise ValueError(f"`from_logits` must be True or False. Received: {from_logits!r}")
+    samples = check_int("samples", samples, minimum=1)
+    if batch_size is not None:
+        batch_size = check_int("batch_size", batch_size, minimum=1)
+    from_logits = check_bool("from_logits", from_logits)
     if not isinstance(model, keras.Model):
-        raise TypeError(f"`model` must be a Keras model. Received: {type(model).__name__}")
+        raise TypeError(
+            f"Expected a Keras model for model. Received: model of type {type(model).__name__}."
+        )
     if not isinstance(inputs, dict) or "token_ids" not in inputs:
         received = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
-        raise ValueError(f"`inputs` must be a dict holding 'token_ids'. Received: {received}")
+        raise ValueError(
+            f"Expected a dict of inputs holding 'token_ids' for inputs. Received: {received}."
+        )
     vocabulary_size = find_token_embedding(model).input_dim
     check_token_id("mask_token_id", mask_token_id, vocabulary_size)
     token_ids = _check_token_array(inputs["token_ids"], vocabulary_size)
@@ -241,7 +240,8 @@ def mlm_model_average(
     }
     if wrong:
         raise ValueError(
-            f"Every input must have the batch size of token_ids ({batch}). Received shapes {wrong}."
+            f"Expected every input with the batch size of token_ids ({batch}). "
+            f"Received: the shapes {wrong}."
         )
     if unselectable_token_ids is None:
         unselectable_token_ids = _special_token_ids(model, tokenizer)

@@ -1,8 +1,8 @@
 """Finding a model's token embedding and the MLM heads tied to it."""
 
 import keras
-import numpy as np
 
+from keras_masking.utils.arguments import check_int
 from keras_masking.utils.layer_walk import walk_layers
 
 
@@ -89,29 +89,15 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
     """
     if not isinstance(model, keras.layers.Layer):
         raise TypeError(
-            f"`model` must be a Keras model or layer. Received: model of type "
-            f"{type(model).__name__}"
+            "Expected a Keras model or layer for model. "
+            f"Received: model of type {type(model).__name__}."
         )
-    if vocabulary_size is not None and (
-        isinstance(vocabulary_size, bool)
-        or not isinstance(vocabulary_size, (int, np.integer))
-        or vocabulary_size < 1
-    ):
-        raise ValueError(
-            "`vocabulary_size` must be a positive integer or None. "
-            f"Received: vocabulary_size={vocabulary_size!r}"
-        )
-    if embedding is not None and not isinstance(embedding, (str, keras.layers.Layer)):
+    if vocabulary_size is not None:
+        vocabulary_size = check_int("vocabulary_size", vocabulary_size, minimum=1)
+    if not isinstance(embedding, (str, keras.layers.Embedding, type(None))):
         raise TypeError(
-            f"`embedding` must be an Embedding layer, a layer name or None. "
-            f"Received: embedding={embedding!r}"
-        )
-    if isinstance(embedding, keras.layers.Layer) and not isinstance(
-        embedding, keras.layers.Embedding
-    ):
-        raise TypeError(
-            f"`embedding` must be a keras.layers.Embedding. Received: {embedding.name!r} "
-            f"of type {type(embedding).__name__}"
+            "Expected a keras.layers.Embedding, a layer name or None for embedding. "
+            f"Received: embedding={embedding!r} of type {type(embedding).__name__}."
         )
     if isinstance(model, keras.layers.Embedding):
         return model
@@ -173,8 +159,8 @@ def find_tied_heads(model, token_embedding):
 
     if not isinstance(token_embedding, keras.layers.Embedding):
         raise TypeError(
-            "`token_embedding` must be a keras.layers.Embedding. "
-            f"Received: token_embedding of type {type(token_embedding).__name__}"
+            "Expected a keras.layers.Embedding for token_embedding. "
+            f"Received: token_embedding of type {type(token_embedding).__name__}."
         )
 
     from keras_masking.layers.masked_lm_head import MaskedLMHead

@@ -4,6 +4,7 @@ from keras_masking.models.exlm_encoder import ExLMEncoder
 from keras_masking.models.exlm_encoder import plain_position_ids
 from keras_masking.models.exlm_pretrainer import ExLMPretrainer
 from keras_masking.models.keras_hub_conversion import to_keras_hub
+from keras_masking.models.mlm_embedding_correction_record import MLMEmbeddingCorrectionRecord
 from keras_masking.models.tf_checkpoint import CheckpointLoadReport
 from keras_masking.models.tf_checkpoint import from_tf_checkpoint
 from keras_masking.models.tf_checkpoint import load_tf_checkpoint_weights

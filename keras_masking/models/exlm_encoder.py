@@ -5,11 +5,10 @@ import numpy as np
 from keras import ops
 
 from keras_masking.layers.state_expansion import StateExpansion
-from keras_masking.layers.state_expansion import check_integer_tensor
-from keras_masking.layers.state_expansion import check_sequence_inputs
-from keras_masking.layers.state_expansion import check_token_id_list
 from keras_masking.ops.token_dropping import batched_gather
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_int_list
+from keras_masking.utils.arguments import pop_renamed_argument
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import concrete_value
 
@@ -45,74 +44,98 @@ def plain_position_ids(token_ids, padding_mask=None):
     return ops.stack([index, ops.zeros_like(index)], axis=-1)
 
 
-def check_backbone_inputs(inputs, backbone):
-    """Checks a dict of backbone inputs; returns ``(token_ids, padding_mask, segment_ids)``.
+class ExLMModel(ConcreteInputChecks, keras.Model):
+    """What `ExLMEncoder` and `ExLMPretrainer` share.
 
-    ``token_ids`` and ``padding_mask`` are required, ``segment_ids`` is
-    optional (zeros); all are ``(batch, L)`` with a static ``L``, the ids
-    integers. In eager calls, token ids must lie in
-    ``[0, backbone.vocabulary_size)`` and the mask hold 0s and 1s.
+    A ``rotary2d`` `TransformerBackbone`, the states per expanded token
+    ``k``, the [MASK] id and the ids never masked and always expanded
+    (``unselectable_token_ids``); inputs checked at the backbone's door
+    (`TransformerBackbone.check_inputs`: ``token_ids`` and ``padding_mask``
+    required, ``segment_ids`` optional, ids in range, a 0/1 mask) with a
+    static length; the config.
 
     Args:
-        inputs: a dict.
-        backbone: the `TransformerBackbone` the ids are for.
-
-    Returns:
-        The three tensors (``segment_ids`` None when absent).
-
-    Example:
-    >>> check_backbone_inputs({"token_ids": np.array([[1, 5, 2]])}, None)
-    Traceback (most recent call last):
-    ...
-    ValueError: Expected inputs with the keys ... Received keys: ['token_ids'].
+        backbone: a `TransformerBackbone` with ``position="rotary2d"`` and
+            ``custom_position_ids=True``.
+        k: int >= 1, states (copies) per expanded token.
+        mask_token_id: int in ``[0, vocabulary_size)``, the [MASK] id.
+        unselectable_token_ids: ids in ``[0, vocabulary_size)``, e.g.
+            ``(cls_id, sep_id)`` (formerly ``special_token_ids``).
+        **kwargs: `keras.Model` arguments.
     """
-    if not isinstance(inputs, dict) or not {"token_ids", "padding_mask"} <= set(inputs):
-        keys = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
-        raise ValueError(
-            "Expected inputs with the keys ['token_ids', 'padding_mask'] (and optionally "
-            f"'segment_ids'). Received keys: {keys}."
+
+    def __init__(self, backbone, k, mask_token_id, unselectable_token_ids, **kwargs):
+        unselectable_token_ids = pop_renamed_argument(
+            kwargs, "special_token_ids", "unselectable_token_ids", unselectable_token_ids
         )
-    token_ids, padding_mask = inputs["token_ids"], inputs["padding_mask"]
-    segment_ids = inputs.get("segment_ids")
-    check_sequence_inputs(token_ids, padding_mask, (("segment_ids", segment_ids),))
-    if segment_ids is not None:
-        check_integer_tensor("segment_ids", segment_ids)
-    values = concrete_value(token_ids)
-    if values is not None and values.size:
-        vocabulary = backbone.vocabulary_size
-        bad = (values < 0) | (values >= vocabulary)
-        if bad.any():
+        if getattr(backbone, "position", None) != "rotary2d" or not getattr(
+            backbone, "custom_position_ids", False
+        ):
             raise ValueError(
-                f"Expected token_ids in [0, {vocabulary}) (the backbone's vocabulary_size). "
-                f"Received values {sorted(set(values[bad].tolist()))[:10]}."
+                f"{type(self).__name__} needs a TransformerBackbone with position='rotary2d' and "
+                f"custom_position_ids=True. Received: backbone={backbone!r}."
             )
-    return token_ids, padding_mask, segment_ids
-
-
-def check_rotary2d_backbone(backbone, who):
-    """Raises a ValueError unless ``backbone`` is a ``rotary2d`` TransformerBackbone.
-
-    Args:
-        backbone: the object received.
-        who: the class name for the message.
-
-    Example:
-    >>> check_rotary2d_backbone("bert", "ExLMEncoder")
-    Traceback (most recent call last):
-    ...
-    ValueError: ExLMEncoder needs a TransformerBackbone with position='rotary2d' ...
-    """
-    if getattr(backbone, "position", None) != "rotary2d" or not getattr(
-        backbone, "custom_position_ids", False
-    ):
-        raise ValueError(
-            f"{who} needs a TransformerBackbone with position='rotary2d' and "
-            f"custom_position_ids=True. Received: backbone={backbone!r}."
+        top = backbone.vocabulary_size - 1
+        k = check_int("k", k, minimum=1)
+        mask_token_id = check_int("mask_token_id", mask_token_id, minimum=0, maximum=top)
+        unselectable_token_ids = check_int_list(
+            "unselectable_token_ids", unselectable_token_ids, minimum=0, maximum=top
         )
+        super().__init__(**kwargs)
+        self.backbone = backbone
+        self.k = k
+        self.mask_token_id = mask_token_id
+        self.unselectable_token_ids = unselectable_token_ids
+
+    @property
+    def special_token_ids(self):
+        """Deprecated name of ``unselectable_token_ids``."""
+        return self.unselectable_token_ids
+
+    def check_inputs(self, inputs):
+        """`TransformerBackbone.check_inputs` with a static length: run by
+        ``fit`` / ``evaluate`` / ``predict`` on numpy data before a step
+        compiles, and by every call."""
+        self.backbone.check_inputs(inputs, required=("token_ids", "padding_mask"))
+        shape = tuple(inputs["token_ids"].shape)
+        if shape[1] is None:
+            raise ValueError(
+                "Expected token_ids with a static sequence length (the expanded length is "
+                f"static). Received: token_ids.shape={shape}."
+            )
+
+    def checked_inputs(self, inputs):
+        """Checks ``inputs``; returns int32 ``(token_ids, padding_mask, segment_ids)``."""
+        self.check_inputs(inputs)
+        token_ids = ops.cast(inputs["token_ids"], "int32")
+        segment_ids = inputs.get("segment_ids")
+        if segment_ids is None:
+            segment_ids = ops.zeros_like(token_ids)
+        padding_mask = ops.cast(ops.cast(inputs["padding_mask"], "bool"), "int32")
+        return token_ids, padding_mask, ops.cast(segment_ids, "int32")
+
+    def get_config(self):
+        return {
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+            "k": self.k,
+            "mask_token_id": self.mask_token_id,
+            "unselectable_token_ids": list(self.unselectable_token_ids),
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        if "special_token_ids" in config:  # saved before the rename
+            config["unselectable_token_ids"] = config.pop("special_token_ids")
+        return cls(**config)
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
-class ExLMEncoder(ConcreteInputChecks, keras.Model):
+class ExLMEncoder(ExLMModel):
     """Runs an ExLM-pretrained backbone on fine-tuning inputs.
 
     Fine-tuning data has no [MASK], so, as in the official code, only the
@@ -137,7 +160,8 @@ class ExLMEncoder(ConcreteInputChecks, keras.Model):
         k: int >= 1, copies per expanded token (the pretraining ``k``).
         mask_token_id: int, the [MASK] id (expanded too if the data has it,
             as in cloze-style fine-tuning).
-        special_token_ids: ids expanded in pretraining, ``(cls_id, sep_id)``.
+        unselectable_token_ids: ids expanded in pretraining, ``(cls_id,
+            sep_id)`` (formerly ``special_token_ids``).
         max_expanded_tokens: int >= 0 or None, the most expanded tokens in
             one example (3: [CLS] and two [SEP]s); fixes the static expanded
             length ``L + (k - 1) * max_expanded_tokens``. None sizes it for
@@ -148,7 +172,7 @@ class ExLMEncoder(ConcreteInputChecks, keras.Model):
 
     Example:
     ```python
-    encoder = keras_masking.models.ExLMEncoder(backbone, k=4, special_token_ids=(101, 102))
+    encoder = keras_masking.models.ExLMEncoder(backbone, k=4, unselectable_token_ids=(101, 102))
     logits = keras.layers.Dense(num_labels)(encoder(inputs)["pooled_output"])
     ```
     """
@@ -158,54 +182,42 @@ class ExLMEncoder(ConcreteInputChecks, keras.Model):
         backbone,
         k=4,
         mask_token_id=103,
-        special_token_ids=(101, 102),
+        unselectable_token_ids=(101, 102),
         max_expanded_tokens=3,
         **kwargs,
     ):
-        check_rotary2d_backbone(backbone, "ExLMEncoder")
-        vocabulary = backbone.vocabulary_size
-        k = check_int("k", k, minimum=1)
-        mask_token_id = check_int("mask_token_id", mask_token_id, minimum=0, maximum=vocabulary - 1)
-        special_token_ids = check_token_id_list("special_token_ids", special_token_ids, vocabulary)
+        super().__init__(backbone, k, mask_token_id, unselectable_token_ids, **kwargs)
         if max_expanded_tokens is not None:
             max_expanded_tokens = check_int("max_expanded_tokens", max_expanded_tokens, minimum=0)
-        super().__init__(**kwargs)
-        self.backbone = backbone
+        self.max_expanded_tokens = max_expanded_tokens
         self.expansion = StateExpansion(
-            k=k,
-            mask_token_id=mask_token_id,
-            expand_token_ids=special_token_ids,
+            k=self.k,
+            mask_token_id=self.mask_token_id,
+            expand_token_ids=self.unselectable_token_ids,
             max_expanded_tokens=max_expanded_tokens,
         )
-        self.k = k
-        self.mask_token_id = mask_token_id
-        self.special_token_ids = special_token_ids
-        self.max_expanded_tokens = max_expanded_tokens
 
     def build(self, input_shape):
         # The backbone is a built functional model; the expansion has no state.
         self.built = True
 
-    def check_inputs(self, inputs):
-        """`check_backbone_inputs`: run by ``fit`` / ``evaluate`` / ``predict``
-        on numpy data before a step compiles, and by every eager call."""
-        check_backbone_inputs(inputs, self.backbone)
-
     def call(self, inputs, training=False):
-        token_ids, padding_mask, segment_ids = check_backbone_inputs(inputs, self.backbone)
-        token_ids = ops.cast(token_ids, "int32")
-        padding_mask = ops.cast(ops.cast(padding_mask, "bool"), "int32")
-        if segment_ids is None:
-            segment_ids = ops.zeros_like(token_ids)
-        expanded = self._expand(token_ids, padding_mask)
+        token_ids, padding_mask, segment_ids = self.checked_inputs(inputs)
+        expanded = self.expansion(token_ids, padding_mask)
+        overflow = concrete_value(expanded["overflow"])
+        if overflow is not None and np.any(overflow):
+            raise ValueError(
+                f"Rows {np.flatnonzero(overflow).tolist()} hold more than max_expanded_tokens="
+                f"{self.max_expanded_tokens} tokens to expand (ids "
+                f"{list(self.unselectable_token_ids)} and [MASK] {self.mask_token_id}); raise "
+                "`max_expanded_tokens`, or set it to None to size the expansion for any input."
+            )
         ids, mask, positions = (
             expanded[key] for key in ("token_ids", "padding_mask", "position_ids")
         )
         if self.k == 1:  # nothing is copied: (index, 0) everywhere
             positions = ops.stack([positions[..., 0], ops.zeros_like(positions[..., 0])], -1)
-        segment_ids = ops.take_along_axis(
-            ops.cast(segment_ids, "int32"), expanded["source_index"], axis=1
-        )
+        segment_ids = ops.take_along_axis(segment_ids, expanded["source_index"], axis=1)
         hidden = self.backbone.embed(ids, segment_ids, positions, training=training)
         hidden = self.backbone.encode(hidden, mask, positions, training=training)
         sequence = batched_gather(hidden, expanded["first_slot"])
@@ -217,19 +229,6 @@ class ExLMEncoder(ConcreteInputChecks, keras.Model):
             pooled = ops.where(overflow[:, None], float("nan"), pooled)
         return {"sequence_output": sequence, "pooled_output": pooled}
 
-    def _expand(self, token_ids, padding_mask):
-        expanded = self.expansion(token_ids, padding_mask)
-        overflow = concrete_value(expanded["overflow"])
-        if overflow is not None and np.any(overflow):
-            rows = np.flatnonzero(overflow).tolist()
-            raise ValueError(
-                f"Rows {rows} hold more than max_expanded_tokens={self.max_expanded_tokens} "
-                f"tokens to expand (ids {list(self.special_token_ids)} and [MASK] "
-                f"{self.mask_token_id}); raise `max_expanded_tokens`, or set it to None to "
-                "size the expansion for any input."
-            )
-        return expanded
-
     def compute_output_spec(self, inputs, training=False):
         batch, length = inputs["token_ids"].shape[:2]
         hidden, dtype = self.backbone.hidden_dim, self.backbone.compute_dtype
@@ -239,19 +238,4 @@ class ExLMEncoder(ConcreteInputChecks, keras.Model):
         }
 
     def get_config(self):
-        return {
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "k": self.k,
-            "mask_token_id": self.mask_token_id,
-            "special_token_ids": list(self.special_token_ids),
-            "max_expanded_tokens": self.max_expanded_tokens,
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
+        return {**super().get_config(), "max_expanded_tokens": self.max_expanded_tokens}

@@ -8,25 +8,24 @@ from keras import ops
 
 from keras_masking.distribution.random import batch_randint
 from keras_masking.distribution.random import batch_uniform
-from keras_masking.distribution.replicas import in_tf_distribute_scope
 from keras_masking.distribution.replicas import replica_share
 from keras_masking.layers.dag_transition import DAGTransition
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.layers.masked_lm_head import MaskedLMHead
 from keras_masking.layers.state_expansion import StateExpansion
-from keras_masking.layers.state_expansion import check_token_id_list
 from keras_masking.losses.dag_loss import dag_alignment_feasible
 from keras_masking.losses.dag_loss import dag_alignment_posterior
 from keras_masking.losses.dag_loss import dag_loss
 from keras_masking.models.exlm_encoder import ExLMEncoder
-from keras_masking.models.exlm_encoder import check_backbone_inputs
-from keras_masking.models.exlm_encoder import check_rotary2d_backbone
+from keras_masking.models.exlm_encoder import ExLMModel
 from keras_masking.models.exlm_encoder import plain_position_ids
 from keras_masking.ops.token_dropping import batched_gather
 from keras_masking.ops.token_dropping import kept_indices
+from keras_masking.ops.token_selection import select_tokens
+from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
-from keras_masking.utils.eager_checks import ConcreteInputChecks
+from keras_masking.utils.arguments import check_seed
 from keras_masking.utils.eager_checks import concrete_value
 from keras_masking.utils.eager_checks import non_finite_variables
 
@@ -52,25 +51,6 @@ def _real_rank(padding_mask):
     return ops.maximum(ops.cumsum(real, axis=1) - 1, 0)
 
 
-def _averaged_ids_as_integers(inputs):
-    """The building call's symbolic float inputs, read as int32 ids.
-
-    Under `tf.distribute`, Keras' TensorFlow trainer builds a model that is
-    not built yet from the replicas' MEAN of the first batch, which turns
-    integer ids into floats. Only that call's symbolic tensors, and only
-    under a strategy, are read so; every later call (the training step's
-    trace among them) is checked as it is.
-    """
-    if not isinstance(inputs, dict) or not in_tf_distribute_scope():
-        return inputs
-    return {
-        name: ops.cast(value, "int32")
-        if "float" in str(getattr(value, "dtype", "")) and concrete_value(value) is None
-        else value
-        for name, value in inputs.items()
-    }
-
-
 def _weighted_mean(values, weights):
     weights = ops.cast(weights, "float32")
     return ops.sum(values * weights) / ops.maximum(ops.sum(weights), 1.0)
@@ -82,7 +62,7 @@ def prediction_entropy(logits, weights):
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
-class ExLMPretrainer(ConcreteInputChecks, keras.Model):
+class ExLMPretrainer(ExLMModel):
     """ExLM pretraining (or plain MLM on the same masking) as a Keras model.
 
     In each step: pick ``mask_rate`` of the real, non-special tokens (at
@@ -105,7 +85,7 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
     ``E = min(ceil(mask_rate * L) + max_special_tokens, L)`` expanded tokens
     (targets) and ``k * E`` DAG vertices. ``max_special_tokens`` (3: [CLS]
     and two [SEP]s) bounds the tokens of a row that are always expanded:
-    those in ``special_token_ids`` and any [MASK] already in the input.
+    those in ``unselectable_token_ids`` and any [MASK] already in the input.
     Packed rows with more [SEP]s need a larger value, or None: room for
     every token (``E = L``; the expanded sequence is then ``k * L`` long), so
     that no input can overflow. A row with more special tokens than
@@ -142,7 +122,8 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
         k: int >= 1, states per expanded token (4).
         mask_rate: float in (0, 1), share of tokens picked (0.15).
         mask_token_id: int, the [MASK] id.
-        special_token_ids: ids never picked and always expanded ([CLS], [SEP]).
+        unselectable_token_ids: ids never picked and always expanded ([CLS],
+            [SEP]; formerly ``special_token_ids``).
         replacement: ``"mask"`` (all [MASK], official) or ``"bert"`` (80/10/10).
         objective: ``"exlm"`` or ``"mlm"``.
         transition_heads: int >= 1, heads of `DAGTransition`; must divide the
@@ -155,7 +136,7 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
     Example:
     ```python
     pretrainer = keras_masking.models.ExLMPretrainer(backbone, k=4, mask_token_id=103,
-                                                     special_token_ids=(101, 102))
+                                                     unselectable_token_ids=(101, 102))
     pretrainer.compile(optimizer=keras.optimizers.AdamW(1e-4), jit_compile=True)
     pretrainer.fit({"token_ids": ids, "segment_ids": segments, "padding_mask": mask})
     ```
@@ -167,7 +148,7 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
         k=4,
         mask_rate=0.15,
         mask_token_id=103,
-        special_token_ids=(101, 102),
+        unselectable_token_ids=(101, 102),
         replacement="mask",
         objective="exlm",
         transition_heads=4,
@@ -175,40 +156,19 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
         max_special_tokens=3,
         **kwargs,
     ):
-        check_rotary2d_backbone(backbone, "ExLMPretrainer")
-        vocabulary = backbone.vocabulary_size
-        k = check_int("k", k, minimum=1)
-        mask_rate = check_float("mask_rate", mask_rate, 0.0, 1.0, True, True)
-        mask_token_id = check_int("mask_token_id", mask_token_id, minimum=0, maximum=vocabulary - 1)
-        special_token_ids = check_token_id_list("special_token_ids", special_token_ids, vocabulary)
-        if replacement not in ("mask", "bert"):
-            raise ValueError(
-                f"Expected replacement 'mask' or 'bert'. Received: replacement={replacement!r}."
-            )
-        if objective not in ("exlm", "mlm"):
-            raise ValueError(
-                f"Expected objective 'exlm' or 'mlm'. Received: objective={objective!r}."
-            )
-        transition_heads = check_int("transition_heads", transition_heads, minimum=1)
-        if backbone.hidden_dim % transition_heads:
+        super().__init__(backbone, k, mask_token_id, unselectable_token_ids, **kwargs)
+        self.mask_rate = check_float("mask_rate", mask_rate, 0.0, 1.0, True, True)
+        self.replacement = check_choice("replacement", replacement, ("mask", "bert"))
+        self.objective = check_choice("objective", objective, ("exlm", "mlm"))
+        self.transition_heads = check_int("transition_heads", transition_heads, minimum=1)
+        if backbone.hidden_dim % self.transition_heads:
             raise ValueError(
                 "Expected transition_heads to divide the backbone's hidden width "
                 f"{backbone.hidden_dim}. Received: transition_heads={transition_heads}."
             )
-        if seed is not None:
-            seed = check_int("seed", seed)
+        self.seed = check_seed("seed", seed)
         if max_special_tokens is not None:
             max_special_tokens = check_int("max_special_tokens", max_special_tokens, minimum=0)
-        super().__init__(**kwargs)
-        self.backbone = backbone
-        self.k = k
-        self.mask_rate = mask_rate
-        self.mask_token_id = mask_token_id
-        self.special_token_ids = special_token_ids
-        self.replacement = replacement
-        self.objective = objective
-        self.transition_heads = transition_heads
-        self.seed = seed
         self.max_special_tokens = max_special_tokens
         self.seed_generator = keras.random.SeedGenerator(seed)
         self.lm_head = MaskedLMHead(
@@ -223,7 +183,6 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
         self.aligned_entropy_tracker = keras.metrics.Mean(name="aligned_entropy")
         self.impossible_tracker = keras.metrics.Mean(name="impossible")
         self.overflow_tracker = keras.metrics.Mean(name="overflow")
-        self._building_call = False
 
     # === Sizes (static, from the input length) ===
     def max_picked(self, length):
@@ -241,7 +200,7 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
         return StateExpansion(
             k=self.k,
             mask_token_id=self.mask_token_id,
-            expand_token_ids=self.special_token_ids,
+            expand_token_ids=self.unselectable_token_ids,
             max_expanded_tokens=self.max_targets(length),
         )
 
@@ -263,16 +222,15 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
             )
             self.transition.build((None, None, self.backbone.hidden_dim))
         self.built = True
-        self._building_call = True
 
     # === Masking ===
     def special_mask(self, token_ids, padding_mask):
         """bool ``(B, L)``: real tokens that are always expanded.
 
-        Those in ``special_token_ids`` and any [MASK] already in the input;
+        Those in ``unselectable_token_ids`` and any [MASK] already in the input;
         ``max_special_tokens`` bounds their count per row.
         """
-        always = _any_equal(token_ids, self.special_token_ids + (self.mask_token_id,))
+        always = _any_equal(token_ids, self.unselectable_token_ids + (self.mask_token_id,))
         return always & ops.cast(padding_mask, "bool")
 
     def pick_tokens(self, token_ids, padding_mask):
@@ -281,22 +239,22 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
         The draws are made per real token (in order), so the picks do not
         depend on where the padding sits.
         """
-        real = ops.cast(padding_mask, "bool")
-        never_picked = self.special_token_ids + (self.mask_token_id,)
-        candidates = real & ~_any_equal(token_ids, never_picked)
-        length = token_ids.shape[1]
-        count = ops.sum(ops.cast(candidates, "float32"), axis=1)
+        candidates = self.special_mask(token_ids, padding_mask)
+        candidates = ops.cast(padding_mask, "bool") & ~candidates
         batch = ops.shape(token_ids)[0]
         # Per-example draws: replicas of a data-parallel step draw their own
         # rows of the global batch's draws (see `batch_uniform`).
         rounding = batch_uniform((batch,), self.seed_generator)
-        picks = ops.floor(self.mask_rate * count + rounding)
-        picks = ops.clip(picks, ops.minimum(count, 1.0), float(self.max_picked(length)))
         noise = batch_uniform(ops.shape(token_ids), self.seed_generator)
         noise = ops.take_along_axis(noise, _real_rank(padding_mask), axis=1)
-        score = ops.where(candidates, noise, 2.0)
-        rank = ops.argsort(ops.argsort(score, axis=1), axis=1)
-        return candidates & (ops.cast(rank, "float32") < picks[:, None])
+        return select_tokens(
+            candidates,
+            self.mask_rate,
+            noise,
+            rounding,
+            min_count=1,
+            max_count=self.max_picked(token_ids.shape[1]),
+        )
 
     def corrupt(self, token_ids, picked, padding_mask=None):
         """Replaces the picked tokens ([MASK], or BERT's 80/10/10)."""
@@ -315,21 +273,8 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
         return ops.where(picked, replaced, token_ids)
 
     # === Forward ===
-    def check_inputs(self, inputs):
-        """`check_backbone_inputs`: run by ``fit`` / ``evaluate`` / ``predict``
-        on numpy data before a step compiles, and by every eager call."""
-        check_backbone_inputs(inputs, self.backbone)
-
     def call(self, inputs, training=False):
-        if self._building_call:
-            self._building_call = False
-            inputs = _averaged_ids_as_integers(inputs)
-        token_ids, padding_mask, segment_ids = check_backbone_inputs(inputs, self.backbone)
-        token_ids = ops.cast(token_ids, "int32")
-        padding_mask = ops.cast(ops.cast(padding_mask, "bool"), "int32")
-        if segment_ids is None:
-            segment_ids = ops.zeros_like(token_ids)
-        segment_ids = ops.cast(segment_ids, "int32")
+        token_ids, padding_mask, segment_ids = self.checked_inputs(inputs)
         if self.objective == "exlm":
             self._check_expanded_length(token_ids.shape[1])
             self._check_special_count(token_ids, padding_mask)
@@ -369,7 +314,7 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
         if rows:
             raise ValueError(
                 f"Rows {rows} hold {count[rows].tolist()} special tokens (ids "
-                f"{list(self.special_token_ids)}, or [MASK] {self.mask_token_id}), more than "
+                f"{list(self.unselectable_token_ids)}, or [MASK] {self.mask_token_id}), more than "
                 f"max_special_tokens={self.max_special_tokens}: their expansion would not "
                 "fit. Raise `max_special_tokens`, or set it to None to size the expansion "
                 "for any input."
@@ -396,7 +341,7 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
     def _exlm_outputs(self, token_ids, corrupted, segment_ids, padding_mask, picked, training):
         length = token_ids.shape[1]
         real = ops.cast(padding_mask, "bool")
-        expand = (picked | _any_equal(token_ids, self.special_token_ids)) & real
+        expand = (picked | _any_equal(token_ids, self.unselectable_token_ids)) & real
         expansion = self.expansion(length)
         expanded = expansion(corrupted, padding_mask, expand_mask=expand)
         segments = ops.take_along_axis(segment_ids, expanded["source_index"], axis=1)
@@ -462,10 +407,7 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
 
         Example:
         ```python
-        backbone = keras_masking.models.TransformerBackbone(
-            vocabulary_size=128, num_layers=1, num_heads=2, hidden_dim=16,
-            intermediate_dim=32, position="rotary2d", custom_position_ids=True,
-        )
+        # backbone: a TransformerBackbone(position="rotary2d", custom_position_ids=True)
         pretrainer = keras_masking.models.ExLMPretrainer(backbone, k=2, transition_heads=2)
         encoder = pretrainer.fine_tuning_encoder()
         pooled = encoder(features)["pooled_output"]
@@ -475,15 +417,18 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
             self.backbone,
             k=self.k if self.objective == "exlm" else 1,
             mask_token_id=self.mask_token_id,
-            special_token_ids=self.special_token_ids,
+            unselectable_token_ids=self.unselectable_token_ids,
             max_expanded_tokens=max_expanded_tokens,
         )
 
     # === Loss and metrics ===
     @staticmethod
-    def _loss_target_length(y_pred):
-        """Target lengths with overflowing rows set to 0 (left out of the loss)."""
-        return ops.where(y_pred["overflow"], 0, ops.cast(y_pred["target_length"], "int32"))
+    def _dag_arguments(y_pred):
+        """`dag_loss`'s arguments; overflowing rows get target length 0 (left out)."""
+        target_length = y_pred["target_length"]
+        if "overflow" in y_pred:
+            target_length = ops.where(y_pred["overflow"], 0, ops.cast(target_length, "int32"))
+        return y_pred["match"], y_pred["log_transitions"], y_pred["output_length"], target_length
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if self.objective == "mlm":
@@ -494,14 +439,9 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
             count = ops.sum(weights)
             # Under tf.distribute, this replica's share of the global mean.
             return replica_share(ops.sum(losses * weights) / ops.maximum(count, 1.0), count)
-        target_length = self._loss_target_length(y_pred)
-        log_likelihood = dag_loss(
-            y_pred["match"],
-            y_pred["log_transitions"],
-            y_pred["output_length"],
-            target_length,
-        )
-        lengths = ops.cast(ops.maximum(target_length, 1), "float32")
+        arguments = self._dag_arguments(y_pred)
+        log_likelihood = dag_loss(*arguments)
+        lengths = ops.cast(ops.maximum(arguments[3], 1), "float32")
         return replica_share(-ops.mean(log_likelihood / lengths), ops.shape(lengths)[0])
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
@@ -545,10 +485,6 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
 
         Example:
         ```python
-        backbone = keras_masking.models.TransformerBackbone(
-            vocabulary_size=128, num_layers=1, num_heads=2, hidden_dim=16,
-            intermediate_dim=32, position="rotary2d", custom_position_ids=True,
-        )
         pretrainer = keras_masking.models.ExLMPretrainer(backbone, k=2, transition_heads=2)
         y_pred = pretrainer(features)  # token_ids, padding_mask (, segment_ids)
         value = pretrainer.aligned_entropy(y_pred)
@@ -558,15 +494,7 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
 
     def _aligned_entropy_and_count(self, y_pred):
         """`aligned_entropy` and the number of masked targets it averages."""
-        target_length = y_pred["target_length"]
-        if "overflow" in y_pred:
-            target_length = self._loss_target_length(y_pred)
-        posterior = dag_alignment_posterior(
-            y_pred["match"],
-            y_pred["log_transitions"],
-            y_pred["output_length"],
-            target_length,
-        )
+        posterior = dag_alignment_posterior(*self._dag_arguments(y_pred))
         per_target = ops.sum(posterior * y_pred["state_entropy"][:, None, :], axis=2)
         feasible = ops.sum(posterior, axis=(1, 2)) > 0
         weights = y_pred["target_is_mask"] & feasible[:, None]
@@ -602,26 +530,14 @@ class ExLMPretrainer(ConcreteInputChecks, keras.Model):
 
     def get_config(self):
         return {
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "k": self.k,
+            **super().get_config(),
             "mask_rate": self.mask_rate,
-            "mask_token_id": self.mask_token_id,
-            "special_token_ids": list(self.special_token_ids),
             "replacement": self.replacement,
             "objective": self.objective,
             "transition_heads": self.transition_heads,
             "seed": self.seed,
             "max_special_tokens": self.max_special_tokens,
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
 
 
 def _check_finite_variables(model):

@@ -8,6 +8,8 @@ import os
 
 from keras_masking.layers.activations import resolve_activation
 from keras_masking.models.transformer_backbone import FAMILY_POSITIONS
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
 
 logger = logging.getLogger("keras_masking")
 
@@ -121,32 +123,16 @@ def _jsonable(value):
     return True
 
 
-def _config_int(settings, key, source, minimum):
-    """``settings[key]`` as an int >= ``minimum``; the error names key and file."""
-    value = settings[key]
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+def _config_value(settings, key, source, check, **bounds):
+    """``settings[key]`` through ``check`` (`check_int`, `check_float`); the
+    error names the file and the key, and spells the value as the JSON file does."""
+    try:
+        return check(f"'{key}'", settings[key], **bounds)
+    except ValueError as error:
+        expected = str(error).split(" Received: ")[0]
         raise ValueError(
-            f"{source}: expected an integer >= {minimum} for {key!r}. "
-            f"Received: {key!r}: {_described(value)}."
-        )
-    return int(value)
-
-
-def _config_float(settings, key, source, minimum, maximum=None, open_minimum=False):
-    """``settings[key]`` as a float in range; the error names key and file."""
-    value = settings[key]
-    is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if is_number:
-        low_ok = value > minimum if open_minimum else value >= minimum
-        high_ok = maximum is None or value < maximum
-    if not is_number or value != value or not (low_ok and high_ok):
-        low = f"({minimum}" if open_minimum else f"[{minimum}"
-        interval = f"{low}, {'inf)' if maximum is None else f'{maximum})'}"
-        raise ValueError(
-            f"{source}: expected a number in {interval} for {key!r}. "
-            f"Received: {key!r}: {_described(value)}."
-        )
-    return float(value)
+            f"{source}: {expected} Received: {key!r}: {_described(settings[key])}."
+        ) from None
 
 
 def backbone_kwargs_from_google_config(config, model, source="config"):
@@ -200,7 +186,7 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
         logger.warning("%s: ignoring unrecognised config keys %s", source, unknown)
     settings = {**OPTIONAL_KEYS, **{k: config[k] for k in config if k in known}}
     sizes = {
-        key: _config_int(settings, key, source, minimum)
+        key: _config_value(settings, key, source, check_int, minimum=minimum)
         for key, minimum in (
             ("vocab_size", 1),
             ("hidden_size", 1),
@@ -212,12 +198,15 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
             ("max_relative_position", 1),
         )
     }
+    rate = dict(check=check_float, minimum=0.0, maximum=1.0, open_maximum=True)
     rates = {
-        key: _config_float(settings, key, source, 0.0, 1.0)
+        key: _config_value(settings, key, source, **rate)
         for key in ("hidden_dropout_prob", "attention_probs_dropout_prob")
     }
-    layer_norm_eps = _config_float(settings, "layer_norm_eps", source, 0.0, open_minimum=True)
-    _config_float(settings, "initializer_range", source, 0.0)
+    layer_norm_eps = _config_value(
+        settings, "layer_norm_eps", source, check_float, minimum=0.0, open_minimum=True
+    )
+    _config_value(settings, "initializer_range", source, check_float, minimum=0.0)
     activation = settings["hidden_act"]
     if not isinstance(activation, str):
         raise ValueError(
@@ -236,7 +225,7 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
         )
     embedding_size = settings["embedding_size"]
     if embedding_size is not None:
-        embedding_size = _config_int(settings, "embedding_size", source, 1)
+        embedding_size = _config_value(settings, "embedding_size", source, check_int, minimum=1)
     if embedding_size not in (None, sizes["hidden_size"]):
         raise ValueError(
             f"{source}: embedding_size={embedding_size} differs from "

@@ -12,6 +12,7 @@ and reshaped between keras-hub's per-head ``EinsumDense`` shapes and the
 checkpoint's 2D ones.
 """
 
+import itertools
 import logging
 
 import keras
@@ -81,13 +82,8 @@ def _hub_variables_by_name(backbone, kind):
         "output/LayerNorm": "feedforward_layer_norm",
     }
     for i in range(backbone.num_layers):
-        for ours, theirs in per_layer.items():
-            for part in ("kernel", "bias"):
-                pairs[f"bert/encoder/layer_{i}/{ours}/{part}"] = (
-                    f"transformer_layer_{i}/{theirs}/{part}"
-                )
-        for ours, theirs in per_layer_norm.items():
-            for part in ("gamma", "beta"):
+        for table, parts in ((per_layer, ("kernel", "bias")), (per_layer_norm, ("gamma", "beta"))):
+            for (ours, theirs), part in itertools.product(table.items(), parts):
                 pairs[f"bert/encoder/layer_{i}/{ours}/{part}"] = (
                     f"transformer_layer_{i}/{theirs}/{part}"
                 )
@@ -100,18 +96,14 @@ def _hub_variables_by_name(backbone, kind):
     return {name: by_path[path] for name, path in pairs.items()}
 
 
+# The sizes keras-hub's backbones and ours name alike.
+_SIZES = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim")
+_SIZES += ("max_sequence_length",)
+
+
 def _shared_arguments(backbone):
     """Constructor arguments that keras-hub's backbones and ours name alike."""
-    names = (
-        "vocabulary_size",
-        "num_layers",
-        "num_heads",
-        "hidden_dim",
-        "intermediate_dim",
-        "dropout",
-        "max_sequence_length",
-    )
-    arguments = {name: getattr(backbone, name) for name in names}
+    arguments = {name: getattr(backbone, name) for name in (*_SIZES, "dropout")}
     arguments["dtype"] = backbone.dtype_policy
     return arguments
 
@@ -137,17 +129,7 @@ def _copy(source_by_name, target_by_name):
 
 # Arguments `from_keras_hub` takes from the keras-hub backbone: overriding
 # them would give a model that cannot hold its weights.
-ARCHITECTURE_ARGUMENTS = (
-    "vocabulary_size",
-    "num_layers",
-    "num_heads",
-    "hidden_dim",
-    "intermediate_dim",
-    "max_sequence_length",
-    "num_segments",
-    "position",
-    "use_pooler",
-)
+ARCHITECTURE_ARGUMENTS = (*_SIZES, "num_segments", "position", "use_pooler")
 
 
 def transformer_backbone_arguments(backbone, activation=None, overrides=None):

@@ -7,7 +7,6 @@ first variable is assigned.
 """
 
 import collections
-import json
 import logging
 import os
 import re
@@ -22,6 +21,16 @@ from keras_masking.models.google_config import backbone_kwargs_from_google_confi
 from keras_masking.models.google_config import family_of
 from keras_masking.models.google_config import google_config_from_backbone
 from keras_masking.models.google_config import read_google_config
+from keras_masking.models.mlm_embedding_correction_record import load_folder_record
+from keras_masking.models.mlm_embedding_correction_record import mark_loaded_record
+from keras_masking.models.mlm_embedding_correction_record import write_correction_record
+from keras_masking.models.transformer_backbone import TransformerBackbone
+from keras_masking.models.transformer_masked_lm import TransformerMaskedLM
+from keras_masking.utils.arguments import check_bool
+from keras_masking.utils.arguments import check_choice
+from keras_masking.utils.arguments import check_path
+from keras_masking.utils.files import write_atomically
+from keras_masking.utils.files import write_json_atomically
 
 logger = logging.getLogger("keras_masking")
 
@@ -57,12 +66,7 @@ def resolve_checkpoint_prefix(checkpoint_path):
     """
     import tensorflow as tf
 
-    if isinstance(checkpoint_path, bool) or not isinstance(checkpoint_path, (str, os.PathLike)):
-        raise TypeError(
-            "`checkpoint_path` must be a path (str or os.PathLike) to a TF checkpoint. "
-            f"Received: checkpoint_path={checkpoint_path!r}"
-        )
-    path = os.fspath(checkpoint_path)
+    path = check_path("checkpoint_path", checkpoint_path)
     if os.path.isdir(path):
         latest = tf.train.latest_checkpoint(path)
         if latest is None:
@@ -246,15 +250,9 @@ def _check_folder_configs(prefix, backbone, skip=None):
         if skip is not None and os.path.exists(skip) and os.path.samefile(path, skip):
             continue
         try:
-            with open(path, encoding="utf-8") as file:
-                config = json.load(file)
-        except (OSError, UnicodeDecodeError, ValueError) as error:
-            raise ValueError(
-                f"{path}: the config beside the checkpoint is not readable JSON ({error}); "
-                "nothing was loaded. Fix or remove the file."
-            ) from None
-        if not isinstance(config, dict):
-            continue
+            config = read_google_config(path)
+        except ValueError as error:
+            raise ValueError(f"{error} Nothing was loaded: fix or remove the file.") from None
         heads = config.get("num_attention_heads")
         if isinstance(heads, int) and not isinstance(heads, bool) and heads != backbone.num_heads:
             raise ValueError(
@@ -294,15 +292,7 @@ def _check_finite(converted, source):
             )
 
 
-def _check_bool(name, value):
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
-    return bool(value)
-
-
 def _check_model(model, function):
-    from keras_masking.models.transformer_backbone import TransformerBackbone
-
     backbone = getattr(model, "backbone", model)
     if not isinstance(backbone, TransformerBackbone):
         raise TypeError(
@@ -311,32 +301,6 @@ def _check_model(model, function):
             "keras_masking.models.from_keras_hub)."
         )
     return backbone
-
-
-def _record_config(record, values, embedding_name, source):
-    """A checkpoint folder's correction record as the backbone's record config."""
-    from keras_masking.methods.mlm_embedding_correction import MLMEmbeddingCorrection
-    from keras_masking.methods.mlm_embedding_correction_files import RECORD_FILE
-
-    if record is None:
-        return None
-    where = f"{source}: {RECORD_FILE}"
-    config = {k: v for k, v in record.items() if k not in ("source", "embedding")}
-    config["embedding"] = embedding_name
-    try:
-        config = MLMEmbeddingCorrection.from_config(config).to_config()
-    except ValueError as error:
-        raise ValueError(f"{where}: {error}") from None
-    table = values.get(f"{layout.EMBEDDINGS}/word_embeddings")
-    if table is not None and (
-        config["vocabulary_size"] != np.shape(table)[0]
-        or len(config["shift"]) != np.shape(table)[1]
-    ):
-        raise ValueError(
-            f"{where}: the record is for a {config['vocabulary_size']} x {len(config['shift'])} "
-            f"table, but the checkpoint's word_embeddings are {tuple(np.shape(table))}."
-        )
-    return config
 
 
 def _convert_values(values, expected, source):
@@ -353,14 +317,14 @@ def _convert_values(values, expected, source):
     return converted
 
 
-def _load_values(model, values, strict, source, record):
+def _load_values(model, values, strict, source, folder):
     expected = layout.model_variables_by_name(model)
     backbone = getattr(model, "backbone", model)
     family = family_of(backbone)
     if not isinstance(values, dict) or not all(isinstance(name, str) for name in values):
         raise TypeError(
-            "`checkpoint_path` must be a path or a dict {variable name: array}. "
-            f"Received: {type(values).__name__}"
+            "Expected a path or a dict {variable name: array} for checkpoint_path. "
+            f"Received: a {type(values).__name__} with keys {list(values)[:3]}."
         )
 
     missing = sorted(set(expected) - set(values))
@@ -398,7 +362,8 @@ def _load_values(model, values, strict, source, record):
         )
     converted = _convert_values(values, expected, source)
     _check_finite(converted, source)
-    record = _record_config(record, values, backbone.token_embedding.name, source)
+    shape = (backbone.vocabulary_size, backbone.hidden_dim)
+    record = folder and load_folder_record(folder, backbone.token_embedding.name, shape)
     if unexpected:
         logger.warning("%s: skipped variables not used by the model: %s", source, unexpected)
     skipped_heads = [n for n in tolerated if not layout.is_training_state(n)]
@@ -406,16 +371,8 @@ def _load_values(model, values, strict, source, record):
         logger.info("%s: skipped heads the model does not have: %s", source, skipped_heads)
     for name, variable in expected.items():
         variable.assign(converted[name])
-    from keras_masking.methods.mlm_embedding_correction import mark_loaded_weights
-
-    mark_loaded_weights(model, record)
+    mark_loaded_record(model, record)
     return CheckpointLoadReport(loaded=sorted(expected), skipped=sorted(unexpected + tolerated))
-
-
-def _folder_record(prefix):
-    from keras_masking.methods.mlm_embedding_correction_files import read_correction_record
-
-    return read_correction_record(os.path.dirname(os.path.abspath(prefix)))
 
 
 def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None):
@@ -452,16 +409,16 @@ def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None)
     ```
     """
     _check_model(model, "load_tf_checkpoint_weights")
-    strict = _check_bool("strict", strict)
+    strict = check_bool("strict", strict)
     if source is not None and not isinstance(source, str):
-        raise ValueError(f"`source` must be a str or None. Received: source={source!r}")
+        raise ValueError(f"Expected a str or None for source. Received: source={source!r}.")
     if isinstance(checkpoint_path, dict):
         return _load_values(model, checkpoint_path, strict, source or "checkpoint", None)
     prefix = resolve_checkpoint_prefix(checkpoint_path)
     _check_folder_configs(prefix, getattr(model, "backbone", model))
-    record = _folder_record(prefix)
     values = read_tf_checkpoint(prefix)
-    return _load_values(model, values, strict, source or str(checkpoint_path), record)
+    folder = os.path.dirname(os.path.abspath(prefix))
+    return _load_values(model, values, strict, source or str(checkpoint_path), folder)
 
 
 def from_tf_checkpoint(
@@ -512,60 +469,24 @@ def from_tf_checkpoint(
     )
     ```
     """
-    from keras_masking.models.transformer_backbone import TransformerBackbone
-    from keras_masking.models.transformer_masked_lm import TransformerMaskedLM
-
-    with_mlm = _check_bool("with_mlm", with_mlm)
-    strict = _check_bool("strict", strict)
-    if isinstance(config_path, bool) or not isinstance(config_path, (str, os.PathLike)):
-        raise TypeError(
-            "`config_path` must be a path to bert_config.json. "
-            f"Received: config_path={config_path!r}"
-        )
-    config = read_google_config(config_path)
+    with_mlm = check_bool("with_mlm", with_mlm)
+    strict = check_bool("strict", strict)
+    with_pool = check_choice("with_pool", with_pool, ("auto", True, False))
+    config = read_google_config(check_path("config_path", config_path))
     kwargs = backbone_kwargs_from_google_config(config, model, source=str(config_path))
     _check_overrides(kwargs, backbone_kwargs, str(config_path))
     prefix = resolve_checkpoint_prefix(checkpoint_path)
-    record = _folder_record(prefix)
     values = read_tf_checkpoint(prefix)
     _check_family(values, config, model, str(config_path), backbone_kwargs)
     has_pooler = f"{layout.POOLER}/kernel" in values
-    if with_pool == "auto":
-        use_pooler = has_pooler
-    elif isinstance(with_pool, (bool, np.bool_)):
-        use_pooler = bool(with_pool)
-    else:
-        raise ValueError(f"`with_pool` must be 'auto', True or False. Received: {with_pool!r}")
-    kwargs["use_pooler"] = use_pooler
-    kwargs["mlm_embedding_correction"] = _record_config(
-        record, values, "token_embedding", str(checkpoint_path)
-    )
+    kwargs["use_pooler"] = has_pooler if with_pool == "auto" else bool(with_pool)
     kwargs.update(backbone_kwargs)
     backbone = TransformerBackbone(**kwargs)
     _check_folder_configs(prefix, backbone, skip=config_path)
     result = TransformerMaskedLM(backbone) if with_mlm else backbone
-    _load_values(result, values, strict, str(checkpoint_path), backbone.mlm_embedding_correction)
+    folder = os.path.dirname(os.path.abspath(prefix))
+    _load_values(result, values, strict, str(checkpoint_path), folder)
     return result
-
-
-def _replace_file(path, write):
-    """Writes through ``write(temporary_path)`` and renames onto ``path``."""
-    temporary = f"{path}.partial-{uuid.uuid4().hex[:8]}"
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
-
-
-def _write_json(path, value):
-    def write(temporary):
-        with open(temporary, "w", encoding="utf-8") as file:
-            json.dump(value, file, indent=2)
-
-    _replace_file(path, write)
 
 
 def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
@@ -600,19 +521,10 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
     save_tf_checkpoint(backbone, "out/bert_model.ckpt")
     ```
     """
-    from keras_masking.methods.mlm_embedding_correction_files import RECORD_FILE
-
     backbone = _check_model(model, "save_tf_checkpoint")
-    for name, path in (("checkpoint_prefix", checkpoint_prefix), ("config_path", config_path)):
-        if path is not None and (
-            isinstance(path, bool) or not isinstance(path, (str, os.PathLike))
-        ):
-            raise TypeError(
-                f"`{name}` must be a path (str or os.PathLike). Received: {name}={path!r}"
-            )
-    if checkpoint_prefix is None:
-        raise TypeError("`checkpoint_prefix` must be a path. Received: checkpoint_prefix=None")
-    checkpoint_prefix = os.fspath(checkpoint_prefix)
+    checkpoint_prefix = check_path("checkpoint_prefix", checkpoint_prefix)
+    if config_path is not None:
+        config_path = check_path("config_path", config_path)
     record = backbone.mlm_embedding_correction
     if record and record.get("tied_output") == "keep" and model is not backbone:
         if getattr(model, "masked_lm_head", None) is not None:
@@ -625,15 +537,9 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
     values = {name: keras.ops.convert_to_numpy(variable) for name, variable in variables.items()}
     write_tf_checkpoint(values, checkpoint_prefix)
     folder = os.path.dirname(os.path.abspath(checkpoint_prefix))
-    config_path = (
-        os.fspath(config_path) if config_path else os.path.join(folder, "bert_config.json")
-    )
-    _write_json(config_path, google_config_from_backbone(backbone))
-    record_path = os.path.join(folder, RECORD_FILE)
-    if record:
-        _write_json(record_path, {**record, "source": "save_tf_checkpoint"})
-    elif os.path.exists(record_path):
-        os.remove(record_path)  # a stale record would mark these weights corrected
+    config_path = config_path or os.path.join(folder, "bert_config.json")
+    write_json_atomically(config_path, google_config_from_backbone(backbone))
+    write_correction_record(folder, record, "save_tf_checkpoint")
     return checkpoint_prefix
 
 
@@ -661,24 +567,22 @@ def write_tf_checkpoint(values, checkpoint_prefix):
 
     if not isinstance(values, dict) or not values:
         raise ValueError(
-            f"`values` must be a non-empty dict {{name: array}}. Received: {type(values).__name__}"
-            + (" (empty)" if isinstance(values, dict) else "")
+            "Expected a non-empty dict {name: array} for values. "
+            f"Received: {'an empty dict' if values == {} else 'a ' + type(values).__name__}."
         )
     bad_names = [name for name in values if not isinstance(name, str) or not name]
     if bad_names:
-        raise ValueError(f"`values` names must be non-empty str. Received: {bad_names[:5]!r}")
-    if isinstance(checkpoint_prefix, bool) or not isinstance(checkpoint_prefix, (str, os.PathLike)):
-        raise TypeError(
-            f"`checkpoint_prefix` must be a path. Received: checkpoint_prefix={checkpoint_prefix!r}"
+        raise ValueError(
+            f"Expected non-empty str names in values. Received: the names {bad_names[:5]!r}."
         )
+    checkpoint_prefix = check_path("checkpoint_prefix", checkpoint_prefix)
     names = sorted(values)
     tensors = []
     for name in names:
         try:
             tensors.append(tf.convert_to_tensor(np.asarray(values[name])))
         except (TypeError, ValueError) as error:
-            raise ValueError(f"`values[{name!r}]` is not an array: {error}") from None
-    checkpoint_prefix = os.fspath(checkpoint_prefix)
+            raise ValueError(f"Expected an array for values[{name!r}]. Received: {error}") from None
     folder = os.path.dirname(os.path.abspath(checkpoint_prefix))
     base = os.path.basename(checkpoint_prefix)
     os.makedirs(folder, exist_ok=True)
@@ -699,9 +603,5 @@ def write_tf_checkpoint(values, checkpoint_prefix):
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
 
-    def write(path):
-        with open(path, "w", encoding="utf-8") as file:
-            file.write(f'model_checkpoint_path: "{base}"\n')
-            file.write(f'all_model_checkpoint_paths: "{base}"\n')
-
-    _replace_file(os.path.join(folder, "checkpoint"), write)
+    lines = f'model_checkpoint_path: "{base}"\nall_model_checkpoint_paths: "{base}"\n'
+    write_atomically(os.path.join(folder, "checkpoint"), lambda file: file.write(lines))

@@ -1,24 +1,48 @@
 """TransformerBackbone: one encoder class for BERT, RoBERTa, RoFormer, NEZHA."""
 
+import contextlib
 import json
+import logging
+import math
 import os
 
 import keras
 import keras_hub
 import numpy as np
+from keras import ops
 
 from keras_masking.layers.activations import activation_name
 from keras_masking.layers.activations import resolve_activation
+from keras_masking.layers.add_ffn import AddFFN
+from keras_masking.layers.add_ffn import insert_index
+from keras_masking.layers.add_ffn import merge_feed_forward_weights
+from keras_masking.layers.add_ffn import split_feed_forward_weights
+from keras_masking.layers.attention_adversary import AttentionAdversary
+from keras_masking.layers.attention_adversary import attention_adversaries
+from keras_masking.layers.attention_units import AttentionUnits
+from keras_masking.layers.drop_token import DropToken
+from keras_masking.layers.drop_token import RestoreDroppedTokens
+from keras_masking.layers.feed_forward import FeedForward
 from keras_masking.layers.initializers import bert_initializer
+from keras_masking.layers.key_value_prefix import key_value_prefixes
 from keras_masking.layers.self_attention import validate_position_scheme
 from keras_masking.layers.transformer_block import TransformerBlock
 from keras_masking.layers.transformer_embedding import TransformerEmbedding
 from keras_masking.models import keras_hub_conversion
+from keras_masking.models.mlm_embedding_correction_record import load_folder_record
+from keras_masking.models.mlm_embedding_correction_record import mark_loaded_record
+from keras_masking.ops.attention_masks import validate_mask_semantics
+from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_int_list
+from keras_masking.utils.arguments import check_seed
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import check_encoder_inputs
 from keras_masking.utils.eager_checks import non_finite_variables
+from keras_masking.utils.xla_cpu import warn_if_slow_token_dropping_under_xla
+
+logger = logging.getLogger(__name__)
 
 FAMILY_POSITIONS = {
     "bert": "absolute",
@@ -58,6 +82,13 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
     * `forward_stages(inputs, attention_mask_fn)` -> the three in a row, the
       backbone's own graph on any input dict.
 
+    Each fine-tuning method is turned on with one call, as keras-hub's
+    `enable_lora(rank)` (the same calls exist on `TransformerTextClassifier`;
+    a keras-hub backbone converts once with `from_keras_hub`):
+    `enable_drop_token`, `enable_asa`, `enable_fl_tuning` (then `merge_fl` /
+    `unmerge_fl`), `enable_prefix_tuning` and `enable_lora`. The config
+    records what is on, so saving and presets round-trip.
+
     Args:
         vocabulary_size: int. Size of the token vocabulary.
         num_layers: int. Number of transformer layers.
@@ -92,18 +123,19 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
             ``0 .. sequence - 1``.
         add_ffn: dict or None, ``{"units": k, "layers": [...]}``: FL-tuning's
             `AddFFN` branches attached to those layers (written by
-            `keras_masking.fl_tune`, kept so saving round-trips).
+            `enable_fl_tuning`, kept so saving round-trips).
         key_value_prefix: dict or None, the `KeyValuePrefix` arguments and
-            ``layers`` of P-tuning v2 prefixes (written by
-            `keras_masking.prefix_tune`).
+            ``layers`` of P-tuning v2 prefixes (`enable_prefix_tuning`).
         add_attention_units: dict or None, ``{"units_per_head": u, "layers":
-            [...]}``: MA-tuning's `AttentionUnits` (written by
-            `keras_masking.fl_tune(attention_units=u)`).
+            [...]}``: MA-tuning's `AttentionUnits`
+            (``enable_fl_tuning(attention_units=u)``).
         frozen_base: bool. When True every weight except the attached
             branches and prefixes is frozen (see `freeze_base`).
-        merged_add_ffn: dict or None. The record `keras_masking.merge_fl`
-            leaves on a merged backbone (units, layers, placement) so that
-            `keras_masking.unmerge_fl` can split it again; informational.
+        merged_add_ffn: dict or None. The record `merge_fl` leaves on a
+            merged backbone (units, layers, placement) so that `unmerge_fl`
+            can split it again; informational.
+        drop_token: dict or None, the `enable_drop_token` arguments.
+        asa: dict or None, the `enable_asa` arguments.
         dtype: dtype or `keras.DTypePolicy` of computations and weights.
         **kwargs: base `keras_hub.models.Backbone` arguments (``name``...).
 
@@ -145,6 +177,8 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         add_attention_units=None,
         frozen_base=False,
         merged_add_ffn=None,
+        drop_token=None,
+        asa=None,
         dtype=None,
         **kwargs,
     ):
@@ -171,6 +205,8 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
             add_attention_units=add_attention_units,
             frozen_base=frozen_base,
             merged_add_ffn=merged_add_ffn,
+            drop_token=drop_token,
+            asa=asa,
         )
         vocabulary_size = sizes["vocabulary_size"]
         num_layers = sizes["num_layers"]
@@ -265,6 +301,10 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         self.key_value_prefix = None
         self.add_attention_units = None
         self.frozen_base = False
+        self.drop_token = None
+        self.restore_dropped_tokens = None
+        self.asa = None
+        self.attention_adversaries = None
         if add_ffn:
             self.attach_add_ffn(**add_ffn)
         if add_attention_units:
@@ -273,6 +313,19 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
             self.attach_key_value_prefixes(**key_value_prefix)
         if frozen_base:
             self.freeze_base()
+        if drop_token:
+            self.enable_drop_token(**drop_token)
+        if asa:
+            self.enable_asa(**asa)
+
+    def call(self, inputs, training=None, mask=None):
+        # The functional graph is the plain encoder; token dropping changes
+        # the training graph only (identity at inference).
+        if self.drop_token is None or not training:
+            return super().call(inputs, training=training, mask=mask)
+        self.check_inputs(inputs)
+        outputs = self.forward_stages(inputs, training=training, drop_token=self.drop_token)
+        return {key: outputs[key] for key in ("sequence_output", "pooled_output")}
 
     # === Stages (public hooks) ===
     def embed(self, token_ids, segment_ids=None, position_ids=None, training=None):
@@ -340,37 +393,114 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         return hidden
 
     def forward_stages(
-        self, inputs, attention_mask_fn=None, mask_semantics="replace", training=None
+        self,
+        inputs,
+        attention_mask_fn=None,
+        mask_semantics="replace",
+        training=None,
+        drop_token=None,
     ):
-        """``embed -> encode -> pool`` on an input dict: the backbone's own graph.
+        """``embed [-> DropToken] -> encode -> pool`` on an input dict.
 
         The backbone's functional graph is this call on its `keras.Input`s;
         methods call it on their own tensors with `encode`'s per-layer mask
-        hook (ASA's adversarial pass).
+        hook (ASA's adversarial pass) or a `DropToken` layer. Dropped tokens
+        keep their original positions: absolute embeddings are added before
+        dropping, rotary and relative attention read the kept tokens'
+        original position ids; gather mode restores ``sequence_output`` to
+        full length (zeros where a token was dropped).
 
         Args:
             inputs: dict with ``token_ids``, ``padding_mask`` and, as the
                 backbone takes them, ``segment_ids`` and ``position_ids``.
-            attention_mask_fn, mask_semantics: see `encode`.
-            training: bool, whether dropout is active.
+            attention_mask_fn, mask_semantics: see `encode` (not with a
+                gather-mode `DropToken`).
+            training: bool, whether dropout (and token dropping) is active.
+            drop_token: None or a `DropToken` layer run after the embedding.
 
         Returns:
-            ``{"sequence_output", "pooled_output"}``.
+            ``{"sequence_output", "pooled_output"}``, and with ``drop_token``
+            also ``token_mask`` (1 for real tokens that were kept).
         """
         self.check_inputs(inputs, required=("token_ids", "padding_mask"))
-        position_ids = inputs.get("position_ids")
+        position_ids, padding_mask = inputs.get("position_ids"), inputs["padding_mask"]
         hidden = self.embed(
             inputs["token_ids"], inputs.get("segment_ids"), position_ids, training=training
         )
-        hidden = self.encode(
-            hidden,
-            inputs["padding_mask"],
-            position_ids,
-            training=training,
-            attention_mask_fn=attention_mask_fn,
-            mask_semantics=mask_semantics,
+        hooks = {"attention_mask_fn": attention_mask_fn, "mask_semantics": mask_semantics}
+        if drop_token is None:
+            hidden = self.encode(hidden, padding_mask, position_ids, training=training, **hooks)
+            return {"sequence_output": hidden, "pooled_output": self.pool(hidden)}
+        flag = {} if training is None else {"training": training}
+        dropped = drop_token(
+            hidden, padding_mask, token_ids=inputs["token_ids"], position_ids=position_ids, **flag
         )
-        return {"sequence_output": hidden, "pooled_output": self.pool(hidden)}
+        positions = dropped["position_ids"] if self.position != "absolute" else None
+        if drop_token.mode == "gather":
+            sequence = self.encode(
+                dropped["hidden"], dropped["padding_mask"], positions, training=training, **hooks
+            )
+            pooled = self.pool(sequence)
+            restore = self.restore_dropped_tokens
+            if restore is None or drop_token is not self.drop_token:
+                restore = RestoreDroppedTokens(dtype=drop_token.dtype_policy)
+            sequence = restore(sequence, dropped["keep_mask"])
+        else:
+            sequence = self.encode(
+                hidden,
+                padding_mask,
+                positions,
+                dropped["attention_bias"],
+                training=training,
+                **hooks,
+            )
+            pooled = self.pool(sequence)
+        token_mask = ops.cast(dropped["keep_mask"], "int32") * ops.cast(padding_mask, "int32")
+        return {"sequence_output": sequence, "pooled_output": pooled, "token_mask": token_mask}
+
+    def adversarial_forward(
+        self, inputs, training=None, adversaries=None, mask_semantics=None, drop_token=None
+    ):
+        """ASA's adversarial pass: each attacked layer's mask from its adversary.
+
+        Args:
+            inputs: the backbone's input dict.
+            training: bool, whether dropout (and token dropping) is active.
+            adversaries: ``{layer_index: AttentionAdversary}``; None for the
+                ones `enable_asa` attached.
+            mask_semantics: see `encode`; None for `enable_asa`'s.
+            drop_token: a `DropToken` in attention mode, or None (the
+                backbone's own when training).
+
+        Returns:
+            ``(outputs, masks)``: the output dict and the adversaries' binary
+            masks ``(batch, query, key)`` in layer order.
+
+        Example:
+        ```python
+        backbone.enable_asa(tau=0.5)
+        outputs, masks = backbone.adversarial_forward(features, training=True)
+        ```
+        """
+        if adversaries is None:
+            if self.asa is None:
+                raise ValueError("Call enable_asa() before adversarial_forward().")
+            adversaries = dict(zip(self.asa["layers"], self.attention_adversaries))
+        if drop_token is None and training:
+            drop_token = self.drop_token
+        semantics = mask_semantics or (self.asa or {}).get("mask_semantics", "replace")
+        masks = []
+
+        def attention_mask_fn(index, hidden):
+            if index not in adversaries:
+                return None
+            masks.append(adversaries[index](hidden, inputs["padding_mask"]))
+            return AttentionAdversary.mask_bias(masks[-1])
+
+        outputs = self.forward_stages(
+            inputs, attention_mask_fn, semantics, training=training, drop_token=drop_token
+        )
+        return outputs, masks
 
     def check_inputs(self, inputs, required=None):
         """Checks an input dict at the backbone's door; raises a ValueError.
@@ -428,6 +558,361 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
             return cls_state
         return self.pooled_dense(cls_state)
 
+    # === Methods, one call each ===
+    def enable_drop_token(
+        self, rate, unselectable_token_ids=(), mode="gather", seed=None, slot_multiple=8
+    ):
+        """Drops tokens after the embedding stage in training (DropToken).
+
+        In training the backbone runs ``embed -> DropToken -> encode -> pool``
+        from its own layers (`forward_stages`): kept tokens keep their
+        original positions, [CLS] (position 0) is always kept, and
+        ``sequence_output`` comes back at full length (zeros where a token
+        was dropped). At inference nothing is dropped: the outputs are the
+        plain backbone's. The layer is ``backbone.drop_token``;
+        `keras_masking.callbacks.DropTokenRateSchedule` changes its rate.
+
+        Args:
+            rate: float in [0, 1); 0.10-0.15 did best on CLUE.
+            unselectable_token_ids: ids never dropped, e.g. ``(101, 102)``.
+            mode: ``"gather"`` (shorter sequence, faster) or ``"attention"``
+                (full length, dropped keys hidden; the mode ASA can attack).
+            seed: int >= 0 or None.
+            slot_multiple: int >= 1, see `DropToken`.
+
+        Example:
+        ```python
+        backbone.enable_drop_token(0.15, unselectable_token_ids=(101, 102))
+        ```
+        """
+        if self.drop_token is not None:
+            raise ValueError(
+                "DropToken is already enabled; change its rate with "
+                "backbone.drop_token.set_rate(rate)."
+            )
+        layer = DropToken(
+            rate,
+            unselectable_token_ids=unselectable_token_ids,
+            protected_positions=(0,),
+            mode=mode,
+            seed=seed,
+            slot_multiple=slot_multiple,
+            dtype=self.dtype_policy,
+            name="drop_token",
+        )
+        if self.asa is not None and layer.mode == "gather":
+            raise ValueError(_ASA_WITH_GATHER)
+        self._track("drop_token", layer)
+        if layer.mode == "gather":
+            restore = RestoreDroppedTokens(dtype=self.dtype_policy, name="restore_dropped_tokens")
+            self._track("restore_dropped_tokens", restore)
+            if layer.rate:
+                warn_if_slow_token_dropping_under_xla()
+
+    def enable_asa(
+        self, tau=0.5, layers=None, alpha=1.0, mask_semantics="replace", noise=False, seed=None
+    ):
+        """Attaches ASA's adversaries (adversarial self-attention fine-tuning).
+
+        The backbone holds the setting and one `AttentionAdversary` per
+        attacked layer; its own outputs stay the clean pass. The training
+        objective needs the task head's outputs on a clean and an
+        adversarial pass (`adversarial_forward`), so it lives in the model
+        that has the head: `TransformerTextClassifier` trains with ASA as
+        soon as its backbone has it; a user's own head on this backbone
+        trains with ``keras_masking.methods.ASATrainer(task_model)``, which
+        reads this setting and these adversaries.
+
+        Args:
+            tau: float >= 0, the mask penalty's temperature (0.5).
+            layers: layer indices to attack, or None for every layer.
+            alpha: float >= 0, the gradient reversal's strength (1).
+            mask_semantics: ``"replace"`` (official), ``"additive"`` or
+                ``"guarded"`` (see `keras_masking.ops.apply_replacing_mask`).
+            noise: bool, logistic noise before each adversary's step (a
+                deviation).
+            seed: int >= 0 or None, for ``noise``.
+
+        Example:
+        ```python
+        backbone.enable_asa(tau=0.5)
+        ```
+        """
+        if self.asa is not None:
+            raise ValueError(f"ASA is already enabled ({self.asa}).")
+        if self.drop_token is not None and self.drop_token.mode == "gather":
+            raise ValueError(_ASA_WITH_GATHER)
+        tau = check_float("tau", tau, minimum=0.0)
+        alpha = check_float("alpha", alpha, minimum=0.0)
+        validate_mask_semantics(mask_semantics)
+        noise = check_bool("noise", noise)
+        seed = check_seed("seed", seed)
+        layers = self.layer_indices(layers)
+        adversaries = attention_adversaries(layers, self.hidden_dim, alpha, noise, seed)
+        self._track("attention_adversaries", list(adversaries.values()))
+        self.asa = {
+            "tau": tau,
+            "layers": layers,
+            "alpha": alpha,
+            "mask_semantics": mask_semantics,
+            "noise": noise,
+            "seed": seed,
+        }
+
+    def enable_fl_tuning(self, units=160, layers=None, attention_units=0):
+        """FL-tuning: `AddFFN` branches on the chosen FFNs, every base weight frozen.
+
+        ``FFN(x) + f(x W1' + b1') W2' + b2'`` with ``units`` new hidden units
+        per FFN; embeddings, attention, FFNs and LayerNorms are frozen, so
+        only the branches (and a task's head) train. ``attention_units``
+        adds MA-tuning's extra query/key/value units per head (they do not
+        merge). `merge_fl` folds the branches into plain FFNs afterwards.
+        The trainable count is logged at INFO level. Every argument is
+        checked before anything changes.
+
+        Args:
+            units: int >= 0, hidden units added per FFN (160 in the paper);
+                0 with ``attention_units`` for MA-tuning alone.
+            layers: layer indices, or None for every layer.
+            attention_units: int >= 0, MA-tuning units per head (0: none).
+
+        Example:
+        ```python
+        backbone.enable_fl_tuning(units=160)
+        ```
+        """
+        units = check_int("units", units, minimum=0)
+        attention_units = check_int("attention_units", attention_units, minimum=0)
+        if not units and not attention_units:
+            raise ValueError(
+                "Expected units >= 1 (or attention_units >= 1 for MA-tuning alone). "
+                f"Received: units={units}, attention_units={attention_units}."
+            )
+        layers = self.layer_indices(layers)
+        if self.add_ffn is not None or self.add_attention_units is not None:
+            raise ValueError(
+                f"This backbone already has addFFN branches or attention units "
+                f"({self.add_ffn or self.add_attention_units}). Merge them "
+                "(backbone.merge_fl()) or detach them (backbone.detach_attachments()) first."
+            )
+        with self.restore_on_error():
+            if units:
+                self.attach_add_ffn(units, layers)
+            if attention_units:
+                self.attach_attention_units(attention_units, layers)
+            self.freeze_base()
+        self._log_trainable(
+            f"FL-tuning: {units} units per FFN, {attention_units} attention units per head"
+        )
+
+    def enable_prefix_tuning(
+        self, length=160, layers=None, dropout=0.1, reparameterize=False, hidden_units=512
+    ):
+        """P-tuning v2: trainable key/value prefixes in every chosen layer, base frozen.
+
+        Each layer gets ``length`` trainable keys and values per head
+        (`KeyValuePrefix`), attended by every query. ``reparameterize=True``
+        is P-tuning v2's ``prefix_projection``: one MLP shared by all tuned
+        layers (`PrefixEncoder`). At ``length=160`` on a 12-layer base model
+        this is 2,949,120 parameters, FL-tuning's budget at 160 units.
+
+        Args:
+            length: int >= 0, prefix length (0 leaves the function unchanged).
+            layers: layer indices, or None for every layer.
+            dropout: float in [0, 1), dropout on the prefixes.
+            reparameterize: bool, the shared MLP reparameterisation.
+            hidden_units: int >= 1, width of that MLP.
+
+        Example:
+        ```python
+        backbone.enable_prefix_tuning(length=160)
+        ```
+        """
+        if self.key_value_prefix is not None:
+            raise ValueError(
+                f"This backbone already has key/value prefixes ({self.key_value_prefix}); "
+                "detach them first (backbone.detach_attachments())."
+            )
+        with self.restore_on_error():
+            self.attach_key_value_prefixes(length, layers, dropout, reparameterize, hidden_units)
+            self.freeze_base()
+        self._log_trainable(f"P-tuning v2: prefix length {self.key_value_prefix['length']}")
+
+    def merge_fl(self, placement="suffix"):
+        """A new backbone whose FFNs carry the addFFN units: same function, no branch.
+
+        Each tuned FFN becomes one FFN with ``m + k`` hidden units
+        (`merge_feed_forward_weights`); untuned layers get ``k`` zero units,
+        so every layer keeps one ``intermediate_dim`` and the result converts
+        to keras-hub (`to_keras_hub`). The merged backbone is trainable and
+        records the merge (``merged_add_ffn``) for `unmerge_fl`. This backbone
+        is not changed.
+
+        Args:
+            placement: ``"suffix"``, ``"prefix"`` or an int in ``[0, m]``.
+
+        Example:
+        ```python
+        backbone.enable_fl_tuning(units=8)
+        merged = backbone.merge_fl()
+        ```
+        """
+        if self.add_attention_units is not None:
+            raise ValueError(
+                "MA-tuning's attention units do not merge into a plain attention layer (the "
+                "extra dimensions keep the base head's scale); keep them attached."
+            )
+        if self.add_ffn is None:
+            raise ValueError("No addFFN branches to merge: call enable_fl_tuning() first.")
+        units, tuned = self.add_ffn["units"], list(self.add_ffn["layers"])
+        at = insert_index(placement, self.intermediate_dim)
+        record = {
+            "units": units,
+            "layers": tuned,
+            "placement": placement if isinstance(placement, str) else int(placement),
+            "base_intermediate_dim": self.intermediate_dim,
+        }
+        merged = self._copy(intermediate_dim=self.intermediate_dim + units, merged_add_ffn=record)
+        for index, (old, new) in enumerate(zip(self.transformer_layers, merged.transformer_layers)):
+            base = old.feed_forward.get_weights()
+            if index in tuned:
+                branch = old.feed_forward_branch.get_weights()
+            else:
+                branch = [np.zeros((base[0].shape[0], units), base[0].dtype), np.zeros(units)]
+                branch += [np.zeros((units, base[0].shape[0]), base[2].dtype), 0 * base[3]]
+            new.feed_forward.set_weights(merge_feed_forward_weights(base, branch, at))
+        return merged
+
+    def unmerge_fl(self, units=None, placement=None, layers=None):
+        """A new FL-tuned backbone: merged FFNs split into base FFN and `AddFFN`.
+
+        The converse of `merge_fl` (its record gives the defaults). The base
+        is frozen and the branches trainable; this backbone is not changed.
+
+        Args:
+            units: int >= 1, fewer than the FFNs' hidden units.
+            placement: where the units sit (see `merge_fl`); else ``"suffix"``.
+            layers: the tuned layers; else every layer.
+
+        Example:
+        ```python
+        backbone.enable_fl_tuning(units=8)
+        tuned_again = backbone.merge_fl().unmerge_fl()
+        ```
+        """
+        if self.add_ffn is not None or self.add_attention_units is not None:
+            raise ValueError(
+                "This backbone has addFFN branches or attention units attached; unmerge_fl "
+                "splits a merged backbone. Merge it first (backbone.merge_fl())."
+            )
+        record = dict(self.merged_add_ffn or {})
+        units = record.get("units") if units is None else check_int("units", units, minimum=1)
+        if units is None:
+            raise ValueError(
+                "This backbone has no merge record; pass `units` (and `placement`, `layers`)."
+            )
+        total = self.intermediate_dim
+        if units >= total:
+            raise ValueError(
+                f"Expected units < {total} for units (the FFNs have {total} hidden units, and "
+                f"at least one must stay in the base FFN). Received: units={units}."
+            )
+        placement = placement if placement is not None else record.get("placement", "suffix")
+        at = insert_index(placement, total - units)
+        layers = self.layer_indices(layers if layers is not None else record.get("layers"))
+        split = self._copy(intermediate_dim=total - units, merged_add_ffn=None)
+        split.attach_add_ffn(units, layers)
+        for index, (old, new) in enumerate(zip(self.transformer_layers, split.transformer_layers)):
+            base, branch = split_feed_forward_weights(old.feed_forward.get_weights(), units, at)
+            new.feed_forward.set_weights(base)
+            if index in layers:
+                new.feed_forward_branch.set_weights(branch)
+            elif np.any(branch[0]) or np.any(branch[2]):
+                raise ValueError(
+                    f"Layer {index} is not listed as tuned but its units {at}..{at + units} are "
+                    "not zero; pass the `layers` that were tuned."
+                )
+        split.freeze_base()
+        return split
+
+    def _copy(self, **changes):
+        """A new backbone of this config with ``changes``, without addFFN;
+        every weight but the FFNs' copied."""
+        config = self.get_config()
+        config.update(add_ffn=None, frozen_base=False, **changes)
+        target = type(self).from_config(config)
+        pairs = list(zip(self.base_layers(), target.base_layers()))
+        for old, new in zip(self.transformer_layers, target.transformer_layers):
+            pairs.append((old.key_value_prefix, new.key_value_prefix))
+        pairs += list(zip(self.attention_adversaries or [], target.attention_adversaries or []))
+        for old, new in pairs:
+            if old is not None and not isinstance(old, FeedForward):
+                new.set_weights(old.get_weights())
+        return target
+
+    def _log_trainable(self, message):
+        def count(variables):
+            return sum(math.prod(v.shape) for v in {id(v): v for v in variables}.values())
+
+        trainable, total = count(self.trainable_weights), count(self.weights)
+        logger.info(
+            "%s; trainable parameters: %s of %s (%.2f%%)",
+            message,
+            f"{trainable:,}",
+            f"{total:,}",
+            100.0 * trainable / max(total, 1),
+        )
+
+    def _track(self, name, value):
+        """Sets a sublayer attribute after the model is built (an enable_* call)."""
+        self._tracker.unlock()
+        try:
+            setattr(self, name, value)
+        finally:
+            self._tracker.lock()
+
+    @contextlib.contextmanager
+    def restore_on_error(self, variables=()):
+        """Puts this backbone back as it was when the block raises.
+
+        Restores the attachment records and frozen flag, each block's
+        attached layers, every layer's and variable's ``trainable`` flag,
+        and the values of ``variables`` (a tuning call or an adapter load is
+        all or nothing).
+
+        Example:
+        ```python
+        with backbone.restore_on_error():
+            backbone.attach_add_ffn(8)
+            backbone.freeze_base()
+        ```
+        """
+        records = {key: _plain(getattr(self, key)) for key in _RECORDS}
+        blocks = [
+            {attribute: getattr(block, attribute) for attribute in _BLOCK_ATTACHMENTS}
+            for block in self.transformer_layers
+        ]
+        flags = [(layer, layer.trainable) for layer in self._flatten_layers(include_self=True)]
+        flags += [(v, v.trainable) for v in self.weights]
+        values = [(v, ops.convert_to_numpy(v)) for v in variables]
+        try:
+            yield
+        except BaseException:
+            for block, attached in zip(self.transformer_layers, blocks):
+                for attribute, layer in attached.items():
+                    if getattr(block, attribute) is not layer:
+                        if layer is None:
+                            getattr(block, f"detach_{attribute}")()
+                        else:
+                            getattr(block, f"attach_{attribute}")(layer)
+            for key, value in records.items():
+                setattr(self, key, value)
+            for item, trainable in flags:  # parents first: children override
+                item.trainable = trainable
+            for variable, value in values:
+                variable.assign(value)
+            raise
+
     # === Parameter-efficient attachments (public hooks) ===
     def attach_add_ffn(self, units, layers=None):
         """Attaches an `AddFFN` of ``units`` to the chosen layers' FFNs.
@@ -438,8 +923,6 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
             units: int, hidden units added per FFN.
             layers: list of layer indices, or None for every layer.
         """
-        from keras_masking.layers.add_ffn import AddFFN
-
         units = check_int("units", units, minimum=1)
         layers = self.layer_indices(layers)
         for index in layers:
@@ -460,11 +943,9 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
                 Reparameterised prefixes share one `PrefixEncoder` across
                 the chosen layers, as in P-tuning v2.
         """
-        from keras_masking.layers.key_value_prefix import key_value_prefixes
-
         length = check_int("length", length, minimum=0)
         dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
-        reparameterize = _check_bool("reparameterize", reparameterize)
+        reparameterize = check_bool("reparameterize", reparameterize)
         hidden_units = check_int("hidden_units", hidden_units, minimum=1)
         layers = self.layer_indices(layers)
         prefixes = key_value_prefixes(
@@ -494,8 +975,6 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
             units_per_head: int, extra query/key/value units per head.
             layers: list of layer indices, or None for every layer.
         """
-        from keras_masking.layers.attention_units import AttentionUnits
-
         units_per_head = check_int("units_per_head", units_per_head, minimum=1)
         layers = self.layer_indices(layers)
         for index in layers:
@@ -550,33 +1029,19 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         """Sorted, checked layer indices: every layer when ``layers`` is None.
 
         Args:
-            layers: an iterable of ints in ``[0, num_layers)``, or None.
+            layers: distinct ints in ``[0, num_layers)``, or None.
 
         Raises:
-            ValueError: for an empty selection or an index out of range.
+            ValueError: for an empty selection, a repeat or an index out of
+                range.
         """
         count = self.num_layers_built
         if layers is None:
             return list(range(count))
-        if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
-            raise ValueError(
-                f"Expected a list of layer indices in [0, {count}) for layers. "
-                f"Received: layers={layers!r}."
-            )
-        layers = list(layers)
-        for index in layers:
-            if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
-                raise ValueError(
-                    f"Expected a list of integer layer indices in [0, {count}) for layers. "
-                    f"Received: layers={layers!r}."
-                )
-        indices = sorted({int(index) for index in layers})
-        if not indices or indices[0] < 0 or indices[-1] >= count:
-            raise ValueError(
-                f"Expected a non-empty list of layer indices in [0, {count}) for layers. "
-                f"Received: layers={layers!r}."
-            )
-        return indices
+        checked = check_int_list(
+            "layers", layers, minimum=0, maximum=count - 1, allow_empty=False, unique=True
+        )
+        return sorted(checked)
 
     @property
     def num_layers_built(self):
@@ -713,6 +1178,8 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
                 "add_attention_units": _plain(self.add_attention_units),
                 "frozen_base": self.frozen_base,
                 "merged_add_ffn": _plain(self.merged_add_ffn),
+                "drop_token": _drop_token_record(self.drop_token),
+                "asa": _plain(self.asa),
             }
         )
         return config
@@ -751,19 +1218,34 @@ def _plain(value):
     return None if value is None else json.loads(json.dumps(value))
 
 
-# The keys each attachment record may hold (the `attach_*` arguments).
+# The keys each method record may hold (the `attach_*` / `enable_*` arguments).
 _ATTACHMENT_KEYS = {
     "add_ffn": ("units", "layers"),
     "key_value_prefix": ("length", "layers", "dropout", "reparameterize", "hidden_units"),
     "add_attention_units": ("units_per_head", "layers"),
+    "drop_token": ("rate", "unselectable_token_ids", "mode", "seed", "slot_multiple"),
+    "asa": ("tau", "layers", "alpha", "mask_semantics", "noise", "seed"),
 }
+_RECORDS = ("add_ffn", "key_value_prefix", "add_attention_units", "frozen_base")
+_BLOCK_ATTACHMENTS = ("feed_forward_branch", "key_value_prefix", "attention_units")
+_ASA_WITH_GATHER = (
+    "ASA cannot attack a backbone that drops tokens in gather mode: the clean and "
+    "adversarial passes would run on different sequences. Use "
+    "enable_drop_token(..., mode='attention'), where every pass keeps the full length."
+)
 
 
-def _check_bool(name, value):
-    """``value`` as a Python bool; anything but a bool is refused."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"Expected a bool for {name}. Received: {name}={value!r}.")
-    return bool(value)
+def _drop_token_record(layer):
+    """The `enable_drop_token` arguments of a DropToken layer (None: off)."""
+    if layer is None:
+        return None
+    return {
+        "rate": float(layer.rate),
+        "unselectable_token_ids": [int(i) for i in layer.unselectable_token_ids],
+        "mode": layer.mode,
+        "seed": layer.seed,
+        "slot_multiple": int(layer.slot_multiple),
+    }
 
 
 def _validate_backbone_arguments(**arguments):
@@ -795,7 +1277,7 @@ def _validate_backbone_arguments(**arguments):
         "layer_norm_epsilon", arguments["layer_norm_epsilon"], 0.0, open_minimum=True
     )
     for name in ("use_pooler", "custom_position_ids", "frozen_base"):
-        checked[name] = _check_bool(name, arguments[name])
+        checked[name] = check_bool(name, arguments[name])
     position = arguments["position"]
     validate_position_scheme(position)
     activation = arguments["activation"]
@@ -857,21 +1339,10 @@ def _per_layer(value, num_layers, name, shared=True):
 
 def _mark_preset_record(backbone, preset):
     """Marks a converted keras-hub preset as corrected when its folder says so."""
-    from keras_masking.methods.mlm_embedding_correction import mark_loaded_weights
-    from keras_masking.methods.mlm_embedding_correction_files import RECORD_FILE
-    from keras_masking.methods.mlm_embedding_correction_files import read_correction_record
-
-    if not os.path.isdir(preset):
-        return
-    record = read_correction_record(preset)
-    if record is None:
-        return
-    config = {k: v for k, v in record.items() if k != "source"}
-    config["embedding"] = backbone.token_embedding.name
-    try:
-        mark_loaded_weights(backbone, config)
-    except ValueError as error:
-        raise ValueError(f"{os.path.join(preset, RECORD_FILE)}: {error}") from None
+    if os.path.isdir(preset):
+        shape = (backbone.vocabulary_size, backbone.hidden_dim)
+        record = load_folder_record(preset, backbone.token_embedding.name, shape)
+        mark_loaded_record(backbone, record)
 
 
 _PRESET_WEIGHTS_FILE = "model.weights.h5"

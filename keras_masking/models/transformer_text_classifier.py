@@ -5,6 +5,7 @@ import keras_hub
 
 from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import bert_initializer
+from keras_masking.models.asa_objective import ASAObjective
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.models.transformer_text_classifier_preprocessor import (
     TransformerTextClassifierPreprocessor,
@@ -18,7 +19,7 @@ FEATURE_NAMES = ("token_ids", "segment_ids", "padding_mask")
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
-class TransformerTextClassifier(ConcreteInputChecks, keras_hub.models.TextClassifier):
+class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.models.TextClassifier):
     """Sentence (pair) classification on a `TransformerBackbone`, keras-hub style.
 
     The head is BERT's: the backbone's ``pooled_output`` (the [CLS] state
@@ -43,16 +44,17 @@ class TransformerTextClassifier(ConcreteInputChecks, keras_hub.models.TextClassi
     ``model.save("x.keras")`` and ``keras.saving.load_model("x.keras")`` need
     no ``custom_objects``.
 
-    The package's methods apply to it as to any model built on the backbone:
-    ``keras_masking.fl_tune(classifier, units=...)`` (addFFN branches and the
-    head stay trainable), ``classifier.backbone.enable_lora(rank)``, the
-    `keras_masking.callbacks.MLMEmbeddingCorrection` callback in
-    ``classifier.fit``, and ``keras_masking.with_asa(classifier)``. The ASA
-    trainer is a plain `keras.Model` that runs this classifier's graph on
-    features, not on strings: feed it the preprocessed batches, e.g.
-    ``trainer.fit(tf.data.Dataset.from_tensor_slices((texts, labels))
-    .batch(32).map(classifier.preprocessor))``; ``classifier`` itself stays
-    the model to predict with and to save.
+    Each method of the package is one call on the classifier, acting on its
+    backbone (see `TransformerBackbone`): `enable_drop_token`, `enable_asa`,
+    `enable_fl_tuning` (the head stays trainable; `merge_fl` / `unmerge_fl`
+    give new classifiers), `enable_prefix_tuning` and `enable_lora`; then
+    ``fit`` on raw strings trains with it, ``predict`` is the clean model,
+    and saving round-trips. With ASA, every training step also runs the
+    adversarial pass through the same head and minimises ASA's objective
+    (`keras_masking.models.asa_objective.ASAObjective`), logging
+    ``divergence``, ``mask_term`` and ``masked_fraction_<layer>``. The
+    `keras_masking.callbacks.MLMEmbeddingCorrection` callback works in
+    ``classifier.fit``.
 
     Args:
         backbone: a `keras_masking.models.TransformerBackbone` (a keras-hub
@@ -86,6 +88,7 @@ class TransformerTextClassifier(ConcreteInputChecks, keras_hub.models.TextClassi
         backbone=encoder, num_classes=2, preprocessor=preprocessor
     )
     texts, classes = ["今天好", "今天坏"], [1, 0]
+    text_classifier.enable_fl_tuning(units=8)  # any method, one call
     text_classifier.fit(texts, classes, batch_size=2, epochs=1, verbose=0)
     text_classifier.fit((texts, ["好吗", "坏吗"]), classes, batch_size=2, verbose=0)
     logits = text_classifier.predict(texts, verbose=0)  # (2, 2)
@@ -149,6 +152,135 @@ class TransformerTextClassifier(ConcreteInputChecks, keras_hub.models.TextClassi
         self.num_classes = num_classes
         self.activation = activation
         self.dropout = dropout
+        if backbone.asa is not None:
+            self._start_asa()
+
+    # === Methods, one call each (on the backbone) ===
+    def enable_drop_token(self, rate, **kwargs):
+        """DropToken in training; see `TransformerBackbone.enable_drop_token`.
+
+        Example:
+        ```python
+        classifier = keras_masking.models.TransformerTextClassifier(backbone, num_classes=3)
+        classifier.enable_drop_token(0.15, unselectable_token_ids=(101, 102))
+        ```
+        """
+        self.backbone.enable_drop_token(rate, **kwargs)
+
+    def enable_asa(self, tau=0.5, layers=None, **kwargs):
+        """ASA fine-tuning: ``fit`` minimises ASA's objective from now on.
+
+        The adversaries live in the backbone (`TransformerBackbone.enable_asa`,
+        same arguments); ``predict`` and ``evaluate`` are the clean pass, and
+        saving keeps the adversaries so training resumes. Needs logits
+        (``activation=None``).
+
+        Example:
+        ```python
+        classifier = keras_masking.models.TransformerTextClassifier(backbone, num_classes=3)
+        classifier.enable_asa(tau=0.5)
+        classifier.fit(features, labels, batch_size=2, verbose=0)  # or raw strings
+        ```
+        """
+        if self.activation not in (None, keras.activations.linear):
+            raise ValueError(
+                "ASA's divergence compares logits: build the classifier with activation=None. "
+                f"Received: activation={self.activation!r}."
+            )
+        self.backbone.enable_asa(tau, layers, **kwargs)
+        self._start_asa()
+
+    def _start_asa(self):
+        self.asa_task = "classification"
+        self._tracker.unlock()
+        try:
+            self.build_asa_trackers(self.backbone.asa["layers"])
+        finally:
+            self._tracker.lock()
+
+    @property
+    def asa_tau(self):
+        return self.backbone.asa["tau"]
+
+    def enable_fl_tuning(self, units=160, layers=None, attention_units=0):
+        """FL-tuning on the backbone, the head trainable; see
+        `TransformerBackbone.enable_fl_tuning`.
+
+        Example:
+        ```python
+        classifier = keras_masking.models.TransformerTextClassifier(backbone, num_classes=3)
+        classifier.enable_fl_tuning(units=160)
+        ```
+        """
+        self.backbone.enable_fl_tuning(units, layers, attention_units)
+
+    def enable_prefix_tuning(self, length=160, **kwargs):
+        """P-tuning v2 on the backbone, the head trainable; see
+        `TransformerBackbone.enable_prefix_tuning`.
+
+        Example:
+        ```python
+        classifier = keras_masking.models.TransformerTextClassifier(backbone, num_classes=3)
+        classifier.enable_prefix_tuning(length=16)
+        ```
+        """
+        self.backbone.enable_prefix_tuning(length, **kwargs)
+
+    def enable_lora(self, rank, target_layer_names=None):
+        """keras-hub's LoRA on the backbone's query and value projections;
+        the head stays trainable.
+
+        Example:
+        ```python
+        classifier = keras_masking.models.TransformerTextClassifier(backbone, num_classes=3)
+        classifier.enable_lora(4)
+        ```
+        """
+        self.backbone.enable_lora(rank, target_layer_names)
+
+    def merge_fl(self, placement="suffix"):
+        """A new classifier whose backbone is ``backbone.merge_fl(placement)``
+        (the head's weights copied); this one is not changed.
+
+        Example:
+        ```python
+        classifier = keras_masking.models.TransformerTextClassifier(backbone, num_classes=3)
+        classifier.enable_fl_tuning(units=8)
+        deployable = classifier.merge_fl()
+        ```
+        """
+        return self._with_backbone(self.backbone.merge_fl(placement))
+
+    def unmerge_fl(self, units=None, placement=None, layers=None):
+        """A new classifier whose backbone is ``backbone.unmerge_fl(...)``.
+
+        Example:
+        ```python
+        classifier = keras_masking.models.TransformerTextClassifier(backbone, num_classes=3)
+        classifier.enable_fl_tuning(units=8)
+        tuned_again = classifier.merge_fl().unmerge_fl()
+        ```
+        """
+        return self._with_backbone(self.backbone.unmerge_fl(units, placement, layers))
+
+    def _with_backbone(self, backbone):
+        config = self.get_config()
+        # The preprocessor as it is: its config alone holds no vocabulary.
+        config.update(backbone=backbone, preprocessor=self.preprocessor)
+        classifier = type(self).from_config(config)
+        classifier.output_dense.set_weights(self.output_dense.get_weights())
+        return classifier
+
+    def call(self, inputs, training=None, mask=None):
+        if not (training and self.backbone.asa is not None):
+            return super().call(inputs, training=training, mask=mask)
+        clean = super().call(inputs, training=training, mask=mask)
+        features = {name: inputs[name] for name in self.backbone.input}
+        outputs, masks = self.backbone.adversarial_forward(features, training=training)
+        pooled = self.output_dropout(outputs["pooled_output"], training=training)
+        return self.asa_training_outputs(
+            clean, self.output_dense(pooled), masks, inputs["padding_mask"]
+        )
 
     def check_inputs(self, inputs):
         """The backbone's `check_inputs` on the feature dict (``segment_ids``

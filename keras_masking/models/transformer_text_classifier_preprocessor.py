@@ -4,7 +4,11 @@ The keras-hub preprocessor of `TransformerTextClassifier`: it tokenizes one
 string, a batch of strings or a pair of batches ``(texts_a, texts_b)`` with a
 keras-hub `BertTokenizer` (`TransformerTokenizer` for our presets) and packs
 them as ``[CLS] a [SEP] b [SEP]``, the inputs a `TransformerBackbone` takes.
+`pack_segments` packs token ids that are already at hand (``encode_texts``,
+the CLUE encodings) with the same keras-hub packer.
 """
+
+import functools
 
 import keras
 import keras_hub
@@ -15,6 +19,7 @@ from keras_masking.models.transformer_tokenizer import TransformerTokenizer
 from keras_masking.utils.arguments import check_int
 
 TRUNCATE_CHOICES = ("round_robin", "waterfall")
+_EAGER_ROWS = 2048  # larger batches pack in a traced graph
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -98,6 +103,76 @@ class TransformerTextClassifierPreprocessor(keras_hub.models.TextClassifierPrepr
     def call(self, x, y=None, sample_weight=None):
         _check_segments(x)
         return super().call(x, y=y, sample_weight=sample_weight)
+
+
+def _packer(cls_id, sep_id, pad_id, sequence_length, truncate):
+    """keras-hub's `MultiSegmentPacker` as `TextClassifierPreprocessor.build` makes it."""
+    return keras_hub.layers.MultiSegmentPacker(
+        start_value=cls_id,
+        end_value=sep_id,
+        pad_value=pad_id,
+        truncate=truncate,
+        sequence_length=sequence_length,
+    )
+
+
+def pack_segments(tokenizer, rows, sequence_length, truncate="round_robin"):
+    """Packs rows of token ids as `TransformerTextClassifierPreprocessor` does.
+
+    Each row is a tuple of one or two segments (lists of token ids, without
+    [CLS] or [SEP]), packed by keras-hub's `MultiSegmentPacker`, set up as
+    the preprocessor sets up its own, into ``[CLS] a [SEP] (b [SEP])`` and
+    padded, longer rows truncated by ``truncate``. Rows may mix
+    one and two segments. Large batches run the packer as a TensorFlow graph
+    (as in ``tf.data``: a million rows take seconds), small ones eagerly.
+
+    Args:
+        tokenizer: a keras-hub `BertTokenizer`.
+        rows: a list of tuples of token id lists.
+        sequence_length: int, the packed length.
+        truncate: ``"round_robin"`` or ``"waterfall"``.
+
+    Returns:
+        A dict of int32 numpy arrays ``token_ids``, ``segment_ids`` and
+        ``padding_mask`` (1 for the tokens, 0 for [PAD]), each ``(len(rows),
+        sequence_length)``.
+
+    Example:
+    >>> vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]
+    >>> tokenizer = keras_hub.tokenizers.BertTokenizer(vocabulary=vocabulary)
+    >>> packed = pack_segments(tokenizer, [([5, 5],), ([5], [6, 6])], 6)
+    >>> packed["token_ids"].tolist(), packed["segment_ids"].tolist()[1]
+    ([[2, 5, 5, 3, 0, 0], [2, 5, 3, 6, 6, 3]], [0, 0, 0, 1, 1, 1])
+    """
+    import tensorflow as tf
+
+    packed = {
+        name: np.zeros((len(rows), sequence_length), "int32")
+        for name in ("token_ids", "segment_ids")
+    }
+    settings = (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
+    settings += (sequence_length, truncate)
+    for count in sorted({len(row) for row in rows}):
+        indices = [index for index, row in enumerate(rows) if len(row) == count]
+        pack = _graph_packer(*settings) if len(indices) > _EAGER_ROWS else _packer(*settings)
+        segments = []
+        for position in range(count):
+            pieces = [rows[index][position] for index in indices]
+            flat = np.fromiter((i for piece in pieces for i in piece), "int32")
+            segments.append(tf.RaggedTensor.from_row_lengths(flat, [len(p) for p in pieces]))
+        token_ids, segment_ids = pack(tuple(segments))
+        packed["token_ids"][indices] = keras.ops.convert_to_numpy(token_ids)
+        packed["segment_ids"][indices] = keras.ops.convert_to_numpy(segment_ids)
+    packed["padding_mask"] = (packed["token_ids"] != tokenizer.pad_token_id).astype("int32")
+    return packed
+
+
+@functools.lru_cache(maxsize=32)
+def _graph_packer(*settings):
+    """A `MultiSegmentPacker` of ``settings`` (see `_packer`) traced as a ``tf.function``."""
+    import tensorflow as tf
+
+    return tf.function(_packer(*settings), reduce_retracing=True)
 
 
 def _check_segments(x):

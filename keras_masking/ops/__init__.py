@@ -1,4 +1,4 @@
-"""Pure maths used by the layers: position encodings, masks, gradient reversal."""
+"""Pure maths used by the layers: position encodings, masks, gradient reversal, token selection."""
 
 from keras_masking.ops.attention_masks import apply_replacing_mask
 from keras_masking.ops.attention_masks import padding_mask_to_bias
@@ -10,3 +10,4 @@ from keras_masking.ops.relative_position import relative_position_table
 from keras_masking.ops.rotary import apply_interleaved_rotary
 from keras_masking.ops.rotary import apply_split_rotary
 from keras_masking.ops.rotary import rotary_inverse_frequencies
+from keras_masking.ops.token_selection import select_tokens

@@ -15,31 +15,11 @@ pretraining never selects keep their values. Reference: Su Jianlin, "MLM
 embedding correction from the dropout view" (kexue.fm, 2022).
 """
 
-import numbers
-
 import numpy as np
 
-
-def check_rate(name, value):
-    """A rate in [0, 1] as a Python float (numpy scalars accepted, bool refused).
-
-    Args:
-        name: the argument's name, for the message.
-        value: the value received.
-
-    Returns:
-        ``float(value)``.
-
-    Raises:
-        ValueError: not a real number in [0, 1].
-    """
-    if (
-        isinstance(value, (bool, np.bool_))
-        or not isinstance(value, numbers.Real)
-        or not 0 <= float(value) <= 1
-    ):
-        raise ValueError(f"`{name}` must be a number in [0, 1]. Received: {name}={value!r}")
-    return float(value)
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_int_list
 
 
 def validate_masking_rates(mask_rate, mask_token_rate, random_token_rate):
@@ -60,22 +40,15 @@ def validate_masking_rates(mask_rate, mask_token_rate, random_token_rate):
     >>> validate_masking_rates(0.15, 0.8, 0.1)
     (0.15, 0.8, 0.1)
     """
-    mask_rate = check_rate("mask_rate", mask_rate)
-    mask_token_rate = check_rate("mask_token_rate", mask_token_rate)
-    random_token_rate = check_rate("random_token_rate", random_token_rate)
+    mask_rate = check_float("mask_rate", mask_rate, 0.0, 1.0)
+    mask_token_rate = check_float("mask_token_rate", mask_token_rate, 0.0, 1.0)
+    random_token_rate = check_float("random_token_rate", random_token_rate, 0.0, 1.0)
     if mask_token_rate + random_token_rate > 1 + 1e-12:
         raise ValueError(
-            "mask_token_rate + random_token_rate must not exceed 1 (the rest "
-            "keeps the token). Received: "
-            f"mask_token_rate={mask_token_rate}, random_token_rate={random_token_rate}"
+            "Expected mask_token_rate + random_token_rate <= 1 (the rest keeps the token). "
+            f"Received: mask_token_rate={mask_token_rate}, random_token_rate={random_token_rate}."
         )
     return mask_rate, mask_token_rate, random_token_rate
-
-
-def _is_integer(value):
-    return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(
-        value, (bool, np.bool_)
-    )
 
 
 def check_token_id(name, value, vocabulary_size=None):
@@ -91,15 +64,22 @@ def check_token_id(name, value, vocabulary_size=None):
 
     Raises:
         ValueError: not an integer, negative, or not below ``vocabulary_size``.
+
+    Example:
+    >>> check_token_id("mask_token_id", np.int64(103), vocabulary_size=21128)
+    103
     """
-    where = ">= 0" if vocabulary_size is None else f"in [0, {vocabulary_size}) (the vocabulary)"
-    if not _is_integer(value) or value < 0 or (vocabulary_size and value >= vocabulary_size):
-        raise ValueError(f"`{name}` must be an integer {where}. Received: {name}={value!r}")
-    return int(value)
+    value = check_int(name, value, minimum=0)
+    if vocabulary_size is not None and value >= vocabulary_size:
+        raise ValueError(
+            f"Expected {name} in [0, {vocabulary_size}) (an id of the vocabulary). "
+            f"Received: {name}={value}."
+        )
+    return value
 
 
 def check_token_ids(name, values, vocabulary_size=None):
-    """A list of token ids, or None (numpy integer arrays accepted).
+    """A sorted list of distinct token ids, or None (numpy arrays accepted).
 
     Args:
         name: the argument's name, for the message.
@@ -110,30 +90,17 @@ def check_token_ids(name, values, vocabulary_size=None):
         None, or a sorted list of distinct Python ints.
 
     Raises:
-        ValueError: not an iterable of integers, or ids out of range (the
-            message lists them).
+        ValueError: not an iterable of integers, or ids out of range.
+
+    Example:
+    >>> check_token_ids("unselectable_token_ids", np.array([102, 0, 101]), 21128)
+    [0, 101, 102]
     """
     if values is None:
         return None
-    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
-        raise ValueError(
-            f"`{name}` must be a list of integer token ids or None. Received: {name}={values!r}"
-        )
-    values = list(np.asarray(values).ravel()) if isinstance(values, np.ndarray) else list(values)
-    not_ints = [v for v in values if not _is_integer(v)]
-    if not_ints:
-        raise ValueError(
-            f"`{name}` must hold integer token ids. Received non-integers {not_ints[:5]!r} "
-            f"in {name}."
-        )
-    ids = sorted({int(v) for v in values})
-    bad = [i for i in ids if i < 0 or (vocabulary_size is not None and i >= vocabulary_size)]
-    if bad:
-        where = "[0, ...)" if vocabulary_size is None else f"[0, {vocabulary_size})"
-        raise ValueError(
-            f"`{name}` must lie in {where} (the vocabulary). Received out-of-range ids {bad}."
-        )
-    return ids
+    values = np.ravel(values) if isinstance(values, np.ndarray) else values
+    maximum = None if vocabulary_size is None else vocabulary_size - 1
+    return sorted(set(check_int_list(name, values, minimum=0, maximum=maximum)))
 
 
 def check_embedding_table(embeddings, name="embeddings"):
@@ -157,17 +124,17 @@ def check_embedding_table(embeddings, name="embeddings"):
         table = np.asarray(embeddings, dtype=np.float64)
     except (TypeError, ValueError) as error:
         raise ValueError(
-            f"`{name}` must be a numeric (vocabulary_size, dim) table. Received {error}."
+            f"Expected a numeric (vocabulary_size, dim) table for {name}. Received: {error}."
         ) from None
     if table.ndim != 2 or table.shape[0] == 0 or table.shape[1] == 0:
         raise ValueError(
-            f"`{name}` must be a non-empty (vocabulary_size, dim) table. "
-            f"Received shape {table.shape}."
+            f"Expected a non-empty (vocabulary_size, dim) table for {name}. "
+            f"Received: shape {table.shape}."
         )
     bad_rows = np.flatnonzero(~np.isfinite(table).all(axis=1))
     if bad_rows.size:
         raise ValueError(
-            f"`{name}` has NaN or inf values in {bad_rows.size} of {table.shape[0]} rows "
+            f"{name} has NaN or inf values in {bad_rows.size} of {table.shape[0]} rows "
             f"(first: row {int(bad_rows[0])}); the correction averages every row, so it "
             "would spread to the whole table. Nothing was changed."
         )
@@ -189,13 +156,9 @@ def selectable_rows(vocabulary_size, unselectable_token_ids=None):
     >>> selectable_rows(4, [0, 2]).tolist()
     [False, True, False, True]
     """
-    if not _is_integer(vocabulary_size) or vocabulary_size < 1:
-        raise ValueError(
-            "`vocabulary_size` must be a positive integer. "
-            f"Received: vocabulary_size={vocabulary_size!r}"
-        )
-    selectable = np.ones(int(vocabulary_size), dtype=bool)
-    ids = check_token_ids("unselectable_token_ids", unselectable_token_ids, int(vocabulary_size))
+    vocabulary_size = check_int("vocabulary_size", vocabulary_size, minimum=1)
+    selectable = np.ones(vocabulary_size, dtype=bool)
+    ids = check_token_ids("unselectable_token_ids", unselectable_token_ids, vocabulary_size)
     if ids:
         selectable[ids] = False
     return selectable
@@ -225,10 +188,10 @@ def correction_scale(mask_rate, mask_token_rate, random_token_rate):
     scale = 1.0 - mask_rate * (mask_token_rate + random_token_rate)
     if scale <= 1e-12:
         raise ValueError(
-            "mask_rate * (mask_token_rate + random_token_rate) must be below 1: a masker "
-            "that replaces every token leaves nothing of the original embedding. Received: "
+            "Expected mask_rate * (mask_token_rate + random_token_rate) < 1: a masker that "
+            "replaces every token leaves nothing of the original embedding. Received: "
             f"mask_rate={mask_rate}, mask_token_rate={mask_token_rate}, "
-            f"random_token_rate={random_token_rate}"
+            f"random_token_rate={random_token_rate}."
         )
     return scale
 
@@ -273,26 +236,20 @@ def _check_affine(table, scale, shift, selectable, table_name):
     array = np.asarray(table)
     dtype = array.dtype if np.issubdtype(array.dtype, np.floating) else np.dtype("float64")
     values = check_embedding_table(array, table_name)
-    if (
-        isinstance(scale, (bool, np.bool_))
-        or not isinstance(scale, numbers.Real)
-        or not np.isfinite(scale)
-        or scale <= 0
-    ):
-        raise ValueError(f"`scale` must be a positive finite number. Received: scale={scale!r}")
+    scale = check_float("scale", scale, minimum=0.0, open_minimum=True)
     shift = np.asarray(shift, dtype=np.float64)
     if shift.shape != (values.shape[1],) or not np.isfinite(shift).all():
         raise ValueError(
-            f"`shift` must be a finite ({values.shape[1]},) vector (the table's width). "
-            f"Received shape {shift.shape}."
+            f"Expected a finite ({values.shape[1]},) vector (the table's width) for shift. "
+            f"Received: shape {shift.shape}."
         )
     selectable = np.asarray(selectable)
     if selectable.dtype != bool or selectable.shape != (values.shape[0],):
         raise ValueError(
-            f"`selectable` must be a bool ({values.shape[0]},) array (one per row, see "
-            f"`selectable_rows`). Received dtype {selectable.dtype}, shape {selectable.shape}."
+            f"Expected a bool ({values.shape[0]},) array (one per row, see `selectable_rows`) "
+            f"for selectable. Received: dtype {selectable.dtype}, shape {selectable.shape}."
         )
-    return values, float(scale), shift, selectable, dtype
+    return values, scale, shift, selectable, dtype
 
 
 def apply_correction(table, scale, shift, selectable):

@@ -14,6 +14,7 @@ import math
 import numpy as np
 from keras import ops
 
+from keras_masking.ops.token_selection import select_tokens
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import concrete_value
@@ -95,7 +96,7 @@ def sample_keep_mask(real, droppable, rate, keep_length, noise, rounding):
     """Which tokens to keep.
 
     Per row, ``floor(rate * droppable + rounding)`` droppable tokens are
-    dropped (those of lowest ``noise``), more if the row must fit
+    dropped (those of lowest ``noise``, by `select_tokens`), more if the row must fit
     ``keep_length`` slots, and one droppable token is kept when the slots
     have room for it. Tokens that are real and not droppable (protected) are
     always kept: a row whose protected tokens alone exceed ``keep_length``
@@ -136,15 +137,16 @@ def sample_keep_mask(real, droppable, rate, keep_length, noise, rounding):
     droppable = ops.cast(droppable, "bool") & real
     droppable_count = ops.sum(ops.cast(droppable, "float32"), axis=1)
     real_count = ops.sum(ops.cast(real, "float32"), axis=1)
-    drop_count = ops.floor(rate * droppable_count + ops.cast(rounding, "float32"))
     # Keep one droppable token, unless the slots have no room for it; fit the
     # slots by dropping more; never drop a protected token.
-    drop_count = ops.minimum(drop_count, ops.maximum(droppable_count - 1.0, 0.0))
-    drop_count = ops.maximum(drop_count, real_count - float(keep_length))
-    drop_count = ops.minimum(drop_count, droppable_count)
-    score = ops.where(droppable, ops.cast(noise, "float32"), 2.0)
-    rank = ops.argsort(ops.argsort(score, axis=1), axis=1)
-    dropped = droppable & (ops.cast(rank, "float32") < drop_count[:, None])
+    dropped = select_tokens(
+        droppable,
+        rate,
+        noise,
+        rounding,
+        min_count=real_count - float(keep_length),
+        max_count=ops.maximum(droppable_count - 1.0, 0.0),
+    )
     return real & ~dropped
 
 

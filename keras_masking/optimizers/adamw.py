@@ -5,6 +5,7 @@ import numbers
 import keras
 
 from keras_masking.optimizers.dense_gradients import densify_gradients
+from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 
@@ -61,7 +62,8 @@ class AdamW(keras.optimizers.AdamW):
         gradient_accumulation_steps: None or an int >= 1 (1 is None: no
             accumulation).
         name: the optimizer's name, or None.
-        **kwargs: other `keras.optimizers.Optimizer` arguments.
+        **kwargs: ``clipnorm`` to ``name`` above, and the other
+            `keras.optimizers.Optimizer` arguments.
 
     Example:
 
@@ -78,62 +80,16 @@ class AdamW(keras.optimizers.AdamW):
         beta_2=0.999,
         epsilon=1e-7,
         amsgrad=False,
-        clipnorm=None,
-        clipvalue=None,
-        global_clipnorm=None,
-        use_ema=False,
-        ema_momentum=0.99,
-        ema_overwrite_frequency=None,
-        loss_scale_factor=None,
-        gradient_accumulation_steps=None,
-        name=None,
         **kwargs,
     ):
-        learning_rate = _check_learning_rate(learning_rate)
-        weight_decay = check_float("weight_decay", weight_decay, minimum=0.0)
-        beta_1 = check_float("beta_1", beta_1, 0.0, 1.0, open_maximum=True)
-        beta_2 = check_float("beta_2", beta_2, 0.0, 1.0, open_maximum=True)
-        epsilon = check_float("epsilon", epsilon, minimum=0.0, open_minimum=True)
-        for flag, value in (("amsgrad", amsgrad), ("use_ema", use_ema)):
-            if not isinstance(value, bool):
-                raise ValueError(f"Expected True or False for {flag}. Received: {flag}={value!r}.")
-        clipnorm, clipvalue, global_clipnorm, loss_scale_factor = (
-            None if value is None else check_float(flag, value, minimum=0.0, open_minimum=True)
-            for flag, value in (
-                ("clipnorm", clipnorm),
-                ("clipvalue", clipvalue),
-                ("global_clipnorm", global_clipnorm),
-                ("loss_scale_factor", loss_scale_factor),
-            )
-        )
-        ema_momentum = check_float("ema_momentum", ema_momentum, 0.0, 1.0)
-        if ema_overwrite_frequency is not None:
-            ema_overwrite_frequency = check_int(
-                "ema_overwrite_frequency", ema_overwrite_frequency, minimum=1
-            )
-        if gradient_accumulation_steps is not None:
-            gradient_accumulation_steps = check_int(
-                "gradient_accumulation_steps", gradient_accumulation_steps, minimum=1
-            )
-            if gradient_accumulation_steps == 1:
-                gradient_accumulation_steps = None
         super().__init__(
-            learning_rate=learning_rate,
-            weight_decay=weight_decay,
-            beta_1=beta_1,
-            beta_2=beta_2,
-            epsilon=epsilon,
-            amsgrad=amsgrad,
-            clipnorm=clipnorm,
-            clipvalue=clipvalue,
-            global_clipnorm=global_clipnorm,
-            use_ema=use_ema,
-            ema_momentum=ema_momentum,
-            ema_overwrite_frequency=ema_overwrite_frequency,
-            loss_scale_factor=loss_scale_factor,
-            gradient_accumulation_steps=gradient_accumulation_steps,
-            name=name,
-            **kwargs,
+            learning_rate=_check_learning_rate(learning_rate),
+            weight_decay=check_float("weight_decay", weight_decay, minimum=0.0),
+            beta_1=check_float("beta_1", beta_1, 0.0, 1.0, open_maximum=True),
+            beta_2=check_float("beta_2", beta_2, 0.0, 1.0, open_maximum=True),
+            epsilon=check_float("epsilon", epsilon, minimum=0.0, open_minimum=True),
+            amsgrad=check_bool("amsgrad", amsgrad),
+            **_check_optimizer_arguments(kwargs),
         )
 
     def _get_current_learning_rate(self):
@@ -147,6 +103,24 @@ class AdamW(keras.optimizers.AdamW):
         if variables is None and self.built:
             variables = self._trainable_variables
         return super().apply(densify_gradients(grads, variables), trainable_variables)
+
+
+def _check_optimizer_arguments(kwargs):
+    """The base `keras.optimizers.Optimizer` arguments among ``kwargs``, checked."""
+    kwargs = dict(kwargs)
+    for name in ("clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor"):
+        if kwargs.get(name) is not None:
+            kwargs[name] = check_float(name, kwargs[name], minimum=0.0, open_minimum=True)
+    if "use_ema" in kwargs:
+        kwargs["use_ema"] = check_bool("use_ema", kwargs["use_ema"])
+    if "ema_momentum" in kwargs:
+        kwargs["ema_momentum"] = check_float("ema_momentum", kwargs["ema_momentum"], 0.0, 1.0)
+    for name in ("ema_overwrite_frequency", "gradient_accumulation_steps"):
+        if kwargs.get(name) is not None:
+            kwargs[name] = check_int(name, kwargs[name], minimum=1)
+    if kwargs.get("gradient_accumulation_steps") == 1:
+        kwargs["gradient_accumulation_steps"] = None  # one step: no accumulation
+    return kwargs
 
 
 def _check_learning_rate(value):

@@ -6,6 +6,8 @@ silently truncated to an integer (``k=2.5`` is refused, not read as 2).
 """
 
 import numbers
+import os
+import warnings
 
 
 def check_int(name, value, minimum=None, maximum=None):
@@ -172,18 +174,14 @@ def check_int_list(name, value, minimum=None, maximum=None, allow_empty=True, un
     (101, 102)
     """
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise ValueError(
-            f"Expected a list of integers for {name}. Received: {name}={value!r}."
-        )
+        raise ValueError(f"Expected a list of integers for {name}. Received: {name}={value!r}.")
     entries = list(value)
     if not allow_empty and not entries:
         raise ValueError(f"Expected a non-empty list of integers for {name}. Received: {name}=[].")
     checked = []
     for entry in entries:
         if isinstance(entry, bool) or not isinstance(entry, numbers.Integral):
-            raise ValueError(
-                f"Expected a list of integers for {name}. Received: {name}={value!r}."
-            )
+            raise ValueError(f"Expected a list of integers for {name}. Received: {name}={value!r}.")
         entry = int(entry)
         if (minimum is not None and entry < minimum) or (maximum is not None and entry > maximum):
             low = "-inf" if minimum is None else minimum
@@ -195,3 +193,60 @@ def check_int_list(name, value, minimum=None, maximum=None, allow_empty=True, un
     if unique and len(set(checked)) != len(checked):
         raise ValueError(f"Expected distinct entries in {name}. Received: {name}={value!r}.")
     return tuple(checked)
+
+
+def check_path(name, value):
+    """Returns ``value`` as a str path, or raises a TypeError naming it.
+
+    Args:
+        name: the argument's name in the message.
+        value: a str or `os.PathLike` (a `pathlib.Path`).
+
+    Returns:
+        ``os.fspath(value)``.
+
+    Example:
+
+    >>> import pathlib
+    >>> check_path("output_dir", pathlib.Path("out"))
+    'out'
+    """
+    if isinstance(value, (str, os.PathLike)) and not isinstance(value, bytes):
+        path = os.fspath(value)
+        if isinstance(path, str):
+            return path
+    raise TypeError(f"Expected a path (str or os.PathLike) for {name}. Received: {name}={value!r}.")
+
+
+def pop_renamed_argument(kwargs, old_name, new_name, value):
+    """The value of an argument that was renamed, with a warning for the old name.
+
+    A public argument that is renamed keeps working for one release: a call
+    that still passes ``old_name`` gets a `DeprecationWarning` and its value.
+
+    Args:
+        kwargs: the call's ``**kwargs``; ``old_name`` is removed from it.
+        old_name: the old spelling.
+        new_name: the new spelling.
+        value: the value received under ``new_name``.
+
+    Returns:
+        ``kwargs[old_name]`` when it was passed, else ``value``.
+
+    Example:
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True):
+    ...     pop_renamed_argument({"special_token_ids": (1, 2)}, "special_token_ids",
+    ...                          "unselectable_token_ids", ())
+    (1, 2)
+    """
+    if old_name not in kwargs:
+        return value
+    warnings.warn(
+        f"The argument {old_name} is renamed {new_name}; the old name will stop working in "
+        "the next release.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return kwargs.pop(old_name)

@@ -138,7 +138,8 @@ def check_integer_ids(name, ids):
             whole = np.asarray(values, "float64")
             odd = values[np.mod(whole, 1) != 0] if "float" in dtype else values
             odd = sorted(set(np.asarray(odd).ravel().tolist()))[:5]
-            found = f" with the values {[float(f'{value:.6g}') for value in odd]}"
+            if odd:
+                found = f" with the values {[float(f'{value:.6g}') for value in odd]}"
         raise ValueError(f"Expected integer {name}. Received: {name} of dtype {dtype}{found}.")
 
 

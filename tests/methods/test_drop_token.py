@@ -1,0 +1,614 @@
+"""DropToken on a backbone: enable_drop_token and the DropTokenEncoder, every position scheme."""
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+import keras_masking
+from keras_masking.layers import DropToken
+from keras_masking.methods import DropTokenEncoder
+from keras_masking.models import TransformerBackbone
+from tests.testing import HUB_SIZES
+from tests.testing import random_features
+from tests.testing import randomize_weights
+from tests.testing import tiny_backbone_kwargs
+
+
+def _kept_reference(backbone, features, token_mask):
+    """The backbone on each example's kept tokens, original positions."""
+    token_mask = np.asarray(token_mask).astype(bool)
+    batch, length = token_mask.shape
+    kept = token_mask.sum(1)
+    width = int(kept.max())
+    sub = {
+        k: np.zeros((batch, width), "int32") for k in ("token_ids", "segment_ids", "padding_mask")
+    }
+    positions = np.zeros((batch, width), "int32")
+    for b in range(batch):
+        index = np.flatnonzero(token_mask[b])
+        for key in ("token_ids", "segment_ids"):
+            sub[key][b, : len(index)] = features[key][b, index]
+        sub["padding_mask"][b, : len(index)] = 1
+        positions[b, : len(index)] = index
+    output = backbone({**sub, "position_ids": positions})
+    return np.asarray(output["sequence_output"]), np.asarray(output["pooled_output"]), sub
+
+
+def _with_positions(backbone):
+    twin = TransformerBackbone(**{**_arguments(backbone), "custom_position_ids": True})
+    twin.set_weights(backbone.get_weights())
+    return twin
+
+
+def _arguments(backbone):
+    config = backbone.get_config()
+    for key in ("name", "trainable", "dtype"):
+        config.pop(key)
+    return config
+
+
+def _cross_entropy(logits, labels):
+    logits = logits - logits.max(-1, keepdims=True)
+    log_probabilities = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    return float(-log_probabilities[np.arange(len(labels)), labels].mean())
+
+
+def _kept_count_model(length, steps_per_execution=1):
+    """A one-layer model whose output is the kept-token count of a DropToken:
+    with a zero target, each compiled step's loss shows the rate it used."""
+    hidden = keras.Input((length, 1))
+    mask = keras.Input((length,), dtype="int32")
+    drop = DropToken(0.5, slot_multiple=1, seed=0)
+    kept = keras.ops.sum(keras.ops.cast(drop(hidden, mask)["padding_mask"], "float32"), axis=1)
+    dense = keras.layers.Dense(1, kernel_initializer="ones", bias_initializer="zeros")
+    model = keras.Model([hidden, mask], dense(kept[:, None]))
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.0),
+        loss="mse",
+        jit_compile=True,
+        steps_per_execution=steps_per_execution,
+    )
+    return model, drop
+
+
+def _numpy(x):
+    return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+def compiled_call(layer, *args, **kwargs):
+    """``layer(*args, training=True, **kwargs)`` as one XLA-compiled function.
+
+    On JAX the layer runs statelessly under ``jax.jit`` and its seed state is
+    written back, as Keras' trainers do.
+    """
+    if keras.config.backend() == "jax":
+        import jax
+
+        variables = list(layer.non_trainable_variables)
+
+        @jax.jit
+        def run(values, args, kwargs):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))) as scope:
+                outputs = layer(*args, training=True, **kwargs)
+            updated = [scope.get_current_value(v) for v in variables]
+            return outputs, [old if new is None else new for old, new in zip(values, updated)]
+
+        outputs, values = run([v.value for v in variables], args, kwargs)
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+        return outputs
+    import tensorflow as tf
+
+    run = tf.function(lambda a, k: layer(*a, training=True, **k), jit_compile=True)
+    return run(args, kwargs)
+
+
+def call(layer, compiled, *args, **kwargs):
+    if compiled:
+        return compiled_call(layer, *args, **kwargs)
+    return layer(*args, training=True, **kwargs)
+
+
+# === Item 6: protected tokens that fill the slots ===
+# L = 8, rate 0.5, slot_multiple 1: four slots. [CLS] = 1, [SEP] = 2.
+OVERFLOW_IDS = np.array(
+    [
+        [1, 2, 2, 2, 7, 0, 0, 0],  # 4 protected fill the slots: the 7 goes
+        [1, 5, 2, 6, 2, 2, 0, 0],  # 4 protected, 2 droppable: both go
+        [1, 3, 2, 4, 2, 5, 2, 6],  # full row, 4 protected: every other goes
+        [0, 0, 0, 0, 0, 0, 0, 0],  # all padding
+        [1, 5, 6, 2, 0, 0, 0, 0],  # 2 protected, 2 droppable: drop exactly 1
+    ],
+    "int32",
+)
+
+OVERFLOW_MASK = np.array(
+    [[1] * 5 + [0] * 3, [1] * 6 + [0] * 2, [1] * 8, [0] * 8, [1] * 4 + [0] * 4], "int32"
+)
+
+FORCED_KEEP = np.array(
+    [
+        [1, 1, 1, 1, 0, 0, 0, 0],
+        [1, 0, 1, 0, 1, 1, 0, 0],
+        [1, 0, 1, 0, 1, 0, 1, 0],
+        [0, 0, 0, 0, 0, 0, 0, 0],
+    ],
+    bool,
+)
+
+
+def _hidden(batch, length, dim=3):
+    return (np.arange(batch * length * dim, dtype="float32").reshape(batch, length, dim) + 1) / 7
+
+
+def _expected_gather(hidden, keep, slots):
+    """The numpy construction of gather mode from a keep mask."""
+    batch = keep.shape[0]
+    indices = np.stack(
+        [
+            np.concatenate([np.flatnonzero(keep[b]), np.flatnonzero(~keep[b])])[:slots]
+            for b in range(batch)
+        ]
+    )
+    return {
+        "hidden": np.stack([hidden[b, indices[b]] for b in range(batch)]),
+        "padding_mask": np.stack([keep[b, indices[b]] for b in range(batch)]).astype("int32"),
+        "position_ids": indices,
+        "kept_indices": indices,
+    }
+
+
+def _compiled_model_call(model, features):
+    if keras.config.backend() == "jax":
+        return compiled_call(model, features)
+    import tensorflow as tf
+
+    return tf.function(lambda x: model(x, training=True), jit_compile=True)(features)
+
+
+# === Item 5: mixed precision ===
+@pytest.fixture(params=["mixed_bfloat16", "mixed_float16"])
+def mixed_policy(request):
+    keras.mixed_precision.set_global_policy(request.param)
+    try:
+        yield request.param
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def _compute_dtype(policy):
+    return keras.DTypePolicy(policy).compute_dtype
+
+
+def _random_batch(seed=0, batch=6, length=16, dim=8):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, 60, (batch, length)).astype("int32")
+    lengths = rng.integers(5, length + 1, batch)
+    mask = (np.arange(length)[None] < lengths[:, None]).astype("int32")
+    ids[:, 0] = 1
+    ids[np.arange(batch), lengths - 1] = 2
+    ids = ids * mask
+    return rng.normal(size=(batch, length, dim)).astype("float32"), mask, ids
+
+
+def _dtype(x):
+    return keras.backend.standardize_dtype(x.dtype)
+
+
+@pytest.fixture
+def restore_policy():
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+# === Item 8: DropTokenEncoder's config, saving and loading ===
+def _tiny_encoder(**kwargs):
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position="rotary")))
+    arguments = dict(rate=0.25, unselectable_token_ids=(1, 2), seed=4, slot_multiple=4)
+    arguments.update(kwargs)
+    return DropTokenEncoder(backbone, **arguments)
+
+
+ENCODER_KEYS = {
+    "backbone",
+    "rate",
+    "unselectable_token_ids",
+    "mode",
+    "seed",
+    "slot_multiple",
+    "dtype",
+    "name",
+    "trainable",
+}
+
+
+# === Bad input: a clear error for each, naming the argument ===
+def _raises(pattern, fn, *args, **kwargs):
+    with pytest.raises(ValueError, match=pattern):
+        fn(*args, **kwargs)
+
+
+RATE_CASES = [
+    (1.0, r"Expected rate in \[0\.0, 1\.0\)\. Received: rate=1\.0"),
+    (-0.1, r"Expected rate in \[0\.0, 1\.0\)\. Received: rate=-0\.1"),
+    (1.5, r"Expected rate in \[0\.0, 1\.0\)\. Received: rate=1\.5"),
+    (True, r"Expected a number for rate\. Received: rate=True"),
+    ("0.1", r"Expected a number for rate\. Received: rate='0\.1'"),
+    (float("nan"), r"Expected a number for rate\. Received: rate=nan"),
+    (None, r"Expected a number for rate\. Received: rate=None"),
+]
+
+DROP_TOKEN_CASES = [({"rate": rate}, pattern) for rate, pattern in RATE_CASES] + [
+    ({"slot_multiple": 0}, r"integer >= 1 for slot_multiple\. Received: slot_multiple=0"),
+    ({"slot_multiple": -8}, r"integer >= 1 for slot_multiple\. Received: slot_multiple=-8"),
+    (
+        {"slot_multiple": 2.0},
+        r"Expected an integer for slot_multiple\. Received: slot_multiple=2\.0",
+    ),
+    (
+        {"slot_multiple": True},
+        r"Expected an integer for slot_multiple\. Received: slot_multiple=Tr",
+    ),
+    (
+        {"slot_multiple": "8"},
+        r"Expected an integer for slot_multiple\. Received: slot_multiple='8'",
+    ),
+    ({"mode": "mask"}, r"Expected one of 'gather', 'attention' for mode\. Received: mode='mask'"),
+    ({"mode": None}, r"for mode\. Received: mode=None"),
+    ({"unselectable_token_ids": 101}, r"list of integers for unselectable_token_ids\. "),
+    (
+        {"unselectable_token_ids": "101"},
+        r"for unselectable_token_ids\. Received: unselectable_token_ids='1",
+    ),
+    ({"unselectable_token_ids": (1.5,)}, r"for unselectable_token_ids\. .*\(1\.5,\)"),
+    ({"unselectable_token_ids": (True,)}, r"for unselectable_token_ids\. .*\(True,\)"),
+    (
+        {"unselectable_token_ids": (1, -1)},
+        r"entry of unselectable_token_ids in \[0, inf\]\. .*-1\)",
+    ),
+    ({"protected_positions": (0.0,)}, r"for protected_positions\. .*\(0\.0,\)"),
+    ({"protected_positions": (-1,)}, r"entry of protected_positions in \[0, inf\]\. .*\(-1,\)"),
+    ({"protected_positions": 0}, r"for protected_positions\. Received: protected_positions=0"),
+    ({"seed": 1.5}, r"Expected an integer for seed\. Received: seed=1\.5"),
+    ({"seed": -1}, r"Expected an integer >= 0 for seed\. Received: seed=-1"),
+    ({"seed": True}, r"Expected an integer for seed\. Received: seed=True"),
+    ({"seed": "7"}, r"Expected an integer for seed\. Received: seed='7'"),
+]
+
+HIDDEN = np.ones((2, 8, 3), "float32")
+
+MASK = np.ones((2, 8), "int32")
+
+IDS = np.full((2, 8), 3, "int32")
+
+CALL_CASES = [
+    ((np.ones((2, 8), "float32"), MASK), {}, r"Expected hidden of shape \(batch, sequence, dim\)"),
+    ((HIDDEN, np.ones((2, 7))), {}, r"Expected padding_mask of shape .*\(2, 7\)"),
+    ((HIDDEN, np.ones((2, 8, 1))), {}, r"Expected padding_mask of shape .*\(2, 8, 1\)"),
+    ((HIDDEN, MASK), {"token_ids": np.ones((2, 7), "int32")}, r"Expected token_ids of shape"),
+    ((HIDDEN, MASK), {"token_ids": np.ones((2, 8), "float32")}, r"Expected integer token_ids"),
+    (
+        (HIDDEN, MASK),
+        {"token_ids": None},
+        r"needs token_ids to protect unselectable_token_ids=\(1,\)",
+    ),
+    ((HIDDEN, MASK), {"position_ids": np.ones((1, 7), "int32")}, r"Expected position_ids of"),
+    ((HIDDEN, MASK), {"position_ids": np.ones((1, 8, 2, 1), "int32")}, r"Expected position_ids"),
+    (
+        (HIDDEN, MASK),
+        {"position_ids": np.ones((2, 8), "float32")},
+        r"Expected integer position_ids",
+    ),
+    ((HIDDEN, MASK * 2), {}, r"Expected a padding_mask of 0s and 1s\. Received: .*\[2\]"),
+    ((HIDDEN, MASK), {"token_ids": np.full((2, 8), 1, "int32")}, r"Row 0 has 8 protected tokens"),
+    ("symbolic", {}, r"needs a static sequence length in training"),
+]
+
+REAL = np.ones((2, 4), bool)
+
+NOISE = np.zeros((2, 4), "float32")
+
+ROUNDING = np.zeros((2,), "float32")
+
+
+def _backbone():
+    return TransformerBackbone(**tiny_backbone_kwargs())
+
+
+ENCODER_CASES = [
+    ({"rate": 1.0}, r"Expected rate in \[0\.0, 1\.0\)\. Received: rate=1\.0"),
+    ({"rate": True}, r"Expected a number for rate\. Received: rate=True"),
+    ({"rate": "0.1"}, r"Expected a number for rate\. Received: rate='0\.1'"),
+    ({"mode": "mask"}, r"for mode\. Received: mode='mask'"),
+    ({"unselectable_token_ids": "101"}, r"for unselectable_token_ids\. Received"),
+    ({"unselectable_token_ids": (101.0,)}, r"for unselectable_token_ids\."),
+    ({"slot_multiple": 0}, r"integer >= 1 for slot_multiple\. Received: slot_multiple=0"),
+    ({"seed": 2.5}, r"Expected an integer for seed\. Received: seed=2\.5"),
+]
+
+SCHEDULE_CASES = [
+    ({"final_rate": 1.0}, r"Expected final_rate in \[0\.0, 1\.0\)\. Received: final_rate=1\.0"),
+    ({"initial_rate": -0.1}, r"Expected initial_rate in \[0\.0, 1\.0\)\. .*=-0\.1"),
+    ({"final_rate": True}, r"Expected a number for final_rate\. Received: final_rate=True"),
+    ({"initial_rate": "0"}, r"Expected a number for initial_rate\. Received: initial_rate='0'"),
+    ({"ramp_steps": 0}, r"integer >= 1 for ramp_steps\. Received: ramp_steps=0"),
+    ({"ramp_steps": 2.5}, r"Expected an integer for ramp_steps\. Received: ramp_steps=2\.5"),
+    ({"ramp_steps": True}, r"Expected an integer for ramp_steps\. Received: ramp_steps=True"),
+    ({"levels": 1}, r"integer >= 2 for levels\. Received: levels=1"),
+    ({"levels": 3.0}, r"Expected an integer for levels\. Received: levels=3\.0"),
+]
+
+
+@pytest.mark.parametrize("position", ["absolute", "rotary", "relative"])
+def test_gather_equals_backbone_on_kept_tokens(position):
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position=position)))
+    encoder = keras_masking.with_drop_token(backbone, 0.4, unselectable_token_ids=(1,), seed=3)
+    features = random_features(batch=3, length=12)
+    outputs = encoder(features, training=True)
+    token_mask = np.asarray(outputs["token_mask"]).astype(bool)
+    assert token_mask[:, 0].all() and (token_mask.sum(1) < features["padding_mask"].sum(1)).all()
+    reference, pooled, _ = _kept_reference(_with_positions(backbone), features, token_mask)
+    sequence = np.asarray(outputs["sequence_output"])
+    for b in range(3):
+        kept = np.flatnonzero(token_mask[b])
+        np.testing.assert_allclose(sequence[b, kept], reference[b, : len(kept)], atol=2e-5)
+        assert np.abs(sequence[b, ~token_mask[b]]).max() == 0.0
+    np.testing.assert_allclose(outputs["pooled_output"], pooled, atol=2e-5)
+    # At inference nothing is dropped.
+    np.testing.assert_allclose(
+        encoder(features)["sequence_output"], backbone(features)["sequence_output"], atol=2e-6
+    )
+
+
+@pytest.mark.parametrize("position", ["absolute", "relative"])
+def test_attention_mode_equals_gather_on_kept_tokens(position):
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position=position)))
+    gather = keras_masking.with_drop_token(backbone, 0.3, seed=5)
+    attention = keras_masking.with_drop_token(backbone, 0.3, mode="attention", seed=5)
+    features = random_features(batch=2, length=12)
+    a, b = gather(features, training=True), attention(features, training=True)
+    np.testing.assert_array_equal(a["token_mask"], b["token_mask"])
+    kept = np.asarray(a["token_mask"]).astype(bool)
+    np.testing.assert_allclose(
+        np.asarray(a["sequence_output"])[kept], np.asarray(b["sequence_output"])[kept], atol=2e-5
+    )
+    np.testing.assert_allclose(a["pooled_output"], b["pooled_output"], atol=2e-5)
+
+
+def test_keras_hub_bert_keeps_original_positions():
+    hub = keras_hub.models.BertBackbone(**HUB_SIZES)
+    randomize_weights(hub)
+    encoder = keras_masking.with_drop_token(hub, 0.5, seed=2)
+    features = random_features(batch=2, length=12)
+    np.testing.assert_allclose(
+        encoder(features)["sequence_output"], hub(features)["sequence_output"], atol=1e-6
+    )
+    outputs = encoder(features, training=True)
+    token_mask = np.asarray(outputs["token_mask"]).astype(bool)
+    ours = keras_masking.models.from_keras_hub(hub, custom_position_ids=True)
+    reference, pooled, _ = _kept_reference(ours, features, token_mask)
+    sequence = np.asarray(outputs["sequence_output"])
+    for b in range(2):
+        kept = np.flatnonzero(token_mask[b])
+        np.testing.assert_allclose(sequence[b, kept], reference[b, : len(kept)], atol=5e-5)
+    np.testing.assert_allclose(outputs["pooled_output"], pooled, atol=5e-5)
+
+
+def test_fit_under_xla_and_save_load(tmp_path):
+    """Each row's [CLS]/[SEP] fill its 6 slots, so every compiled step runs the
+    encoder on exactly them: its loss equals the backbone's on those tokens."""
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position="rotary")))
+    encoder = keras_masking.with_drop_token(
+        backbone, 0.5, unselectable_token_ids=(1, 2), slot_multiple=1, seed=0
+    )
+    assert encoder.drop_token.keep_length(12) == 6
+    features = random_features(batch=8, length=12, seed=3)
+    features["token_ids"] = np.maximum(features["token_ids"], 3) * features["padding_mask"]
+    rng = np.random.default_rng(4)
+    keep = np.zeros((8, 12), bool)
+    for b in range(8):
+        real = int(features["padding_mask"][b].sum())
+        seps = np.sort(rng.choice(np.arange(1, real), 5, replace=False))
+        features["token_ids"][b, 0], features["token_ids"][b, seps] = 1, 2
+        keep[b, 0] = keep[b, seps] = True
+    labels = np.arange(8) % 2
+    inputs = encoder.input
+    dense = keras.layers.Dense(2)
+    model = keras.Model(inputs, dense(encoder(inputs)["pooled_output"]))
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.05),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    twin = _with_positions(backbone)
+    losses, references = [], []
+    for _ in range(2):
+        twin.set_weights(backbone.get_weights())
+        _, pooled, _ = _kept_reference(twin, features, keep)
+        kernel, bias = (np.asarray(w) for w in dense.weights)
+        references.append(_cross_entropy(pooled @ kernel + bias, labels))
+        history = model.fit(features, labels, batch_size=8, epochs=1, verbose=0, shuffle=False)
+        losses.append(history.history["loss"][0])
+    np.testing.assert_allclose(losses, references, rtol=1e-4)
+    assert references[1] < references[0]  # the step trained the model
+    encoder.save(tmp_path / "encoder.keras")
+    restored = keras.saving.load_model(tmp_path / "encoder.keras")
+    assert restored.rate == 0.5 and restored.unselectable_token_ids == (1, 2)
+    np.testing.assert_array_equal(
+        restored(features)["sequence_output"], encoder(features)["sequence_output"]
+    )
+
+
+def test_keras_hub_roberta_attention_mode_matches_gather():
+    hub = keras_hub.models.RobertaBackbone(**HUB_SIZES)
+    randomize_weights(hub, seed=4)
+    features = random_features(batch=2, length=12)
+    features.pop("segment_ids")
+    gather = keras_masking.with_drop_token(hub, 0.3, seed=9)
+    attention = keras_masking.with_drop_token(hub, 0.3, mode="attention", seed=9)
+    np.testing.assert_allclose(gather(features)["sequence_output"], hub(features), atol=1e-6)
+    a, b = gather(features, training=True), attention(features, training=True)
+    kept = np.asarray(a["token_mask"]).astype(bool)
+    np.testing.assert_array_equal(kept, np.asarray(b["token_mask"]).astype(bool))
+    assert kept.sum() < features["padding_mask"].sum()
+    np.testing.assert_allclose(
+        np.asarray(a["sequence_output"])[kept], np.asarray(b["sequence_output"])[kept], atol=5e-5
+    )
+
+
+def test_encoder_keeps_every_protected_token_when_they_fill_the_slots():
+    """A classifier step on rows whose [CLS]/[SEP] fill the slots: eager and
+    compiled, the encoder runs on exactly the protected tokens."""
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position="rotary")))
+    encoder = keras_masking.with_drop_token(
+        backbone, 0.5, unselectable_token_ids=(1, 2), slot_multiple=1, seed=0
+    )
+    features = random_features(batch=2, length=8, seed=1)
+    features["token_ids"] = np.maximum(features["token_ids"], 3)
+    features["token_ids"][0, [0, 2, 4, 6]] = [1, 2, 2, 2]
+    features["token_ids"][1, [0, 1, 2, 3]] = [1, 2, 2, 2]
+    features["token_ids"][1, 5:] = 0
+    keep = np.zeros((2, 8), bool)
+    keep[0, [0, 2, 4, 6]] = keep[1, :4] = True
+    twin = TransformerBackbone(**tiny_backbone_kwargs(position="rotary", custom_position_ids=True))
+    twin.set_weights(backbone.get_weights())
+    sub = {
+        key: np.stack([features[key][b][keep[b]] for b in range(2)])
+        for key in ("token_ids", "segment_ids", "padding_mask")
+    }
+    positions = np.stack([np.flatnonzero(keep[b]) for b in range(2)]).astype("int32")
+    reference = twin({**sub, "position_ids": positions})
+    for compiled in (False, True):
+        if compiled:
+            outputs = _compiled_model_call(encoder, features)
+        else:
+            outputs = encoder(features, training=True)
+        np.testing.assert_array_equal(_numpy(outputs["token_mask"]), keep.astype("int32"))
+        sequence = _numpy(outputs["sequence_output"])
+        for b in range(2):
+            np.testing.assert_allclose(
+                sequence[b, keep[b]], _numpy(reference["sequence_output"])[b], atol=2e-5
+            )
+            assert not sequence[b, ~keep[b]].any()
+        np.testing.assert_allclose(
+            _numpy(outputs["pooled_output"]), _numpy(reference["pooled_output"]), atol=2e-5
+        )
+
+
+@pytest.mark.parametrize("mode", ["gather", "attention"])
+@pytest.mark.parametrize("mixed_policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_encoder_drops_the_same_tokens(mixed_policy, mode, restore_policy):
+    full = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position="relative")))
+    keras.mixed_precision.set_global_policy(mixed_policy)
+    mixed = TransformerBackbone(**tiny_backbone_kwargs(position="relative"))
+    mixed.set_weights(full.get_weights())
+    features = random_features(batch=3, length=12, seed=2)
+    kwargs = dict(unselectable_token_ids=(1,), mode=mode, seed=5)
+    expected = DropTokenEncoder(full, 0.4, **kwargs)(features, training=True)
+    encoder = DropTokenEncoder(mixed, 0.4, **kwargs)
+    assert encoder.dtype_policy.name == mixed_policy  # the backbone's
+    assert encoder.drop_token.dtype_policy.name == mixed_policy
+    actual = encoder(features, training=True)
+    token_mask = _numpy(actual["token_mask"])
+    np.testing.assert_array_equal(token_mask, _numpy(expected["token_mask"]))
+    assert 0 < token_mask.sum() < features["padding_mask"].sum()
+    assert _dtype(actual["sequence_output"]) == _compute_dtype(mixed_policy)
+    kept = token_mask.astype(bool)
+    np.testing.assert_allclose(
+        _numpy(actual["sequence_output"]).astype("float32")[kept],
+        _numpy(expected["sequence_output"])[kept],
+        atol=0.1,
+        rtol=0.05,
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"trainable": False}, {"dtype": "mixed_bfloat16", "mode": "attention", "name": "enc"}],
+)
+def test_encoder_config_round_trip(kwargs):
+    encoder = _tiny_encoder(**kwargs)
+    config = encoder.get_config()
+    assert set(config) == ENCODER_KEYS
+    assert config["trainable"] is kwargs.get("trainable", True)
+    assert keras.dtype_policies.deserialize(config["dtype"]).name == kwargs.get("dtype", "float32")
+    assert (config["rate"], config["unselectable_token_ids"], config["seed"]) == (0.25, [1, 2], 4)
+    clone = DropTokenEncoder.from_config(config)
+    assert clone.get_config() == config
+    assert clone.trainable is encoder.trainable
+    assert len(clone.trainable_weights) == len(encoder.trainable_weights)
+    assert clone.drop_token.dtype_policy.name == kwargs.get("dtype", "float32")
+    clone.set_weights(encoder.get_weights())
+    features = random_features(batch=2, length=12)
+    np.testing.assert_array_equal(
+        _numpy(clone(features)["sequence_output"]), _numpy(encoder(features)["sequence_output"])
+    )
+
+
+@pytest.mark.parametrize("hub", [False, True], ids=["transformer_backbone", "keras_hub_bert"])
+@pytest.mark.parametrize("kwargs", [{}, {"trainable": False, "dtype": "mixed_bfloat16"}])
+def test_encoder_save_and_load(tmp_path, hub, kwargs):
+    if hub:
+        backbone = randomize_weights(keras_hub.models.BertBackbone(**HUB_SIZES), seed=3)
+        encoder = DropTokenEncoder(backbone, 0.25, unselectable_token_ids=(1, 2), seed=4, **kwargs)
+    else:
+        encoder = _tiny_encoder(**kwargs)
+    features = random_features(batch=2, length=12)
+    path = tmp_path / "encoder.keras"
+    encoder.save(path)
+    restored = keras.saving.load_model(path)  # no custom_objects
+    assert type(restored) is DropTokenEncoder
+    assert restored.get_config() == encoder.get_config()
+    assert restored.trainable is encoder.trainable
+    for name in ("sequence_output", "pooled_output", "token_mask"):
+        np.testing.assert_array_equal(
+            _numpy(restored(features)[name]), _numpy(encoder(features)[name]), err_msg=name
+        )
+
+
+def test_two_dimensional_rotary_positions_are_gathered():
+    backbone = randomize_weights(
+        TransformerBackbone(**tiny_backbone_kwargs(position="rotary2d", custom_position_ids=True))
+    )
+    encoder = keras_masking.with_drop_token(backbone, 0.4, seed=1)
+    features = random_features(batch=2, length=12)
+    positions = np.stack([np.arange(12), np.arange(12) % 3], -1)[None].repeat(2, 0)
+    features["position_ids"] = positions.astype("int32")
+    outputs = encoder(features, training=True)
+    keep = _numpy(outputs["token_mask"]).astype(bool)
+    assert 0 < keep.sum() < features["padding_mask"].sum()
+    # The backbone on each row's kept tokens, padded to one width, in one call.
+    width = int(keep.sum(1).max())
+    sub = {key: np.zeros((2, width) + features[key].shape[2:], "int32") for key in features}
+    for b in range(2):
+        index = np.flatnonzero(keep[b])
+        for key in ("token_ids", "segment_ids", "position_ids"):
+            sub[key][b, : len(index)] = features[key][b, index]
+        sub["padding_mask"][b, : len(index)] = 1
+    reference = _numpy(backbone(sub)["sequence_output"])
+    sequence = _numpy(outputs["sequence_output"])
+    for b in range(2):
+        kept = int(keep[b].sum())
+        np.testing.assert_allclose(sequence[b, keep[b]], reference[b, :kept], atol=2e-5)
+
+
+@pytest.mark.parametrize("kwargs, pattern", ENCODER_CASES)
+@pytest.mark.parametrize("entry", ["DropTokenEncoder", "with_drop_token"])
+def test_encoder_bad_input(entry, kwargs, pattern, recwarn):
+    build = DropTokenEncoder if entry == "DropTokenEncoder" else keras_masking.with_drop_token
+    backbone = _backbone()
+    weights = [np.array(w) for w in backbone.get_weights()]
+    _raises(pattern, build, backbone, **{"rate": 0.1, **kwargs})
+    assert not [w for w in recwarn if "XLA" in str(w.message)]  # refused before warning
+    for before, after in zip(weights, backbone.get_weights()):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_encoder_refuses_what_is_not_a_backbone():
+    with pytest.raises(TypeError, match=r"BertBackbone or RobertaBackbone.*Dense"):
+        keras_masking.with_drop_token(keras.layers.Dense(2), 0.1)
+    with pytest.raises(TypeError, match=r"BertBackbone or RobertaBackbone.*Dense"):
+        DropTokenEncoder(keras.layers.Dense(2), 0.1)

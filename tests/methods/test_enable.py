@@ -1,0 +1,180 @@
+"""Every method, turned on with one call, on each model kind the package supports.
+
+Kinds: a `TransformerBackbone` under a user's head, a keras-hub `BertBackbone`
+converted at the door (`TransformerBackbone.from_keras_hub`) under a user's
+head, and a `TransformerTextClassifier` fitted on raw strings. For each: one
+compiled training step moves the weights it should and no other, inference
+is the plain model's where the method is inference-identity, and
+``model.save`` / ``keras.saving.load_model`` give the same predictions
+without custom objects.
+"""
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+from keras_masking.data import bert_tokenizer
+from keras_masking.methods import ASATrainer
+from keras_masking.models import TransformerBackbone
+from keras_masking.models import TransformerTextClassifier
+from keras_masking.models import TransformerTextClassifierPreprocessor
+from tests.testing import HUB_SIZES
+
+VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("今天很好坏我喜欢讨厌电影音乐真")
+VOCABULARY += [f"[unused{i}]" for i in range(64 - len(VOCABULARY))]
+TEXTS = ["今天很好", "我喜欢电影", "今天很坏", "我讨厌电影"]
+LABELS = np.array([1, 1, 0, 0])
+CLS, SEP = 2, 3
+KINDS = ("backbone", "keras_hub", "classifier")
+METHODS = {
+    "drop_token": lambda model: model.enable_drop_token(
+        0.5, unselectable_token_ids=(CLS, SEP), mode="attention", seed=1
+    ),
+    "asa": lambda model: model.enable_asa(tau=0.5, seed=1),
+    "fl_tuning": lambda model: model.enable_fl_tuning(units=4),
+    "prefix_tuning": lambda model: model.enable_prefix_tuning(length=2, dropout=0.0),
+    "lora": lambda model: model.enable_lora(2),
+}
+# Methods whose inference is the plain model's (LoRA's B starts at zero).
+INFERENCE_IDENTITY = ("drop_token", "asa", "lora")
+# Methods that freeze the pretrained weights.
+FROZEN_BASE = ("fl_tuning", "prefix_tuning", "lora")
+
+
+def _backbone(kind):
+    keras.utils.set_random_seed(0)
+    if kind == "keras_hub":
+        return TransformerBackbone.from_keras_hub(
+            keras_hub.models.BertBackbone(**dict(HUB_SIZES, dropout=0.0))
+        )
+    return TransformerBackbone(
+        vocabulary_size=64, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=48,
+        dropout=0.0, max_sequence_length=12,
+    )  # fmt: skip
+
+
+def _model(kind):
+    """``(model the method is enabled on, model to train, model to predict with)``."""
+    backbone = _backbone(kind)
+    if kind == "classifier":
+        preprocessor = TransformerTextClassifierPreprocessor(
+            bert_tokenizer(VOCABULARY), sequence_length=8
+        )
+        classifier = TransformerTextClassifier(
+            backbone, num_classes=2, preprocessor=preprocessor, dropout=0.0
+        )
+        return classifier, classifier
+    logits = keras.layers.Dense(2, name="head")(backbone(backbone.input)["pooled_output"])
+    return backbone, keras.Model(backbone.input, logits)
+
+
+def _features(kind):
+    rng = np.random.default_rng(0)
+    token_ids = rng.integers(5, 18, size=(4, 8)).astype("int32")
+    token_ids[:, 0], token_ids[:, -1] = CLS, SEP
+    padding_mask = np.ones((4, 8), "int32")
+    padding_mask[1, 6:] = 0
+    return {
+        "token_ids": token_ids * padding_mask,
+        "segment_ids": np.zeros((4, 8), "int32"),
+        "padding_mask": padding_mask,
+    }
+
+
+def _predict(model, kind):
+    """Inference outputs, eagerly (a compiled predict would be one more compile)."""
+    features = model.preprocessor(TEXTS) if kind == "classifier" else _features(kind)
+    return np.asarray(model(features, training=False))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_a_method_trains_predicts_clean_and_round_trips(kind, method, tmp_path):
+    target, model = _model(kind)
+    backbone = model.backbone if kind == "classifier" else target
+    plain = _predict(model, kind)
+    METHODS[method](target)
+    enabled = _predict(model, kind)
+    if method in INFERENCE_IDENTITY:
+        np.testing.assert_allclose(enabled, plain, atol=1e-5)
+    else:
+        assert np.abs(enabled - plain).max() > 1e-6
+
+    trainer = model
+    if method == "asa" and kind != "classifier":
+        trainer = ASATrainer(model)  # a user's own head: the backbone holds the setting
+    trainer.compile(
+        optimizer=keras.optimizers.SGD(0.5),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    variables = {id(v): (v, np.array(v.numpy())) for v in model.weights}
+    data = TEXTS if kind == "classifier" else _features(kind)
+    history = trainer.fit(data, LABELS, batch_size=4, epochs=1, verbose=0)
+    moved = {id(v) for v, before in variables.values() if not np.array_equal(v.numpy(), before)}
+
+    head = model.output_dense if kind == "classifier" else model.get_layer("head")
+    assert {id(v) for v in head.weights} <= moved
+    embedding = backbone.token_embedding.embeddings
+    assert (id(embedding) in moved) == (method not in FROZEN_BASE)
+    if method == "asa":
+        assert {"divergence", "mask_term", "masked_fraction_0"} <= set(history.history)
+        assert {id(v) for a in backbone.attention_adversaries for v in a.weights} <= moved
+    if method in FROZEN_BASE:
+        trainable = {id(v) for v in model.trainable_weights}
+        assert moved <= trainable
+        assert {id(v) for v in backbone.embeddings.weights}.isdisjoint(trainable)
+
+    expected = _predict(model, kind)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    np.testing.assert_allclose(_predict(loaded, kind), expected, atol=1e-5)
+    loaded_backbone = loaded.backbone if kind == "classifier" else loaded.layers[-2]
+    for key in ("drop_token", "asa", "add_ffn", "key_value_prefix"):
+        assert (loaded_backbone.get_config()[key] is None) == (
+            backbone.get_config()[key] is None
+        ), key
+
+
+def test_drop_token_drops_in_training_only_with_positions_kept():
+    backbone = _backbone("backbone")
+    features = _features("backbone")
+    plain = backbone(features)
+    backbone.enable_drop_token(0.5, unselectable_token_ids=(CLS, SEP), seed=3)
+    np.testing.assert_allclose(
+        backbone(features)["sequence_output"], plain["sequence_output"], atol=1e-6
+    )
+    trained = backbone(features, training=True)
+    assert tuple(trained["sequence_output"].shape) == tuple(plain["sequence_output"].shape)
+    zero_rows = np.all(np.asarray(trained["sequence_output"]) == 0.0, axis=-1)
+    real = features["padding_mask"].astype(bool)
+    assert zero_rows[real].any() and not zero_rows[:, 0].any()  # [CLS] kept
+
+
+def test_asa_on_a_classifier_predicts_the_clean_pass_and_its_mask_term_is_the_formula():
+    model, _ = _model("classifier")
+    model.enable_asa(tau=0.5, seed=1)
+    features = model.preprocessor(TEXTS)
+    features = {name: np.asarray(value) for name, value in features.items()}
+    outputs = model(features, training=True)
+    np.testing.assert_allclose(
+        outputs["clean"], model(features, training=False), atol=1e-5
+    )  # no dropout: the clean training pass is the inference pass
+    kept = sum(float(np.sum(mask)) / 4 for mask in outputs["masks"])
+    np.testing.assert_allclose(float(model.mask_term(outputs)), 0.25 * kept, rtol=1e-6)
+
+
+def test_fl_tuning_merges_into_a_plain_classifier_with_the_same_predictions():
+    model, _ = _model("classifier")
+    model.enable_fl_tuning(units=4, layers=[1])
+    merged = model.merge_fl()
+    assert merged.backbone.intermediate_dim == 52 and merged.backbone.add_ffn is None
+    np.testing.assert_allclose(
+        _predict(merged, "classifier"), _predict(model, "classifier"), atol=1e-5
+    )
+    split = merged.unmerge_fl()
+    assert split.backbone.add_ffn == {"units": 4, "layers": [1]}
+    np.testing.assert_allclose(
+        _predict(split, "classifier"), _predict(model, "classifier"), atol=1e-5
+    )

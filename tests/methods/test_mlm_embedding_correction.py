@@ -1,0 +1,368 @@
+"""MLM embedding correction on a model: the formula, the finder, records, tied heads.
+
+Each bad-input case asserts the clear message and that nothing was changed.
+"""
+
+import json
+import warnings
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+import keras_masking
+from keras_masking.methods import correction_record
+from keras_masking.methods import find_token_embedding
+from keras_masking.methods import masking_configuration
+from keras_masking.methods.mlm_embedding_correction import check_mlm_correction
+from keras_masking.methods.mlm_embedding_correction import correct_embedding_table
+from keras_masking.methods.token_embedding_lookup import find_tied_heads
+from keras_masking.models import MLMEmbeddingCorrectionRecord
+from keras_masking.models import TransformerBackbone
+from keras_masking.models import TransformerMaskedLM
+from tests.methods.mlm_correction_helpers import MASK
+from tests.methods.mlm_correction_helpers import SPECIAL
+from tests.methods.mlm_correction_helpers import assert_same_weights
+from tests.methods.mlm_correction_helpers import numpy_formula
+from tests.methods.mlm_correction_helpers import table_of
+from tests.methods.mlm_correction_helpers import tiny_hub
+from tests.methods.mlm_correction_helpers import tiny_ours
+from tests.methods.mlm_correction_helpers import weights_of
+from tests.testing import randomize_weights
+from tests.testing import tiny_backbone_kwargs
+
+
+def test_bert_defaults_match_the_blog_formula_on_transformer_backbone():
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    table = table_of(backbone)
+    blog = 0.85 * table + 0.15 * (0.8 * table[MASK] + 0.1 * table + 0.1 * table.mean(0))
+    record = keras_masking.correct_mlm_embeddings(backbone, mask_token_id=MASK)
+    np.testing.assert_allclose(table_of(backbone), blog, atol=1e-7)
+    assert record.corrected_rows == 64 and np.isclose(record.scale, 0.865)
+
+
+@pytest.mark.parametrize("rates", [(0.15, 0.8, 0.1), (0.3, 1.0, 0.0), (0.4, 0.5, 0.3)])
+def test_general_configuration_on_keras_hub_backbone(rates):
+    r, p_m, p_r = rates
+    hub = keras_hub.models.BertBackbone(
+        vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32
+    )
+    table = table_of(hub)
+    keras_masking.correct_mlm_embeddings(
+        hub,
+        MASK,
+        mask_rate=r,
+        mask_token_rate=p_m,
+        random_token_rate=p_r,
+        unselectable_token_ids=SPECIAL,
+    )
+    expected = numpy_formula(table, MASK, r, p_m, p_r, unselectable=SPECIAL)
+    np.testing.assert_allclose(table_of(hub), expected, atol=1e-7)
+    np.testing.assert_array_equal(table_of(hub)[SPECIAL], table[SPECIAL])
+
+
+def test_from_mask_generator_and_preprocessor():
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]
+    tokenizer = keras_hub.tokenizers.BertTokenizer(vocabulary=vocabulary)
+    preprocessor = keras_hub.models.BertMaskedLMPreprocessor(
+        tokenizer, sequence_length=16, mask_selection_rate=0.2, random_token_rate=0.05
+    )
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    table = table_of(backbone)
+    record = keras_masking.correct_mlm_embeddings.from_mask_generator(backbone, preprocessor)
+    assert record.mask_token_id == 4 and record.mask_rate == 0.2
+    # keras-hub's masker skips the tokenizer's special tokens ([UNK] is not one).
+    special = sorted(tokenizer.special_token_ids)
+    assert special == [0, 2, 3, 4] and record.unselectable_token_ids == special
+    expected = numpy_formula(table, 4, 0.2, 0.8, 0.05, unselectable=special)
+    np.testing.assert_allclose(table_of(backbone), expected, atol=1e-7)
+    generator = keras_hub.layers.MaskedLMMaskGenerator(
+        vocabulary_size=64, mask_selection_rate=0.15, mask_token_id=MASK, unselectable_token_ids=[0]
+    )
+    other = TransformerBackbone(**tiny_backbone_kwargs())
+    table = table_of(other)
+    keras_masking.correct_mlm_embeddings.from_mask_generator(other, generator)
+    np.testing.assert_allclose(
+        table_of(other), numpy_formula(table, MASK, unselectable=[0]), atol=1e-7
+    )
+
+
+def test_record_survives_save_and_load_and_undo(tmp_path):
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    table = table_of(backbone)
+    keras_masking.correct_mlm_embeddings(backbone, MASK, unselectable_token_ids=SPECIAL)
+    corrected = table_of(backbone)
+    backbone.save(tmp_path / "model.keras")
+    backbone.save_to_preset(str(tmp_path / "preset"))
+    for restored in (
+        keras.saving.load_model(tmp_path / "model.keras"),
+        TransformerBackbone.from_preset(str(tmp_path / "preset")),
+    ):
+        assert correction_record(restored).unselectable_token_ids == SPECIAL
+        assert keras_masking.correct_mlm_embeddings(restored, MASK) is None
+        np.testing.assert_array_equal(table_of(restored), corrected)
+        # After a reload, undo inverts the recorded map (float32 rounding).
+        keras_masking.undo_mlm_embedding_correction(restored)
+        np.testing.assert_allclose(table_of(restored), table, rtol=1e-6, atol=1e-9)
+        assert correction_record(restored) is None
+    # In the correcting process, undo is exact.
+    assert keras_masking.undo_mlm_embedding_correction(backbone) is not None
+    np.testing.assert_array_equal(table_of(backbone), table)
+    assert keras_masking.undo_mlm_embedding_correction(backbone) is None
+
+
+def test_tied_head_keeps_original_output_by_default():
+    masked_lm = TransformerMaskedLM(TransformerBackbone(**tiny_backbone_kwargs()))
+    randomize_weights(masked_lm, scale=0.1)
+    head = masked_lm.masked_lm_head
+    hidden = np.random.default_rng(0).normal(size=(2, 10, 32)).astype("float32")
+    positions = np.array([[0, 3], [1, 9]], "int32")
+    before = np.asarray(head(hidden, positions))
+    table = table_of(masked_lm)
+    keras_masking.correct_mlm_embeddings(masked_lm, MASK, unselectable_token_ids=SPECIAL)
+    np.testing.assert_allclose(head(hidden, positions), before, atol=2e-5)
+    assert np.abs(table_of(masked_lm) - table).max() > 1e-3
+    keras_masking.undo_mlm_embedding_correction(masked_lm)
+    np.testing.assert_array_equal(np.asarray(head(hidden, positions)), before)
+    # "correct": the tied output predicts with the corrected rows.
+    keras_masking.correct_mlm_embeddings(masked_lm, MASK, tied_output="correct")
+    transformed = keras.ops.convert_to_numpy(
+        head.transform_layer_norm(
+            head.transform_dense(np.take_along_axis(hidden, positions[..., None], 1))
+        )
+    )
+    bias = keras.ops.convert_to_numpy(head.output_bias)
+    expected = transformed @ numpy_formula(table, MASK).T + bias
+    np.testing.assert_allclose(head(hidden, positions), expected, atol=2e-4)
+
+
+def test_keras_hub_tied_head_cannot_keep_and_is_left_untouched():
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32
+    )
+    masked_lm = keras_hub.models.BertMaskedLM(backbone)
+    table = table_of(masked_lm)
+    with pytest.raises(ValueError, match="tied_output='correct'"):
+        keras_masking.correct_mlm_embeddings(masked_lm, MASK)
+    np.testing.assert_array_equal(table_of(masked_lm), table)
+    keras_masking.correct_mlm_embeddings(masked_lm, MASK, tied_output="correct")
+    np.testing.assert_allclose(table_of(masked_lm), numpy_formula(table, MASK), atol=1e-7)
+
+
+def test_finder_on_plain_keras_models():
+    inputs = keras.Input((None,), dtype="int32")
+    words = keras.layers.Embedding(64, 8, name="words")(inputs)
+    tags = keras.layers.Embedding(5, 8, name="tags")(inputs)
+    model = keras.Model(inputs, words + tags)
+    with pytest.raises(ValueError, match=r"'words' \(64 x 8\).*'tags' \(5 x 8\)"):
+        find_token_embedding(model)
+    assert find_token_embedding(model, vocabulary_size=64).name == "words"
+    assert find_token_embedding(model, embedding="tags").name == "tags"
+    with pytest.raises(ValueError, match="named 'nope'"):
+        find_token_embedding(model, embedding="nope")
+    table = table_of(model.get_layer("words"))
+    keras_masking.correct_mlm_embeddings(model, MASK, embedding="words")
+    np.testing.assert_allclose(
+        table_of(model.get_layer("words")), numpy_formula(table, MASK), atol=1e-7
+    )
+    dense_only = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="candidates none"):
+        find_token_embedding(dense_only)
+
+
+def test_tied_head_compensation_survives_save_and_load(tmp_path):
+    masked_lm = TransformerMaskedLM(TransformerBackbone(**tiny_backbone_kwargs()))
+    randomize_weights(masked_lm, scale=0.1)
+    hidden = np.random.default_rng(1).normal(size=(2, 10, 32)).astype("float32")
+    positions = np.array([[2, 5], [0, 1]], "int32")
+    before = np.asarray(masked_lm.masked_lm_head(hidden, positions))
+    keras_masking.correct_mlm_embeddings(masked_lm, MASK)
+    masked_lm.save(tmp_path / "mlm.keras")
+    restored = keras.saving.load_model(tmp_path / "mlm.keras")
+    np.testing.assert_allclose(restored.masked_lm_head(hidden, positions), before, atol=2e-5)
+    assert keras_masking.correct_mlm_embeddings(restored, MASK) is None
+
+
+def test_a_model_with_two_backbones_asks_which():
+    first, second = tiny_ours(), tiny_hub(keras_hub.models.BertBackbone)
+    inputs = {key: keras.Input((None,), dtype="int32", name=key) for key in first.input}
+    joined = keras.layers.Concatenate()(
+        [first(inputs)["pooled_output"], second(inputs)["pooled_output"]]
+    )
+    model = keras.Model(inputs, keras.layers.Dense(2)(joined))
+    with pytest.raises(
+        ValueError, match="candidates.*token_embedding.*token_embedding.*embedding="
+    ):
+        find_token_embedding(model)
+    chosen = find_token_embedding(model, embedding=second.token_embedding)
+    assert chosen is second.token_embedding
+
+
+def test_non_finite_table_is_refused_before_anything_changes():
+    backbone = tiny_ours()
+    table = table_of(backbone)
+    table[7, 2] = np.nan
+    table[9, 0] = np.inf
+    backbone.token_embedding.embeddings.assign(table)
+    with pytest.raises(ValueError, match=r"NaN or inf values in 2 of 64 rows \(first: row 7\)"):
+        keras_masking.correct_mlm_embeddings(backbone, mask_token_id=MASK)
+    np.testing.assert_array_equal(table_of(backbone), table)
+    assert correction_record(backbone) is None
+
+
+def test_undo_is_exact_in_process_and_inverts_after_the_table_changed():
+    backbone = tiny_ours()
+    table = table_of(backbone)
+    keras_masking.correct_mlm_embeddings(backbone, MASK)
+    keras_masking.undo_mlm_embedding_correction(backbone)
+    np.testing.assert_array_equal(table_of(backbone), table)
+    # The table changed after the correction (a step of training, a load):
+    # undo inverts the recorded map on the table as it is now.
+    record = keras_masking.correct_mlm_embeddings(backbone, MASK)
+    trained = table_of(backbone) + 0.5
+    backbone.token_embedding.embeddings.assign(trained)
+    keras_masking.undo_mlm_embedding_correction(backbone)
+    expected = (trained - np.asarray(record.shift)) / record.scale
+    np.testing.assert_allclose(table_of(backbone), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_correct_embedding_table_is_the_formula_on_a_bare_table():
+    table = np.random.default_rng(0).normal(size=(6, 3)).astype("float32")
+    corrected, record = correct_embedding_table(table, "words", mask_token_id=1)
+    np.testing.assert_allclose(corrected, numpy_formula(table, 1), atol=1e-6)
+    assert corrected.dtype == np.float32 and record.embedding == "words"
+    assert record.corrected_rows == 6 and record.vocabulary_size == 6
+
+
+def test_the_record_under_its_old_name_still_imports_with_a_warning():
+    from keras_masking.methods import mlm_embedding_correction
+
+    with pytest.warns(DeprecationWarning, match="MLMEmbeddingCorrectionRecord"):
+        assert mlm_embedding_correction.MLMEmbeddingCorrection is MLMEmbeddingCorrectionRecord
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert keras_masking.callbacks.MLMEmbeddingCorrection is not MLMEmbeddingCorrectionRecord
+
+
+@pytest.fixture(scope="module")
+def backbone():
+    return tiny_ours()
+
+
+@pytest.fixture
+def unchanged(backbone):
+    """Checks after the test that the shared backbone was not changed."""
+    before = weights_of(backbone)
+    yield backbone
+    assert_same_weights(backbone, before)
+    assert correction_record(backbone) is None
+
+
+CORRECT_BAD = [
+    (
+        {"mask_token_id": -1},
+        r"Expected an integer >= 0 for mask_token_id. Received: mask_token_id=-1",
+    ),
+    ({"mask_token_id": 2.5}, r"Expected an integer for mask_token_id.*=2\.5"),
+    ({"mask_token_id": 3.0}, r"Expected an integer for mask_token_id.*=3\.0"),
+    ({"mask_token_id": True}, r"Expected an integer for mask_token_id.*=True"),
+    ({"mask_token_id": "3"}, r"Expected an integer for mask_token_id.*='3'"),
+    ({"mask_token_id": None}, r"Expected an integer for mask_token_id.*=None"),
+    ({"mask_token_id": np.int64(64)}, r"Expected mask_token_id in \[0, 64\) \(an id of the vocab"),
+    ({"mask_rate": "0.15"}, r"Expected a number for mask_rate"),
+    ({"mask_rate": True}, r"Expected a number for mask_rate. Received: mask_rate=True"),
+    ({"mask_rate": float("nan")}, r"Expected a number for mask_rate"),
+    ({"mask_rate": np.float32(1.5)}, r"Expected mask_rate in \[0.0, 1.0\]"),
+    ({"mask_token_rate": -0.1}, r"Expected mask_token_rate in \[0.0, 1.0\]"),
+    ({"random_token_rate": -0.1}, r"Expected random_token_rate in \[0.0, 1.0\]"),
+    ({"mask_token_rate": 0.7, "random_token_rate": 0.4}, r"random_token_rate <= 1"),
+    ({"mask_rate": 1.0, "mask_token_rate": 1.0, "random_token_rate": 0.0}, "replaces every"),
+    ({"unselectable_token_ids": 5}, "Expected a list of integers for unselectable_token_ids"),
+    ({"unselectable_token_ids": "0,1"}, "Expected a list of integers for unselectable_token_ids"),
+    ({"unselectable_token_ids": [0, 1.5]}, r"list of integers.*\[0, 1\.5\]"),
+    ({"unselectable_token_ids": [True]}, r"list of integers.*\[True\]"),
+    ({"unselectable_token_ids": [-1, 2]}, r"in \[0, 63\].*\[-1, 2\]"),
+    ({"unselectable_token_ids": [0, 99]}, r"in \[0, 63\].*\[0, 99\]"),
+    ({"tied_output": None}, "Expected one of 'keep', 'correct' for tied_output"),
+    ({"tied_output": "KEEP"}, "Expected one of 'keep', 'correct' for tied_output"),
+    ({"embedding": 5}, "Expected a keras.layers.Embedding, a layer name or None for embedding"),
+    ({"embedding": keras.layers.Dense(2)}, "embedding=<Dense.*of type Dense"),
+    ({"embedding": "nope"}, "Found 0 embedding layers named 'nope'"),
+]
+
+
+@pytest.mark.parametrize("kwargs, message", CORRECT_BAD)
+def test_correct_mlm_embeddings_bad_input(unchanged, kwargs, message):
+    kwargs = {"mask_token_id": MASK, **kwargs}
+    with pytest.raises((ValueError, TypeError), match=message):
+        keras_masking.correct_mlm_embeddings(unchanged, **kwargs)
+    with pytest.raises((ValueError, TypeError), match=message):
+        check_mlm_correction(unchanged, **kwargs)
+
+
+def test_correct_mlm_embeddings_bad_model():
+    for model, message in ((None, "NoneType"), ("bert", "str"), (np.eye(3), "ndarray")):
+        with pytest.raises(
+            TypeError, match=f"Expected a Keras model or layer for model.*{message}"
+        ):
+            keras_masking.correct_mlm_embeddings(model, mask_token_id=MASK)
+
+
+def test_numpy_scalars_are_accepted_where_numbers_are():
+    backbone = tiny_ours()
+    table = table_of(backbone)
+    record = keras_masking.correct_mlm_embeddings(
+        backbone,
+        mask_token_id=np.int64(MASK),
+        mask_rate=np.float32(0.2),
+        mask_token_rate=np.float64(0.7),
+        random_token_rate=np.float32(0.1),
+        unselectable_token_ids=np.array([0, 1, 2, 3], "int32"),
+    )
+    assert record.mask_token_id == MASK and type(record.mask_token_id) is int
+    assert json.dumps(record.to_config())  # plain Python values
+    expected = numpy_formula(
+        table, MASK, float(np.float32(0.2)), 0.7, float(np.float32(0.1)), SPECIAL
+    )
+    np.testing.assert_allclose(table_of(backbone), expected, atol=1e-6)
+
+
+def test_masking_configuration_bad_input():
+    for value in (None, 3, keras.layers.Dense(2)):
+        with pytest.raises(TypeError, match="Expected a keras_hub MaskedLMMaskGenerator"):
+            masking_configuration(value)
+    with pytest.raises(TypeError, match="Expected a keras_hub MaskedLMMaskGenerator"):
+        keras_masking.correct_mlm_embeddings.from_mask_generator(tiny_ours(), "masker")
+
+
+def test_find_token_embedding_bad_input(unchanged):
+    with pytest.raises(TypeError, match="Expected a Keras model or layer for model.*list"):
+        find_token_embedding([unchanged])
+    with pytest.raises(TypeError, match="Expected a keras.layers.Embedding, a layer name or None"):
+        find_token_embedding(unchanged, embedding=1.5)
+    with pytest.raises(TypeError, match="Expected a keras.layers.Embedding.*of type Dense"):
+        find_token_embedding(unchanged, embedding=keras.layers.Dense(2))
+    for size in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="Expected an integer( >= 1)? for vocabulary_size"):
+            find_token_embedding(unchanged, vocabulary_size=size)
+    with pytest.raises(ValueError, match="candidates none"):
+        find_token_embedding(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]))
+    with pytest.raises(TypeError, match="Expected a keras.layers.Embedding for token_embedding"):
+        find_tied_heads(unchanged, "token_embedding")
+    assert find_token_embedding(unchanged, vocabulary_size=np.int64(64)).input_dim == 64
+
+
+def test_record_functions_bad_input(unchanged):
+    with pytest.raises(TypeError, match="Expected a Keras model or layer for model"):
+        correction_record("model")
+    with pytest.raises(TypeError, match="Expected a Keras model or layer for model"):
+        keras_masking.undo_mlm_embedding_correction(None)
+    record = keras_masking.correct_mlm_embeddings(tiny_ours(), MASK).to_config()
+    # A record that does not fit the table: undo refuses, nothing changes.
+    other = tiny_ours()
+    other.mlm_embedding_correction = {**record, "vocabulary_size": 65}
+    table = table_of(other)
+    with pytest.raises(ValueError, match="65 x 32 table, but the layer is 64 x 32"):
+        keras_masking.undo_mlm_embedding_correction(other)
+    np.testing.assert_array_equal(table_of(other), table)

@@ -1,0 +1,182 @@
+"""model.save / keras.saving.load_model and keras-hub presets round-trip."""
+
+import json
+import re
+
+import keras
+import numpy as np
+import pytest
+
+from keras_masking.models import TransformerBackbone
+from keras_masking.models import TransformerMaskedLM
+from tests.testing import random_features
+from tests.testing import randomize_weights
+from tests.testing import tiny_backbone_kwargs
+
+# Every position scheme, with and without a position_ids input, and the
+# RoBERTa shape (no segments, no pooler).
+SHAPES = [
+    dict(position="absolute"),
+    dict(position="absolute", custom_position_ids=True),
+    dict(position="absolute", num_segments=0, use_pooler=False),
+    dict(position="rotary"),
+    dict(position="rotary", custom_position_ids=True),
+    dict(position="relative"),
+    dict(position="relative", custom_position_ids=True),
+    dict(position="rotary2d"),
+    dict(position="rotary2d", custom_position_ids=True),
+]
+SHAPE_IDS = [
+    "absolute",
+    "absolute-position_ids",
+    "absolute-roberta",
+    "rotary",
+    "rotary-position_ids",
+    "relative",
+    "relative-position_ids",
+    "rotary2d",
+    "rotary2d-position_ids",
+]
+
+
+def _backbone_and_features(shape, seed=0):
+    backbone = TransformerBackbone(**tiny_backbone_kwargs(**shape))
+    randomize_weights(backbone, seed=seed)
+    features = random_features()
+    if not backbone.num_segments:
+        features.pop("segment_ids")
+    if backbone.custom_position_ids:
+        positions = np.tile(np.arange(3, 13), (2, 1)).astype("int32")
+        if backbone.position == "rotary2d":
+            copies = np.tile(np.array([0, 0, 1, 0, 1, 2, 0, 0, 1, 0]), (2, 1)).astype("int32")
+            positions = np.stack([positions, copies], axis=-1)
+        features["position_ids"] = positions
+    assert set(features) == set(backbone.input)
+    return backbone, features
+
+
+def _assert_same_outputs(restored, backbone, features):
+    expected = backbone(features)
+    actual = restored(features)
+    assert set(actual) == {"sequence_output", "pooled_output"}
+    for key in expected:
+        np.testing.assert_array_equal(actual[key], expected[key])
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_backbone_round_trips(shape, tmp_path):
+    """Config, ``.keras`` file and preset folder, without custom_objects."""
+    import keras_hub
+
+    backbone, features = _backbone_and_features(shape)
+    config = backbone.get_config()
+    json.dumps(config)  # plain JSON
+    restored = TransformerBackbone.from_config(config)
+    assert restored.get_config() == config
+    assert [tuple(w.shape) for w in restored.weights] == [tuple(w.shape) for w in backbone.weights]
+    restored.set_weights(backbone.get_weights())
+    _assert_same_outputs(restored, backbone, features)
+    generic = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(backbone))
+    assert type(generic) is TransformerBackbone and generic.get_config() == config
+
+    path = tmp_path / "backbone.keras"
+    backbone.save(path)
+    loaded = keras.saving.load_model(path)  # no custom_objects
+    assert type(loaded) is TransformerBackbone and loaded.get_config() == config
+    _assert_same_outputs(loaded, backbone, features)
+
+    preset = tmp_path / "preset"
+    backbone.save_to_preset(str(preset))
+    from_preset = TransformerBackbone.from_preset(str(preset))
+    assert type(from_preset) is TransformerBackbone and from_preset.get_config() == config
+    _assert_same_outputs(from_preset, backbone, features)
+    generic = keras_hub.models.Backbone.from_preset(str(preset))
+    assert type(generic) is TransformerBackbone
+    _assert_same_outputs(generic, backbone, features)
+
+
+def test_round_trip_would_show_a_wrong_weight(tmp_path):
+    """The comparisons above are exact: one changed weight shows."""
+    backbone, features = _backbone_and_features(dict(position="rotary"), seed=3)
+    path = tmp_path / "backbone.keras"
+    backbone.save(path)
+    restored = keras.saving.load_model(path)
+    value = np.array(restored.transformer_layers[1].self_attention.key.kernel)
+    restored.transformer_layers[1].self_attention.key.kernel.assign(value * 1.001)
+    with pytest.raises(AssertionError):
+        _assert_same_outputs(restored, backbone, features)
+
+
+def test_masked_lm_save_and_load_model_keeps_tying(tmp_path):
+    masked_lm = TransformerMaskedLM(
+        TransformerBackbone(**tiny_backbone_kwargs(position="relative"))
+    )
+    inputs = {**random_features(), "mask_positions": np.array([[1, 2], [0, 3]])}
+    expected = masked_lm(inputs)
+    path = tmp_path / "mlm.keras"
+    masked_lm.save(path)
+    restored = keras.saving.load_model(path)
+    np.testing.assert_array_equal(restored(inputs), expected)
+    head = restored.masked_lm_head
+    assert head.token_embedding is restored.backbone.token_embedding
+
+
+def test_compiled_training_step_runs_under_xla():
+    backbone = TransformerBackbone(**tiny_backbone_kwargs(position="relative", dropout=0.1))
+    masked_lm = TransformerMaskedLM(backbone)
+    masked_lm.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=True)
+    features = random_features(batch=4)
+    positions = np.tile(np.array([1, 2, 3]), (4, 1)).astype("int32")
+    labels = np.take_along_axis(features["token_ids"], positions, axis=1)
+    data = {**features, "mask_positions": positions}
+    losses = masked_lm.fit(data, labels, epochs=15, verbose=0).history["loss"]
+    assert np.isfinite(losses).all() and losses[-1] < losses[0]
+
+
+# === A damaged preset folder is refused, naming the file ===
+def _damaged_preset(tmp_path, name, keep):
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    preset = tmp_path / "preset"
+    backbone.save_to_preset(str(preset))
+    path = preset / name
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+    return preset, path
+
+
+@pytest.mark.parametrize("keep", [0.6, 0.01])
+def test_truncated_preset_weights_name_the_file(keep, tmp_path):
+    preset, path = _damaged_preset(tmp_path, "model.weights.h5", keep)
+    with pytest.raises(
+        ValueError,
+        match=rf"^{re.escape(str(path))}: cannot read the preset's weights; the file is "
+        r"truncated or corrupt \(OSError: .*truncated file",
+    ):
+        TransformerBackbone.from_preset(str(preset))
+    # Without the weights, the architecture still loads.
+    assert TransformerBackbone.from_preset(str(preset), load_weights=False).num_layers == 2
+
+
+@pytest.mark.parametrize("name", ["config.json", "metadata.json"])
+def test_corrupt_preset_json_names_the_file(name, tmp_path):
+    preset, path = _damaged_preset(tmp_path, name, 0.5)
+    with pytest.raises(
+        ValueError, match=rf"^{re.escape(str(path))}: not valid JSON \(.*\); the file is truncated"
+    ):
+        TransformerBackbone.from_preset(str(preset))
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"expected a JSON object\. Received: a JSON list\."):
+        TransformerBackbone.from_preset(str(preset))
+
+
+def test_preset_with_nan_weights_is_refused(tmp_path):
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    table = keras.ops.convert_to_numpy(backbone.token_embedding.embeddings).copy()
+    table[5, 2] = np.nan
+    backbone.token_embedding.embeddings.assign(table)
+    backbone.save_to_preset(str(tmp_path / "preset"))
+    with pytest.raises(
+        ValueError,
+        match=r"model.weights.h5: weight '.*token_embedding/embeddings' holds 1 NaN or infinite",
+    ):
+        TransformerBackbone.from_preset(str(tmp_path / "preset"))

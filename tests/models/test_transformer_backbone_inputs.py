@@ -1,0 +1,178 @@
+"""TransformerBackbone's door: bad ids, bad constructor and attachment arguments.
+
+Each case gets a clear error naming the argument, and nothing is half-built or
+half-attached.
+"""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from keras_masking.models import TransformerBackbone
+from tests.testing import random_features
+from tests.testing import randomize_weights
+from tests.testing import tiny_backbone_kwargs
+
+
+def test_token_ids_out_of_vocabulary():
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    features = random_features()
+    features["token_ids"][0, 3] = 64
+    with pytest.raises(
+        ValueError,
+        match=r"Expected token_ids in \[0, 64\).*Received: token_ids with the values \[64\]",
+    ):
+        backbone(features)
+    features["token_ids"][0, 3] = -1
+    with pytest.raises(ValueError, match="token_ids"):
+        backbone(features)
+
+
+def test_segment_and_position_ids_out_of_range():
+    backbone = TransformerBackbone(**tiny_backbone_kwargs(custom_position_ids=True))
+    features = random_features()
+    bad_segments = {
+        **features,
+        "segment_ids": features["segment_ids"] + 1,
+        "position_ids": np.tile(np.arange(10), (2, 1)),
+    }
+    with pytest.raises(ValueError, match="segment_ids"):
+        backbone(bad_segments)
+    bad_positions = {**features, "position_ids": np.tile(np.arange(20, 30), (2, 1))}
+    with pytest.raises(ValueError, match="position_ids.*max_sequence_length=24"):
+        backbone(bad_positions)
+
+
+@pytest.mark.parametrize(
+    "field, value", [("token_ids", 64), ("token_ids", -1), ("segment_ids", 2), ("position_ids", 24)]
+)
+def test_out_of_range_ids_in_compiled_calls_give_nan_rows(field, value):
+    # A compiled step cannot raise on values: the row with the bad id is NaN
+    # on every backend (not clamped to a real row, as TensorFlow's gather is).
+    backbone = randomize_weights(
+        TransformerBackbone(**tiny_backbone_kwargs(custom_position_ids=True))
+    )
+    features = random_features()
+    features["position_ids"] = np.tile(np.arange(10, dtype="int32"), (2, 1))
+    expected = keras.ops.convert_to_numpy(backbone(features)["sequence_output"])
+    features[field] = features[field].copy()
+    features[field][0, 3] = value
+    model = keras.Model(backbone.input, backbone.output)
+    model.compile(jit_compile=True)
+    outputs = model.predict_on_batch(features)
+    assert np.isnan(outputs["sequence_output"][0]).all()
+    assert np.isnan(outputs["pooled_output"][0]).all()
+    np.testing.assert_allclose(outputs["sequence_output"][1], expected[1], atol=1e-5)
+
+
+def test_sequence_longer_than_position_table():
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    with pytest.raises(ValueError, match="30 tokens.*max_sequence_length=24"):
+        backbone(random_features(length=30))
+
+
+BAD_CONSTRUCTOR_ARGUMENTS = [
+    ({"position": "sinusoid"}, "position.*Received: position='sinusoid'"),
+    ({"position": None}, "position.*Received: position=None"),
+    ({"hidden_dim": 30}, "divisible.*hidden_dim=30, num_heads=4"),
+    ({"num_layers": 0}, r"integer >= 1 for num_layers. Received: num_layers=0"),
+    ({"num_layers": 2.5}, r"integer for num_layers. Received: num_layers=2.5"),
+    ({"hidden_dim": 31.9}, r"integer for hidden_dim. Received: hidden_dim=31.9"),
+    ({"num_layers": True}, r"integer for num_layers. Received: num_layers=True"),
+    ({"vocabulary_size": 0}, "vocabulary_size=0"),
+    ({"num_heads": -4}, "num_heads=-4"),
+    ({"intermediate_dim": "48"}, "intermediate_dim='48'"),
+    ({"max_sequence_length": None}, "max_sequence_length=None"),
+    ({"num_segments": -1}, r"integer >= 0 for num_segments. Received: num_segments=-1"),
+    ({"num_segments": 1.5}, "num_segments=1.5"),
+    ({"max_relative_position": 0}, "max_relative_position=0"),
+    ({"dropout": 1.5}, r"dropout in \[0.0, 1.0\). Received: dropout=1.5"),
+    ({"dropout": -0.1}, "dropout=-0.1"),
+    ({"dropout": "0.1"}, "number for dropout. Received: dropout='0.1'"),
+    ({"attention_dropout": 1.0}, "attention_dropout=1.0"),
+    ({"attention_dropout": float("nan")}, "attention_dropout=nan"),
+    ({"layer_norm_epsilon": 0}, "layer_norm_epsilon=0.0"),
+    ({"layer_norm_epsilon": -1e-12}, "layer_norm_epsilon=-1e-12"),
+    ({"activation": "swishy"}, "Unknown activation.*activation='swishy'"),
+    ({"activation": 3}, "activation name or a callable.*activation=3"),
+    ({"use_pooler": "no"}, "True or False for use_pooler. Received: use_pooler='no'"),
+    ({"custom_position_ids": 1}, "custom_position_ids=1"),
+    ({"frozen_base": "yes"}, "frozen_base='yes'"),
+    ({"position": "rotary", "hidden_dim": 36}, "even head size.*hidden_dim=36"),
+    ({"position": "rotary2d", "num_heads": 16}, "divisible by 4.*num_heads=16"),
+    ({"add_ffn": {"unit": 4}}, r"add_ffn to hold only the keys.*\['unit'\]"),
+    ({"add_ffn": 4}, "dict or None for add_ffn. Received: add_ffn=4"),
+    ({"mlm_embedding_correction": "yes"}, "mlm_embedding_correction='yes'"),
+    ({"add_ffn": {"units": 2.5}}, "units=2.5"),
+    (
+        {"add_ffn": {"units": 2, "layers": [5]}},
+        r"every entry of layers in \[0, 1\]. Received: layers=\[5\]",
+    ),
+    ({"key_value_prefix": {"length": -1}}, "length=-1"),
+    ({"add_attention_units": {"units_per_head": 0}}, "units_per_head=0"),
+]
+
+
+@pytest.mark.parametrize("changes, message", BAD_CONSTRUCTOR_ARGUMENTS)
+def test_bad_constructor_arguments(changes, message):
+    with pytest.raises(ValueError, match=message):
+        TransformerBackbone(**tiny_backbone_kwargs(**changes))
+
+
+def test_numpy_numbers_are_accepted_as_python_ones():
+    backbone = TransformerBackbone(
+        **tiny_backbone_kwargs(
+            num_layers=np.int64(2),
+            hidden_dim=np.int32(32),
+            dropout=np.float32(0.25),
+            use_pooler=np.bool_(True),
+        )
+    )
+    config = backbone.get_config()
+    assert config["num_layers"] == 2 and type(config["num_layers"]) is int
+    assert type(config["hidden_dim"]) is int and config["dropout"] == 0.25
+    assert type(config["dropout"]) is float and config["use_pooler"] is True
+    assert len(backbone.transformer_layers) == 2
+    json.dumps(config)  # plain Python numbers only
+
+
+BAD_ATTACHMENTS = [
+    ("attach_add_ffn", {"units": 2.5}, "units=2.5"),
+    ("attach_add_ffn", {"units": 0}, "units=0"),
+    (
+        "attach_add_ffn",
+        {"units": 2, "layers": [0.5]},
+        r"list of integers for layers. Received: layers=\[0.5\]",
+    ),
+    (
+        "attach_add_ffn",
+        {"units": 2, "layers": [True]},
+        r"list of integers for layers. Received: layers=\[True\]",
+    ),
+    (
+        "attach_add_ffn",
+        {"units": 2, "layers": "0"},
+        "list of integers for layers. Received: layers='0'",
+    ),
+    ("attach_add_ffn", {"units": 2, "layers": []}, r"non-empty list.*layers=\[\]"),
+    ("attach_key_value_prefixes", {"length": 1.5}, "length=1.5"),
+    ("attach_key_value_prefixes", {"length": 2, "dropout": 1.0}, "dropout=1.0"),
+    ("attach_key_value_prefixes", {"length": 2, "reparameterize": "yes"}, "reparameterize"),
+    ("attach_key_value_prefixes", {"length": 2, "hidden_units": 0}, "hidden_units=0"),
+    ("attach_attention_units", {"units_per_head": -1}, "units_per_head=-1"),
+]
+
+
+@pytest.mark.parametrize("method, arguments, message", BAD_ATTACHMENTS)
+def test_bad_attachment_arguments_attach_nothing(method, arguments, message):
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    weights = len(backbone.weights)
+    with pytest.raises(ValueError, match=message):
+        getattr(backbone, method)(**arguments)
+    assert backbone.add_ffn is None and backbone.key_value_prefix is None
+    assert backbone.add_attention_units is None and len(backbone.weights) == weights
+    for block in backbone.transformer_layers:
+        assert block.feed_forward_branch is None and block.key_value_prefix is None
+        assert block.attention_units is None

@@ -1,0 +1,421 @@
+"""TransformerTextClassifier and its preprocessor: keras-hub's TextClassifier workflow."""
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+import keras_masking
+from keras_masking.data import bert_tokenizer
+from keras_masking.models import TransformerBackbone
+from keras_masking.models import TransformerTextClassifier
+from keras_masking.models import TransformerTextClassifierPreprocessor
+from tests.testing import randomize_weights
+
+# 100 tokens: BERT's specials first, Chinese characters, English pieces, punctuation.
+VOCABULARY = (
+    ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    + list("今天气很好坏我们你他是的不了在有这个人来去说吗呢吧和也都就要会能看想")
+    + list("电影书音乐真太非常喜欢讨厌开心难过美丽糟糕")
+    + ["the", "a", "is", "fox", "dog", "run", "good", "bad", "movie", "very", "not"]
+    + ["##es", "##s", "##ning", "##ed", "##ly", "##ing"]
+    + list("，。！？,.!?")
+)
+while len(VOCABULARY) < 100:
+    VOCABULARY.append(f"[unused{len(VOCABULARY)}]")
+LENGTH = 12
+SIZES = dict(num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=48, dropout=0.0)
+
+# A separable set: the label is whether the (second) text says 好 / 喜欢 or 坏 / 讨厌.
+POSITIVE = ["今天很好", "我喜欢这个电影", "他是好人", "音乐真好"]
+NEGATIVE = ["今天很坏", "我讨厌这个电影", "他是坏人", "音乐真坏"]
+TEXTS = POSITIVE + NEGATIVE
+LABELS = np.array([1] * 4 + [0] * 4)
+
+
+def _ids(tokens):
+    return [VOCABULARY.index(token) for token in tokens]
+
+
+@pytest.fixture(scope="module")
+def vocab_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    path.write_text("\n".join(VOCABULARY) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def preprocessor(vocab_file):
+    return TransformerTextClassifierPreprocessor(bert_tokenizer(vocab_file), sequence_length=LENGTH)
+
+
+def _backbone(seed=0, **overrides):
+    kwargs = dict(SIZES, vocabulary_size=len(VOCABULARY), max_sequence_length=LENGTH)
+    kwargs.update(overrides)
+    keras.utils.set_random_seed(seed)
+    return TransformerBackbone(**kwargs)
+
+
+def _classifier(preprocessor, seed=0, randomize=True, **overrides):
+    backbone = _backbone(seed)
+    classifier = TransformerTextClassifier(
+        backbone=backbone, num_classes=3, preprocessor=preprocessor, **overrides
+    )
+    if randomize:
+        randomize_weights(classifier, seed=seed)
+    return classifier
+
+
+def _numpy(features):
+    return {name: np.asarray(value) for name, value in features.items()}
+
+
+def _logits(model, texts):
+    """A classifier's outputs on raw texts, eagerly (no compiled predict)."""
+    return np.asarray(model(model.preprocessor(texts)))
+
+
+# === Preprocessor ===
+def test_preprocessor_packs_a_pair_into_hand_computed_ids(preprocessor):
+    import tensorflow as tf
+
+    first, second = "今天天气很好。", "Foxes running"
+    expected_tokens = (
+        ["[CLS]", "今", "天", "天", "气", "很", "好", "。", "[SEP]"]
+        + ["fox", "##es", "run", "##ning", "[SEP]"]
+        + ["[PAD]"] * 2
+    )
+    long = TransformerTextClassifierPreprocessor(preprocessor.tokenizer, sequence_length=16)
+    eager = _numpy(long(x=([first], [second])))
+    assert eager["token_ids"].tolist() == [_ids(expected_tokens)]
+    assert eager["segment_ids"].tolist() == [[0] * 9 + [1] * 5 + [0] * 2]
+    assert eager["padding_mask"].astype(int).tolist() == [[1] * 14 + [0] * 2]
+    # The same ids from the tf.data path `fit` takes (tf-text, not the Python tokenizer).
+    dataset = tf.data.Dataset.from_tensor_slices((([first], [second]), [2])).batch(1).map(long)
+    mapped, labels = next(iter(dataset))
+    assert np.asarray(mapped["token_ids"]).tolist() == [_ids(expected_tokens)]
+    assert np.asarray(mapped["segment_ids"]).tolist() == eager["segment_ids"].tolist()
+    assert np.asarray(labels).tolist() == [2]
+    # One text, labels passed through.
+    single, labels = long(["我喜欢"], [1])
+    assert _numpy(single)["token_ids"].tolist() == [
+        _ids(["[CLS]", "我", "喜", "欢", "[SEP]"]) + [0] * 11
+    ]
+    assert labels == [1]
+
+
+@pytest.mark.parametrize(
+    "truncate, kept",
+    # 7 + 4 tokens in 8 - 3 = 5 places: round robin takes one from each in turn.
+    [("round_robin", (3, 2)), ("waterfall", (5, 0))],
+)
+def test_truncation_of_a_long_pair(preprocessor, truncate, kept):
+    short = TransformerTextClassifierPreprocessor(
+        preprocessor.tokenizer, sequence_length=8, truncate=truncate
+    )
+    first = ["今", "天", "天", "气", "很", "好", "。"]
+    second = ["fox", "##es", "run", "##ning"]
+    packed = _numpy(short(x=(["今天天气很好。"], ["Foxes running"])))
+    a, b = first[: kept[0]], second[: kept[1]]
+    assert packed["token_ids"].tolist() == [_ids(["[CLS]", *a, "[SEP]", *b, "[SEP]"])]
+    assert packed["segment_ids"].tolist() == [[0] * (len(a) + 2) + [1] * (len(b) + 1)]
+
+
+# === The model ===
+def test_predictions_equal_a_hand_built_functional_model(preprocessor):
+    classifier = _classifier(preprocessor)
+    backbone = classifier.backbone
+    # backbone -> pooled_output -> Dense, with the classifier's weights.
+    dense = keras.layers.Dense(3)
+    hand = keras.Model(backbone.input, dense(backbone(backbone.input)["pooled_output"]))
+    dense.set_weights(classifier.output_dense.get_weights())
+    features = _numpy(preprocessor(TEXTS))
+    expected = np.asarray(hand(features))
+    # The pooler is in the path: the pooled vector is not the [CLS] state.
+    pooled = np.asarray(backbone(features)["pooled_output"])
+    kernel, bias = classifier.output_dense.get_weights()
+    np.testing.assert_allclose(expected, pooled @ kernel + bias, atol=1e-5)
+    # Raw texts through the classifier (its preprocessor, then its graph).
+    np.testing.assert_allclose(_logits(classifier, TEXTS), expected, atol=1e-5)
+    # `activation` like keras-hub's: softmax outputs, and the default loss follows it.
+    probabilities = TransformerTextClassifier(
+        backbone, num_classes=3, preprocessor=preprocessor, activation="softmax"
+    )
+    probabilities.output_dense.set_weights([kernel, bias])
+    shifted = np.exp(expected - expected.max(-1, keepdims=True))
+    np.testing.assert_allclose(
+        _logits(probabilities, TEXTS), shifted / shifted.sum(-1, keepdims=True), atol=1e-5
+    )
+    assert probabilities.loss.from_logits is False and classifier.loss.from_logits is True
+    assert classifier.get_config()["dropout"] == 0.1
+    assert classifier.get_config()["activation"] == "linear"
+
+
+def test_fit_reaches_full_accuracy_on_texts_and_pairs_with_the_mlm_correction(
+    preprocessor, tmp_path
+):
+    backbone = _backbone(seed=3)
+    classifier = TransformerTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
+    classifier.compile(
+        optimizer=keras.optimizers.Adam(5e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        jit_compile=True,
+    )
+    # Built now, TensorFlow traces the train step once (not twice): test speed only.
+    classifier.optimizer.build(classifier.trainable_variables)
+    table = np.asarray(backbone.token_embedding.embeddings).copy()
+    seen = {}
+    correction = keras_masking.callbacks.MLMEmbeddingCorrection(
+        mask_token_id=preprocessor.tokenizer.mask_token_id
+    )
+    snapshot = keras.callbacks.LambdaCallback(
+        on_train_begin=lambda logs: seen.setdefault(
+            "table", np.asarray(backbone.token_embedding.embeddings).copy()
+        )
+    )
+    repeats = 32  # 32 steps of 8 examples in one epoch
+    classifier.fit(
+        TEXTS * repeats,
+        np.tile(LABELS, repeats),
+        batch_size=8,
+        verbose=0,
+        callbacks=[correction, snapshot],
+    )
+    # The callback corrected the table before the first step (mask id 4, BERT's rates).
+    expected = 0.85 * table + 0.15 * (0.8 * table[4] + 0.1 * table + 0.1 * table.mean(0))
+    np.testing.assert_allclose(seen["table"], expected, atol=1e-6)
+    assert backbone.mlm_embedding_correction["mask_token_id"] == 4
+    _, accuracy = classifier.evaluate(TEXTS, LABELS, verbose=0)
+    assert accuracy == 1.0
+    # Pairs: the label follows the second text; the same compiled step.
+    firsts = ["你说", "他说", "我们说", "你们说"] * 2
+    classifier.fit(
+        (firsts * repeats, TEXTS * repeats), np.tile(LABELS, repeats), batch_size=8, verbose=0
+    )
+    predicted = classifier.predict((firsts, TEXTS), batch_size=8, verbose=0)
+    np.testing.assert_array_equal(predicted.argmax(-1), LABELS)
+    np.testing.assert_allclose(
+        predicted, np.asarray(classifier(preprocessor(x=(firsts, TEXTS)))), atol=1e-5
+    )
+    # A saved run resumes: the compilation and the optimizer's state come back.
+    classifier.save(tmp_path / "trained.keras")
+    restored = keras.saving.load_model(tmp_path / "trained.keras")
+    assert int(restored.optimizer.iterations) == 2 * repeats
+    assert float(restored.optimizer.learning_rate) == pytest.approx(5e-3)
+    assert restored.jit_compile is True
+    saved = {v.path: np.asarray(v) for v in classifier.optimizer.variables}
+    for variable in restored.optimizer.variables:
+        np.testing.assert_array_equal(np.asarray(variable), saved[variable.path])
+
+
+# Texts whose tokens change if a tokenizer setting is lost: lowercase (Fox), the
+# case folding (full-width Ａ and ！ are ASCII only under NFKC) and the word limit.
+SETTINGS = dict(lowercase=True, case_folding="nfkc", max_input_chars_per_word=8)
+SETTINGS_TEXTS = ["Fox IS Very GOOD！", "Ａ dog runninglyes", "THE movie，ＮＯＴ bad"]
+
+
+def _settings_ids(tokenizer):
+    return [np.asarray(ids).tolist() for ids in tokenizer(SETTINGS_TEXTS)]
+
+
+def test_settings_texts_show_each_lost_setting(vocab_file):
+    expected = [
+        _ids(["fox", "is", "very", "good", "!"]),
+        _ids(["a", "dog", "[UNK]"]),  # 11 characters: over the limit of 8
+        _ids(["the", "movie", ",", "not", "bad"]),
+    ]
+    assert _settings_ids(bert_tokenizer(vocab_file, **SETTINGS)) == expected
+    lost_settings = (
+        dict(lowercase=False),
+        dict(case_folding="bert"),
+        dict(max_input_chars_per_word=100),
+    )
+    for lost in lost_settings:
+        assert _settings_ids(bert_tokenizer(vocab_file, **{**SETTINGS, **lost})) != expected
+
+
+def test_save_load_and_preset_round_trips_give_equal_predictions(vocab_file, tmp_path):
+    preprocessor = TransformerTextClassifierPreprocessor(
+        bert_tokenizer(vocab_file, **SETTINGS), sequence_length=LENGTH
+    )
+    settings_ids = _settings_ids(preprocessor.tokenizer)
+    classifier = _classifier(preprocessor, seed=1, activation="softmax", dropout=0.2)
+    expected = _logits(classifier, TEXTS + SETTINGS_TEXTS)
+    pairs = (TEXTS[::-1], TEXTS)
+    expected_pairs = np.asarray(classifier(preprocessor(x=pairs)))
+
+    classifier.save(tmp_path / "classifier.keras")
+    loaded = keras.saving.load_model(tmp_path / "classifier.keras")
+    assert type(loaded) is TransformerTextClassifier
+    assert _settings_ids(loaded.preprocessor.tokenizer) == settings_ids
+    np.testing.assert_allclose(_logits(loaded, TEXTS + SETTINGS_TEXTS), expected, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(loaded(loaded.preprocessor(x=pairs))), expected_pairs, atol=1e-6
+    )
+    assert loaded.get_config()["dropout"] == 0.2
+    assert loaded.get_config()["activation"] == "softmax"
+
+    preset = str(tmp_path / "preset")
+    classifier.save_to_preset(preset)
+    for loader in (TransformerTextClassifier, keras_hub.models.TextClassifier):
+        restored = loader.from_preset(preset)
+        assert type(restored) is TransformerTextClassifier
+        np.testing.assert_allclose(_logits(restored, TEXTS + SETTINGS_TEXTS), expected, atol=1e-6)
+    ids = np.asarray(preprocessor(TEXTS + SETTINGS_TEXTS)["token_ids"])
+    for loader in (
+        TransformerTextClassifierPreprocessor,
+        keras_hub.models.TextClassifierPreprocessor,
+    ):
+        restored = loader.from_preset(preset)
+        assert type(restored) is TransformerTextClassifierPreprocessor
+        assert restored.sequence_length == LENGTH
+        texts = TEXTS + SETTINGS_TEXTS
+        np.testing.assert_array_equal(np.asarray(restored(texts)["token_ids"]), ids)
+    for loader in (keras_hub.tokenizers.Tokenizer, keras_hub.tokenizers.BertTokenizer):
+        tokenizer = loader.from_preset(preset)
+        assert tokenizer.get_vocabulary() == VOCABULARY
+        assert np.asarray(tokenizer("今天很好")).tolist() == _ids(list("今天很好"))
+        assert _settings_ids(tokenizer) == settings_ids
+    # num_classes= builds a new head on the preset's backbone.
+    fresh = TransformerTextClassifier.from_preset(preset, num_classes=5)
+    assert fresh.output_dense.kernel.shape == (32, 5)
+    np.testing.assert_array_equal(
+        np.asarray(fresh.backbone.token_embedding.embeddings),
+        np.asarray(classifier.backbone.token_embedding.embeddings),
+    )
+
+
+# === The package's methods ===
+def test_fl_tune_leaves_only_the_add_ffn_units_and_the_head_trainable(preprocessor, tmp_path):
+    classifier = _classifier(preprocessor, seed=2)
+    assert keras_masking.fl_tune(classifier, units=4) is classifier
+    branches = [block.feed_forward_branch for block in classifier.backbone.transformer_layers]
+    expected_ids = {id(v) for branch in branches for v in branch.weights}
+    expected_ids |= {id(v) for v in classifier.output_dense.weights}
+    assert {id(v) for v in classifier.trainable_weights} == expected_ids
+    # 2 layers x (2 d k + k + d) addFFN parameters (d = 32, k = 4), and the head.
+    assert sum(int(np.prod(v.shape)) for v in classifier.trainable_weights) == (
+        2 * (2 * 32 * 4 + 4 + 32) + 32 * 3 + 3
+    )
+    # The tuned classifier round-trips with its branches, still frozen.
+    expected = _logits(classifier, TEXTS)
+    classifier.save(tmp_path / "tuned.keras")
+    loaded = keras.saving.load_model(tmp_path / "tuned.keras")
+    assert loaded.backbone.add_ffn == {"units": 4, "layers": [0, 1]}
+    assert len(loaded.trainable_weights) == len(classifier.trainable_weights)
+    np.testing.assert_allclose(_logits(loaded, TEXTS), expected, atol=1e-6)
+
+
+def test_lora_trains_only_lora_and_the_head_and_round_trips(preprocessor, tmp_path):
+    classifier = _classifier(preprocessor, seed=4)
+    before = _logits(classifier, TEXTS)
+    classifier.backbone.enable_lora(2)
+    trainable = {v.path for v in classifier.trainable_weights}
+    lora = {path for path in trainable if "lora_kernel" in path}
+    assert len(lora) == 8  # 2 layers x (query, value) x (a, b)
+    rest = trainable - lora - {"logits/kernel", "logits/bias"}
+    assert rest and all(path.endswith(("query/bias", "value/bias")) for path in rest)
+    np.testing.assert_allclose(_logits(classifier, TEXTS), before, atol=1e-6)
+    rng = np.random.default_rng(0)
+    for variable in classifier.trainable_weights:
+        if "lora_kernel_b" in variable.path:
+            variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    changed = _logits(classifier, TEXTS)
+    assert np.abs(changed - before).max() > 1e-3
+    # Saved with the LoRA update merged into the kernels.
+    classifier.save(tmp_path / "lora.keras")
+    np.testing.assert_allclose(
+        _logits(keras.saving.load_model(tmp_path / "lora.keras"), TEXTS), changed, atol=1e-5
+    )
+
+
+def test_with_asa_trains_the_classifier_on_preprocessed_batches(preprocessor):
+    import tensorflow as tf
+
+    classifier = _classifier(preprocessor, seed=5, randomize=False)
+    # The trainer takes the classifier's compile settings. ASA under XLA is
+    # tests/test_asa.py's; TensorFlow's XLA compile of both passes is slow, so
+    # this test of the task integration compiles with XLA on JAX only.
+    classifier.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=keras.config.backend() == "jax",
+    )
+    trainer = keras_masking.with_asa(classifier)
+    assert trainer.backbone is classifier.backbone and trainer.task == "classification"
+    assert float(trainer.optimizer.learning_rate) == pytest.approx(1e-3)
+    trainer.optimizer.build(trainer.trainable_variables)  # one trace on TensorFlow
+    features = _numpy(preprocessor(TEXTS))
+    before = np.asarray(classifier(features))
+    labels = np.array([0, 1, 2, 0, 1, 2, 0, 1])
+    dataset = tf.data.Dataset.from_tensor_slices((TEXTS, labels)).batch(4)
+    history = trainer.fit(dataset.map(classifier.preprocessor), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert 0.0 < history.history["masked_fraction_0"][0] < 1.0
+    after = np.asarray(classifier(features))
+    assert np.abs(after - before).max() > 1e-5  # the classifier's own weights trained
+    np.testing.assert_array_equal(np.asarray(trainer(features)), after)
+
+
+# === Bad input ===
+def test_a_vocabulary_that_does_not_fit_the_backbone_is_refused(preprocessor):
+    backbone = _backbone(vocabulary_size=len(VOCABULARY) + 28)
+    with pytest.raises(ValueError, match=r"tokenizer has 100 tokens.*vocabulary_size=128"):
+        TransformerTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
+
+
+def test_bad_arguments_are_refused_with_the_argument_named(preprocessor):
+    backbone = _backbone()
+    with pytest.raises(ValueError, match="num_classes"):
+        TransformerTextClassifier(backbone, num_classes=1, preprocessor=preprocessor)
+    with pytest.raises(ValueError, match="dropout"):
+        TransformerTextClassifier(backbone, num_classes=2, dropout=1.0)
+    with pytest.raises(ValueError, match="activation='nope'"):
+        TransformerTextClassifier(backbone, num_classes=2, activation="nope")
+    with pytest.raises(ValueError, match="preprocessor"):
+        TransformerTextClassifier(backbone, num_classes=2, preprocessor=preprocessor.tokenizer)
+    with pytest.raises(ValueError, match="Expected a keras_masking.models.TransformerBackbone"):
+        TransformerTextClassifier(preprocessor, num_classes=2)
+    long = TransformerTextClassifierPreprocessor(preprocessor.tokenizer, sequence_length=64)
+    with pytest.raises(ValueError, match=f"sequence_length=64.*max_sequence_length={LENGTH}"):
+        TransformerTextClassifier(backbone, num_classes=2, preprocessor=long)
+    with pytest.raises(ValueError, match="position_ids"):
+        TransformerTextClassifier(
+            _backbone(custom_position_ids=True), num_classes=2, preprocessor=preprocessor
+        )
+    with pytest.raises(ValueError, match="tokenizer"):
+        TransformerTextClassifierPreprocessor(VOCABULARY)
+    with pytest.raises(ValueError, match="truncate='middle'"):
+        TransformerTextClassifierPreprocessor(preprocessor.tokenizer, truncate="middle")
+    with pytest.raises(ValueError, match="sequence_length=2"):
+        TransformerTextClassifierPreprocessor(preprocessor.tokenizer, sequence_length=2)
+
+
+def test_inputs_the_packer_would_misread_are_refused(preprocessor):
+    with pytest.raises(ValueError, match="tuple of 3 segments"):
+        preprocessor(x=(["a"], ["b"], ["c"]))
+    with pytest.raises(ValueError, match="not as a list of pairs"):
+        preprocessor([("今天", "很好")])
+    with pytest.raises(ValueError, match="not as a list of pairs"):
+        preprocessor(np.array([["今天", "很好"]]))
+    with pytest.raises(ValueError, match="2 first texts and 1 second texts"):
+        preprocessor(x=(["今天", "我"], ["很好"]))
+
+
+def test_a_backbone_without_segments_takes_the_preprocessor_outputs(preprocessor):
+    # The preprocessor always gives segment_ids; a dict with a key the model lacks
+    # would be matched by position. The classifier takes it and leaves it unused.
+    backbone = _backbone(num_segments=0, use_pooler=False)
+    randomize_weights(backbone)
+    classifier = TransformerTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
+    features = _numpy(preprocessor(x=(TEXTS, TEXTS)))
+    cls_state = np.asarray(
+        backbone({"token_ids": features["token_ids"], "padding_mask": features["padding_mask"]})[
+            "sequence_output"
+        ]
+    )[:, 0]
+    kernel, bias = classifier.output_dense.get_weights()
+    np.testing.assert_allclose(
+        np.asarray(classifier(features)), cls_state @ kernel + bias, atol=1e-5
+    )
