@@ -1,11 +1,11 @@
 """An ASA training step over a plain one, next to their FLOP ratio.
 
 The same [CLS] classifier on a `TransformerBackbone`, compiled with AdamW and
-``jit_compile=True``: plain fine-tuning against `keras_masking.with_asa`
-(every layer attacked), timed side by side in alternating rounds at the same
-batch, so machine noise hits both. Also times ``predict`` of the trainer
-against its own task model's and the plain model's (ASA adds nothing at
-inference).
+``jit_compile=True``: plain fine-tuning against ASA (``backbone.enable_asa()``,
+every layer attacked, trained by `keras_masking.methods.ASATrainer`), timed
+side by side in alternating rounds at the same batch, so machine noise hits
+both. Also times ``predict`` of the trainer against its own task model's and
+the plain model's (ASA adds nothing at inference).
 
 FLOPs (2 x multiply-adds), per example, L tokens, width d, FFN 4d:
     encoder forward F = layers (24 L d^2 + 4 L^2 d) (+ pooler and head)
@@ -49,7 +49,7 @@ def step_flops(layers, hidden, length, classes=CLASSES):
     return plain, asa
 
 
-def _classifier(layers, hidden, heads):
+def _classifier(layers, hidden, heads, asa=False):
     backbone = keras_masking.models.TransformerBackbone(
         vocabulary_size=VOCABULARY,
         num_layers=layers,
@@ -59,7 +59,10 @@ def _classifier(layers, hidden, heads):
         dropout=0.1,
     )
     pooled = keras.layers.Dropout(0.1)(backbone(backbone.input)["pooled_output"])
-    return keras.Model(backbone.input, keras.layers.Dense(CLASSES)(pooled))
+    model = keras.Model(backbone.input, keras.layers.Dense(CLASSES)(pooled))
+    if asa:
+        backbone.enable_asa()
+    return model
 
 
 def _compile(model):
@@ -97,8 +100,8 @@ def main():
     }
     labels = rng.integers(0, CLASSES, (batch,))
     plain = _compile(_classifier(layers, hidden, heads))
-    asa_model = _classifier(layers, hidden, heads)
-    trainer = _compile(keras_masking.with_asa(asa_model))
+    asa_model = _classifier(layers, hidden, heads, asa=True)
+    trainer = _compile(keras_masking.methods.ASATrainer(asa_model))
     _compile(asa_model)  # its own predict function, to compare with the trainer's
     runs = {
         "plain step": lambda: plain.train_on_batch(features, labels),

@@ -2,7 +2,7 @@
 
 Starts from the small Chinese BERT of `small_chinese_bert.py` (pretrained
 here on People's Daily, cached) and fine-tunes a [CLS] classifier on FewCLUE
-tasks, plain and with `keras_masking.with_asa` (tau 0.5, every layer), with
+tasks, plain and with ASA (``backbone.enable_asa(0.5)``, every layer), with
 the same seeds, optimizer and data order. FewCLUE's ``dev_few_all`` is split
 in two fixed halves: the epoch is chosen on the first ("select"), and
 accuracy is reported on the second ("held-out"), clean and with random
@@ -24,6 +24,7 @@ import statistics
 import keras
 import numpy as np
 from small_chinese_bert import DEFAULT_VOCAB
+from small_chinese_bert import FEWCLUE
 from small_chinese_bert import chinese_tokenizer
 from small_chinese_bert import load_fewclue
 from small_chinese_bert import pretrained_small_chinese_bert
@@ -31,8 +32,6 @@ from small_chinese_bert import pretrained_small_chinese_bert
 import keras_masking
 from keras_masking.clue import TASKS
 from keras_masking.data import encode_texts
-
-FEWCLUE = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "fewclue"
 
 
 def perturb(texts, rate, alphabet, seed):
@@ -61,7 +60,10 @@ def fine_tune(pretrained, method, seed, splits, args, num_classes):
     backbone.set_weights(pretrained.get_weights())
     pooled = keras.layers.Dropout(0.1)(backbone(backbone.input)["pooled_output"])
     model = keras.Model(backbone.input, keras.layers.Dense(num_classes)(pooled))
-    trained = keras_masking.with_asa(model, tau=args.tau) if method == "asa" else model
+    trained = model
+    if method == "asa":
+        backbone.enable_asa(tau=args.tau)
+        trained = keras_masking.methods.ASATrainer(model)
     trained.compile(
         optimizer=keras.optimizers.AdamW(args.learning_rate, weight_decay=0.01),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -4,7 +4,7 @@ Every run is `keras_masking.clue.finetune` (the code behind ``keras-masking
 clue``), from the small Chinese BERT of `small_chinese_bert.py` (pretrained
 here on People's Daily, cached). The best epoch is chosen on one half of
 FewCLUE's ``dev_few_all`` and reported on the other half, which no choice
-saw ("held-out"); FewCLUE's own test files are not in ../shared/data. Each method's
+saw ("held-out"); FewCLUE's own test files are not used. Each method's
 learning rate is chosen from its grid by the mean over seeds of the choice
 half's score, so no choice sees the held-out half. Each cell is the mean +-
 standard deviation over the seeds at the chosen learning rate; the time per
@@ -32,12 +32,11 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 
 from small_chinese_bert import DEFAULT_VOCAB  # noqa: E402
+from small_chinese_bert import FEWCLUE  # noqa: E402
 from small_chinese_bert import chinese_tokenizer  # noqa: E402
 from small_chinese_bert import pretrained_small_chinese_bert  # noqa: E402
 
 import keras_masking  # noqa: E402
-
-FEWCLUE = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "fewclue"
 
 # Each method's switches and its learning-rate grid. Full fine-tuning's
 # methods around 1e-3, the parameter-efficient ones around 5e-3: the best of

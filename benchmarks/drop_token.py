@@ -9,7 +9,7 @@ ideal speed-up from the encoder's FLOP count,
     F(L) = layers * L * (24 d^2 + 4 L d)      (forward; backward is ~2x)
 
 evaluated at the full length L and at the kept slots: L - floor(rate L)
-rounded up to a multiple of 8, as `with_drop_token` does by default.
+rounded up to a multiple of 8, as `enable_drop_token` does by default.
 Embedding lookups, the classifier and the optimizer update do not shrink
 with L, so measured speed-ups fall below the ideal when they matter.
 
@@ -44,11 +44,13 @@ def encoder_flops(layers, hidden, length):
 
 def classifier(backbone, rate, jit_compile=True):
     if rate:
-        encoder = keras_masking.with_drop_token(backbone, rate, protected_token_ids=(101, 102))
-    else:
-        encoder = backbone
-    inputs = encoder.input
-    logits = keras.layers.Dense(15)(encoder(inputs)["pooled_output"])
+        # Each rate turns DropToken on on its own copy of the backbone (same weights).
+        weights = backbone.get_weights()
+        backbone = keras_masking.models.TransformerBackbone.from_config(backbone.get_config())
+        backbone.set_weights(weights)
+        backbone.enable_drop_token(rate, unselectable_token_ids=(101, 102))
+    inputs = backbone.input
+    logits = keras.layers.Dense(15)(backbone(inputs)["pooled_output"])
     model = keras.Model(inputs, logits)
     model.compile(
         optimizer=keras.optimizers.AdamW(2e-5),
@@ -75,7 +77,7 @@ def main():
     parser.add_argument(
         "--no-xla",
         action="store_true",
-        help="compile without XLA (TensorFlow graph mode); see README for why",
+        help="compile without XLA (TensorFlow graph mode)",
     )
     parser.add_argument(
         "--keep-xla-cpu-fusion-emitters",

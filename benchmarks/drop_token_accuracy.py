@@ -2,7 +2,7 @@
 
 Starts from the small Chinese BERT of `small_chinese_bert.py` (pretrained
 here on People's Daily, cached), fine-tunes a [CLS] classifier on FewCLUE
-TNEWS (train_few_all, 15 classes) with `with_drop_token` at each rate
+TNEWS (train_few_all, 15 classes) with `enable_drop_token` at each rate
 ([CLS]/[SEP] protected, gather mode), and reports dev accuracy per rate:
 mean and standard deviation over seeds. Seeds are shared across rates
 (same classifier initialisation and data order).
@@ -14,12 +14,12 @@ Usage:
 
 import argparse
 import json
-import pathlib
 import statistics
 
 import keras
 import numpy as np
 from small_chinese_bert import DEFAULT_VOCAB
+from small_chinese_bert import FEWCLUE
 from small_chinese_bert import chinese_tokenizer
 from small_chinese_bert import load_fewclue
 from small_chinese_bert import pretrained_small_chinese_bert
@@ -28,20 +28,15 @@ import keras_masking
 from keras_masking.clue import TASKS
 from keras_masking.data import encode_texts
 
-FEWCLUE = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "fewclue"
-
 
 def fine_tune(pretrained, rate, seed, train, dev, args, num_classes):
     keras.utils.set_random_seed(seed)
     backbone = keras_masking.models.TransformerBackbone.from_config(pretrained.get_config())
     backbone.set_weights(pretrained.get_weights())
-    encoder = backbone
     if rate:
-        encoder = keras_masking.with_drop_token(
-            backbone, rate, protected_token_ids=(101, 102), seed=seed
-        )
-    inputs = encoder.input
-    pooled = keras.layers.Dropout(0.1)(encoder(inputs)["pooled_output"])
+        backbone.enable_drop_token(rate, unselectable_token_ids=(101, 102), seed=seed)
+    inputs = backbone.input
+    pooled = keras.layers.Dropout(0.1)(backbone(inputs)["pooled_output"])
     model = keras.Model(inputs, keras.layers.Dense(num_classes)(pooled))
     model.compile(
         optimizer=keras.optimizers.Adam(args.learning_rate),

@@ -24,13 +24,13 @@ Usage:
 """
 
 import argparse
-import pathlib
 import statistics
 import time
 
 import keras
 import numpy as np
 from small_chinese_bert import DEFAULT_VOCAB
+from small_chinese_bert import FEWCLUE
 from small_chinese_bert import chinese_tokenizer
 from small_chinese_bert import load_fewclue
 
@@ -40,8 +40,6 @@ from keras_masking.data.corpora import peoples_daily_sentences
 from keras_masking.models import ExLMEncoder
 from keras_masking.models import ExLMPretrainer
 from keras_masking.models import TransformerBackbone
-
-FEWCLUE = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "fewclue"
 
 
 def fine_tune(pretrainer, seed, train, dev, args, num_classes):
@@ -104,7 +102,7 @@ def main():
             backbone,
             k=4,
             mask_token_id=ids("[MASK]"),
-            special_token_ids=special,
+            unselectable_token_ids=special,
             objective=objective,
             seed=0,
         )

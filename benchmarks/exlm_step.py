@@ -75,7 +75,7 @@ def main():
             backbone,
             k=args.k,
             mask_token_id=103,
-            special_token_ids=(101, 102),
+            unselectable_token_ids=(101, 102),
             objective=objective,
             seed=0,
         )

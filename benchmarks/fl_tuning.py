@@ -4,8 +4,8 @@ At one config (BERT-base shape by default: 12 layers, hidden 768, vocabulary
 21,128) a [CLS] classifier is trained by each method:
 
 * ``full``: every weight trainable;
-* ``fl``: `keras_masking.fl_tune(units=160)`;
-* ``pv2``: `keras_masking.prefix_tune(length=160)` (P-tuning v2);
+* ``fl``: ``backbone.enable_fl_tuning(units=160)``;
+* ``pv2``: ``backbone.enable_prefix_tuning(length=160)`` (P-tuning v2);
 * ``lora``: keras-hub's ``Backbone.enable_lora(8)`` on query/value.
 
 Printed per method: trainable parameters, train-step time (AdamW,
@@ -64,9 +64,9 @@ def classifier(backbone, method, base_weights=None):
         inputs, keras.layers.Dense(15, name="head")(backbone(inputs)["pooled_output"])
     )
     if method == "fl":
-        keras_masking.fl_tune(model, units=160, verbose=False)
+        backbone.enable_fl_tuning(units=160)
     elif method == "pv2":
-        keras_masking.prefix_tune(model, length=160, verbose=False)
+        backbone.enable_prefix_tuning(length=160)
     elif method == "lora":
         backbone.enable_lora(8)
     model.compile(
@@ -75,6 +75,18 @@ def classifier(backbone, method, base_weights=None):
         jit_compile=True,
     )
     return model
+
+
+def merged_classifier(model):
+    """``model`` with its backbone's addFFN units merged (``merge_fl``), the same head."""
+    (backbone,) = [
+        layer
+        for layer in model.layers
+        if isinstance(layer, keras_masking.models.TransformerBackbone)
+    ]
+    merged = classifier(backbone.merge_fl(), "full")
+    merged.get_layer("head").set_weights(model.get_layer("head").get_weights())
+    return merged
 
 
 def batch_of(size, seed=0):
@@ -192,7 +204,7 @@ def main():
     # Inference: the base model, FL with branches, FL merged.
     base = models["full"]
     fl = models["fl"]
-    merged = keras_masking.merge_fl(fl)
+    merged = merged_classifier(fl)
     predictors = {}
     for name, model in (("base", base), ("fl branches", fl), ("fl merged", merged)):
         predictors[name] = keras.Model(model.inputs, model.outputs)

@@ -7,8 +7,9 @@ FewCLUE task with each method at each learning rate, over several seeds
 method x learning-rate table of dev accuracy (mean +- std over seeds) and
 each method's best cell, so the learning-rate sensitivity can be read off.
 
-Methods: ``full`` (all weights), ``fl`` (`fl_tune`, 160 units), ``pv2``
-(`prefix_tune`, 160 prefixes), ``lora`` (keras-hub ``enable_lora(8)``).
+Methods: ``full`` (all weights), ``fl`` (``enable_fl_tuning``, 160 units),
+``pv2`` (``enable_prefix_tuning``, 160 prefixes), ``lora`` (keras-hub
+``enable_lora(8)``).
 
 Usage:
     pip install ".[bench]"
@@ -17,12 +18,12 @@ Usage:
 
 import argparse
 import json
-import pathlib
 import statistics
 
 import keras
 import numpy as np
 from small_chinese_bert import DEFAULT_VOCAB
+from small_chinese_bert import FEWCLUE
 from small_chinese_bert import chinese_tokenizer
 from small_chinese_bert import load_fewclue
 from small_chinese_bert import pretrained_small_chinese_bert
@@ -30,8 +31,6 @@ from small_chinese_bert import pretrained_small_chinese_bert
 import keras_masking
 from keras_masking.clue import TASKS
 from keras_masking.data import encode_texts
-
-FEWCLUE = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "fewclue"
 
 
 def fine_tune(pretrained, method, learning_rate, seed, train, dev, args, num_classes):
@@ -42,9 +41,9 @@ def fine_tune(pretrained, method, learning_rate, seed, train, dev, args, num_cla
     pooled = keras.layers.Dropout(0.1)(backbone(inputs)["pooled_output"])
     model = keras.Model(inputs, keras.layers.Dense(num_classes)(pooled))
     if method == "fl":
-        keras_masking.fl_tune(model, units=args.units, verbose=False)
+        backbone.enable_fl_tuning(units=args.units)
     elif method == "pv2":
-        keras_masking.prefix_tune(model, length=args.units, verbose=False)
+        backbone.enable_prefix_tuning(length=args.units)
     elif method == "lora":
         backbone.enable_lora(8)
     steps = args.epochs * -(-len(train[1]) // 32)

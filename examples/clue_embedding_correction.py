@@ -12,7 +12,7 @@ Usage:
     python examples/clue_embedding_correction.py \\
         --checkpoint chinese_L-12_H-768_A-12/bert_model.ckpt --task tnews
     python examples/clue_embedding_correction.py --preset ./my_preset --task eprstmt \\
-        --data-dir ../shared/data/fewclue --output-dir runs/eprstmt_corrected
+        --data-dir fewclue --output-dir runs/eprstmt_corrected
 
 Writes to --output-dir: model.keras, results.json (dev score, the fit
 history) and, when the data has a test split, CLUE's submission file.

@@ -50,7 +50,7 @@ def main(argv=None):
         run.backbone,
         k=args.k,
         mask_token_id=run.tokenizer.mask_token_id,
-        special_token_ids=run.special_token_ids,
+        unselectable_token_ids=run.unselectable_token_ids,
         max_expanded_tokens=3,  # [CLS] text_a [SEP] text_b [SEP]
     )
     model = build_task_model(

@@ -1,17 +1,18 @@
 """FL-tuning on a CLUE task: train added FFN units only, then merge them into the FFNs.
 
-`keras_masking.fl_tune` adds ``--units`` hidden units to every FFN of the
-backbone (addFFN) and freezes the rest of it: only those units and the task
-head train (160 units are 2.9% of BERT-base). The recipe is the FL-tuning
-code's: no warmup, linear decay (learning rate 5e-5 for TNEWS, 2e-4 for
-AFQMC, 5e-4 for OCNLI). Then:
+``backbone.enable_fl_tuning(units)`` adds ``--units`` hidden units to every
+FFN of the backbone (addFFN) and freezes the rest of it: only those units
+and the task head train (160 units are 2.9% of BERT-base). The recipe is
+the FL-tuning code's: no warmup, linear decay (learning rate 5e-5 for TNEWS,
+2e-4 for AFQMC, 5e-4 for OCNLI). Then:
 
 * `keras_masking.methods.save_adapter` writes only the trained weights
   (``adapter.npz``, a few MB): `load_adapter` puts them on a fresh copy of
   the pretrained model;
-* `keras_masking.merge_fl` folds the units into the FFNs, ``m + k`` units
-  each: a plain model with the same outputs and no branch (the script checks
-  it on a dev batch), which is the ``model.keras`` saved.
+* ``backbone.merge_fl()`` returns a new backbone whose FFNs hold the units,
+  ``m + k`` each: with the trained head on it, a plain model with the same
+  outputs and no branch (the script checks it on a dev batch), which is the
+  ``model.keras`` saved.
 
 Usage:
     python examples/clue_fl_tuning.py --checkpoint chinese_L-12_H-768_A-12/bert_model.ckpt \\
@@ -45,6 +46,20 @@ def parse_args(argv=None):
     return clue_common.parse_args(parser, argv, method="fl_tuning")
 
 
+def merged_model(model, run):
+    """The task model on ``run.backbone.merge_fl()``, with ``model``'s trained head."""
+    merged = build_task_model(
+        run.task,
+        run.backbone.merge_fl(),
+        num_labels=len(run.labels),
+        max_length=run.args.max_length,
+    )
+    for layer in model.layers:
+        if layer is not run.backbone and layer.weights:
+            merged.get_layer(layer.name).set_weights(layer.get_weights())
+    return merged
+
+
 def main(argv=None):
     args = parse_args(argv)
     run = clue_common.load(args)
@@ -53,7 +68,8 @@ def main(argv=None):
     model = build_task_model(
         run.task, run.backbone, num_labels=len(run.labels), max_length=args.max_length
     )
-    keras_masking.fl_tune(model, units=args.units, verbose=True)  # prints what trains
+    run.backbone.enable_fl_tuning(units=args.units)
+    print(f"FL-tuning: {keras_masking.methods.parameter_report(model)}")  # what trains
     model.compile(
         optimizer=fine_tuning_optimizer(args.learning_rate, run.total_steps, warmup_proportion=0.0),
         loss=task_loss(run.task),
@@ -66,7 +82,7 @@ def main(argv=None):
     keras_masking.methods.save_adapter(model, run.output_dir / "adapter.npz", name=args.task)
     batch = {key: value[: args.batch_size] for key, value in run.encoded["dev"].features.items()}
     branched = model.predict_on_batch(batch)
-    merged = keras_masking.merge_fl(model)  # from here on, `merged` is the model
+    merged = merged_model(model, run)  # from here on, `merged` is the model
     # The merged FFNs compute what the FFN and its branch computed together.
     np.testing.assert_allclose(
         merged.predict_on_batch(batch),

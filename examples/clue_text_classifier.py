@@ -6,10 +6,11 @@
 ``(texts_a, texts_b)``, in the input pipeline, so `fit` and `predict` take
 the sentences themselves and the compiled step sees fixed-length arrays.
 ``save_to_preset`` writes the classifier with its tokenizer, and
-``keras_hub.models.TextClassifier.from_preset(folder)`` loads it back. The
-package's methods apply to it as to any model on the backbone
-(``keras_masking.fl_tune(classifier, ...)``, the embedding-correction
-callback in ``fit``...); here it is plain fine-tuning.
+``keras_hub.models.TextClassifier.from_preset(folder)`` loads it back. Each of
+the package's methods is one call on it, before ``compile``
+(``classifier.enable_fl_tuning(units)``, ``classifier.enable_asa(tau)``...),
+and the embedding-correction callback works in ``fit``; here it is plain
+fine-tuning.
 
 Usage:
     python examples/clue_text_classifier.py \\

@@ -422,7 +422,7 @@ def build_model(args, tokenizer):
             backbone,
             k=args.k,
             mask_token_id=tokenizer.mask_token_id,
-            special_token_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
+            unselectable_token_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
             transition_heads=heads,
             seed=args.seed,
         )

@@ -1,13 +1,21 @@
 """keras_masking: masking methods for BERT-family encoders in Keras 3.
 
+Each fine-tuning method is one call on the model:
+``backbone.enable_drop_token(rate)``, ``enable_asa(tau)``,
+``enable_fl_tuning(units)``, ``enable_prefix_tuning(length)``,
+``enable_lora(rank)``, on a `TransformerBackbone` or a
+`TransformerTextClassifier`.
+
 Subpackages:
-    models: `TransformerBackbone` (BERT, RoBERTa, RoFormer, NEZHA), the tied
-        MLM task, Google TF checkpoint and keras-hub conversion.
+    models: `TransformerBackbone` (BERT, RoBERTa, RoFormer, NEZHA), the text
+        classifier, the tied MLM task, ExLM's pretrainer, Google TF checkpoint
+        and keras-hub conversion.
     layers: the attention, FFN, embedding and head layers with their hooks.
     ops: position-encoding, mask and embedding-correction maths as plain
         functions.
-    methods: the "apply to a model" functions (`correct_mlm_embeddings`,
-        `with_drop_token`, `with_asa`, `fl_tune`, ...).
+    methods: the embedding correction (`correct_mlm_embeddings`), model
+        averaging, adapters, ASA's trainer for a custom head, and the
+        deprecated function spellings of the methods.
     callbacks: `MLMEmbeddingCorrection` for `fit`.
     losses: ExLM's `dag_loss` / `DAGLoss`, ASA's divergences.
     utils: backend-edge helpers (`disable_xla_cpu_fusion_emitters`).

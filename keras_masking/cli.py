@@ -12,17 +12,11 @@ Subcommands:
     clue submit
               check every run's submission file and build CLUE's zip.
 
-The command is quiet by default: progress lines come through `logging` (INFO;
-DEBUG with ``--verbose``), and TensorFlow's C++ log lines and the warnings
-Keras gives on expected situations (no gradient for a pooler a token-level
-head does not read) are off; ``--verbose`` shows them. Outputs are written
-with `keras_masking.utils.files.write_folder_atomically` (a temporary folder
-renamed when complete, after checking the disk has room), so an interrupted
-command leaves no OUTPUT folder; ``clue`` keeps its run folder when
-interrupted (run the same command to resume) and says so. An OUTPUT that
-exists and is not empty, or that is the input folder or inside it, is refused
-before anything is read. Errors end in one line on stderr: exit code 2 for a
-bad command line, 1 for a run that failed.
+The command is quiet by default (``--verbose`` shows DEBUG lines, TensorFlow's
+C++ logs and Keras' expected warnings). An OUTPUT folder is written under a
+temporary name and renamed when complete; one that is not empty, or is inside
+the input, is refused before anything is read. Errors end in one line on
+stderr: exit code 2 for a bad command line, 1 for a run that failed.
 
 Example:
 ```
@@ -46,6 +40,9 @@ import warnings
 if "--verbose" not in sys.argv[1:]:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from keras_masking.clue.model_source import FAMILIES  # noqa: E402
+from keras_masking.clue.model_source import checkpoint_prefix  # noqa: E402
+from keras_masking.clue.model_source import existing_file  # noqa: E402
 from keras_masking.utils.arguments import check_float  # noqa: E402
 from keras_masking.utils.arguments import check_int  # noqa: E402
 from keras_masking.utils.arguments import check_int_list  # noqa: E402
@@ -53,7 +50,6 @@ from keras_masking.utils.files import write_folder_atomically  # noqa: E402
 from keras_masking.version import __version__  # noqa: E402
 
 PROG = "keras-masking"
-FAMILIES = ("bert", "roberta", "roformer", "nezha")
 # Warnings of situations the command expects (the message's start).
 EXPECTED_WARNINGS = ("Gradients do not exist for variables",)
 
@@ -184,14 +180,9 @@ def _checkpoint_bytes(prefix):
 
 # === Subcommands ===
 def _convert(args):
-    from keras_masking.clue.model_source import checkpoint_prefix
     from keras_masking.models import from_tf_checkpoint
 
-    if not os.path.isfile(args.config):
-        what = "a folder" if os.path.isdir(args.config) else "no such file"
-        raise FileNotFoundError(
-            f"CONFIG {args.config!r}: {what}; expected a bert_config.json file."
-        )
+    existing_file(args.config, "CONFIG", "a bert_config.json file")
     prefix = checkpoint_prefix(args.checkpoint, "CHECKPOINT")
     inputs = (os.path.dirname(os.path.abspath(prefix)), os.path.dirname(args.config) or ".")
     output = _check_output_folder(args.output, inputs)
@@ -203,7 +194,6 @@ def _convert(args):
 
 
 def _inspect(args):
-    from keras_masking.clue.model_source import checkpoint_prefix
     from keras_masking.models import read_tf_checkpoint
     from keras_masking.models.google_checkpoint_layout import is_training_state
 
@@ -222,7 +212,6 @@ def _inspect(args):
 
 
 def _correct_embeddings(args):
-    from keras_masking.clue.model_source import checkpoint_prefix
     from keras_masking.methods import mlm_embedding_correction_files as files
 
     settings = dict(

@@ -23,7 +23,6 @@ import warnings
 
 import numpy as np
 import pytest
-from tests.testing import write_reference_checkpoint
 
 import keras_masking
 from keras_masking import cli
@@ -32,6 +31,7 @@ from keras_masking.models import TransformerBackbone
 from keras_masking.models import TransformerMaskedLM
 from keras_masking.utils import files
 from keras_masking.version import __version__
+from tests.testing import write_reference_checkpoint
 
 
 # === Helpers ===

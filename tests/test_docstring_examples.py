@@ -21,24 +21,29 @@ import textwrap
 import keras
 import numpy as np
 import pytest
+
+import keras_masking
 from tests.testing import HUB_SIZES
 from tests.testing import tiny_backbone_kwargs
 from tests.testing import write_reference_checkpoint
 
-import keras_masking
-
 VOCABULARY = 128  # the examples use BERT's ids 101 ([CLS]), 102 ([SEP]), 103 ([MASK])
-SHARED_VOCABULARY = pathlib.Path("../shared/data/vocab/bert-base-chinese-vocab.txt")
+# The Chinese BERT vocabulary, in the folder $KERAS_MASKING_DATA names (not in a clean clone).
+DATA_VOCABULARY = pathlib.Path(
+    os.environ.get("KERAS_MASKING_DATA") or "data", "vocab", "bert-base-chinese-vocab.txt"
+).resolve()
 
 # Blocks that cannot run here, with the reason.
 _WHOLE_RUN = (
-    "a whole fine-tuning run on a base model; tests/test_clue_runner.py runs the same calls "
+    "a whole fine-tuning run on a base model; tests/clue/test_runner.py runs the same calls "
     "on a tiny one"
 )
 SKIP = {
     "keras_masking.clue.runner.finetune": _WHOLE_RUN,
     "keras_masking.clue.submit.submit": _WHOLE_RUN,
-    "keras_masking.demo.pipeline.run": "the whole demo; tests/test_demo.py runs it with --quick",
+    "keras_masking.demo.pipeline.run": (
+        "the whole demo; tests/demo/test_pipeline.py runs it with --quick"
+    ),
 }
 
 
@@ -150,13 +155,9 @@ def _dataset(features, labels):
 
 
 def _drop_token_model():
-    encoder = keras_masking.with_drop_token(_backbone(), 0.15, protected_token_ids=(101, 102))
-    logits = keras.layers.Dense(3)(encoder(encoder.input)["pooled_output"])
-    model = keras.Model(encoder.input, logits)
-    model.compile(
-        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    )
-    return model
+    backbone = _backbone()
+    backbone.enable_drop_token(0.15, unselectable_token_ids=(101, 102))
+    return _classifier(backbone)
 
 
 def _exlm_backbone():
@@ -164,7 +165,22 @@ def _exlm_backbone():
 
 
 def _trainer(context):
-    return keras_masking.with_asa(context["classifier"])
+    """An `ASATrainer`, compiled, around ``context["classifier"]`` (its backbone with ASA)."""
+    backbone = _backbone()
+    backbone.enable_asa(tau=0.5)
+    context["classifier"] = _classifier(backbone, compiled=False)
+    trainer = keras_masking.methods.ASATrainer(context["classifier"])
+    trainer.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return trainer
+
+
+def _fl_tuned_classifier():
+    backbone = _backbone()
+    backbone.enable_fl_tuning(units=4)
+    return _classifier(backbone)
 
 
 # name -> a function of the context built so far (names built in this order).
@@ -189,17 +205,21 @@ SETUP = {
     "keras_masking.callbacks.drop_token_schedule.DropTokenRateSchedule": (
         "model = _drop_token_model()"
     ),
-    "keras_masking.methods.adapters.save_adapter": (
-        "classifier = keras_masking.fl_tune(classifier, units=4)"
-    ),
+    "keras_masking.methods.adapters.save_adapter": "classifier = _fl_tuned_classifier()",
     "keras_masking.methods.adapters.AdapterSet": (
-        "classifier = keras_masking.fl_tune(classifier, units=4)\n"
+        "classifier = _fl_tuned_classifier()\n"
         "keras_masking.methods.save_adapter(classifier, 'tnews.npz', name='tnews')\n"
         "keras_masking.methods.save_adapter(classifier, 'iflytek.npz', name='iflytek')"
     ),
     "keras_masking.methods.asa.ASATrainer": "backbone = _backbone()",
     "keras_masking.models.exlm_encoder.ExLMEncoder": "backbone = _exlm_backbone()",
     "keras_masking.models.exlm_pretrainer.ExLMPretrainer": "backbone = _exlm_backbone()",
+    "keras_masking.models.exlm_pretrainer.ExLMPretrainer.aligned_entropy": (
+        "backbone = _exlm_backbone()"
+    ),
+    "keras_masking.models.exlm_pretrainer.ExLMPretrainer.fine_tuning_encoder": (
+        "backbone = _exlm_backbone()"
+    ),
     # The example's mask_positions hold one row.
     "keras_masking.models.transformer_masked_lm.TransformerMaskedLM": (
         "features = _features(batch=1)"
@@ -218,9 +238,12 @@ SETUP = {
         "tokens += [f'token{i}' for i in range(size - len(tokens))]\n"
         "open('chinese_L-12_H-768_A-12/vocab.txt', 'w').write('\\n'.join(tokens))"
     ),
+    # The vocabulary file goes where the example reads it (a path in the work folder).
     "keras_masking.data.tokenization.bert_tokenizer": (
-        f"import shutil; os.makedirs('../shared/data/vocab', exist_ok=True); "
-        f"shutil.copy({str(SHARED_VOCABULARY.resolve())!r}, '../shared/data/vocab/')"
+        "import re, shutil\n"
+        'path = re.search(r\'bert_tokenizer\\("([^"]+)"\\)\', SOURCE).group(1)\n'
+        "os.makedirs(os.path.dirname(path) or '.', exist_ok=True)\n"
+        f"shutil.copy({str(DATA_VOCABULARY)!r}, path)"
     ),
 }
 
@@ -249,6 +272,7 @@ def _namespace(module, name, source):
         _backbone=_backbone,
         _exlm_backbone=_exlm_backbone,
         _drop_token_model=_drop_token_model,
+        _fl_tuned_classifier=_fl_tuned_classifier,
     )
     setup = SETUP.get(name, "")
     wanted = _used_names(source + "\n" + setup)
@@ -258,6 +282,7 @@ def _namespace(module, name, source):
         if key in wanted and key not in vars(module):
             namespace[key] = make(namespace)
     if setup:
+        namespace["SOURCE"] = source
         exec(compile(setup, f"<setup of {name}>", "exec"), namespace)
     return namespace
 
@@ -267,8 +292,8 @@ def _namespace(module, name, source):
 def test_docstring_example_runs(name, module, kind, source, tmp_path, monkeypatch):
     if name in SKIP:
         pytest.skip(SKIP[name])
-    if name.endswith("bert_tokenizer") and not SHARED_VOCABULARY.exists():
-        pytest.skip(f"needs the vocabulary file {SHARED_VOCABULARY} (not in a clean clone)")
+    if name.endswith("bert_tokenizer") and not DATA_VOCABULARY.exists():
+        pytest.skip("needs $KERAS_MASKING_DATA/vocab/bert-base-chinese-vocab.txt")
     # Examples may write files and set XLA_FLAGS: keep both local to the test.
     monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
     work = tmp_path / "work"

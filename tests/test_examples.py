@@ -10,15 +10,9 @@ import importlib.util
 import json
 import pathlib
 
-from tests.clue import fixtures as clue_fixtures
 import keras
 import numpy as np
 import pytest
-from tests.clue.helpers import CLS
-from tests.clue.helpers import MASK
-from tests.clue.helpers import PAD
-from tests.clue.helpers import SEP
-from tests.clue.helpers import tokenizer
 
 import keras_masking
 from keras_masking.clue import ModelSource
@@ -28,16 +22,20 @@ from keras_masking.clue import encode_examples
 from keras_masking.clue import read_split
 from keras_masking.clue import score
 from keras_masking.clue.batches import predict_in_batches
-from keras_masking.methods import DropTokenEncoder
 from keras_masking.methods import load_adapter
 from keras_masking.methods import read_adapter
 from keras_masking.models import ExLMEncoder
 from keras_masking.models import TransformerBackbone
 from keras_masking.utils import xla_cpu_fusion_emitters_disabled
+from tests.clue import fixtures as clue_fixtures
+from tests.clue.helpers import CLS
+from tests.clue.helpers import MASK
+from tests.clue.helpers import PAD
+from tests.clue.helpers import SEP
+from tests.clue.helpers import tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-SHARED_FEWCLUE = ROOT.parent / "shared" / "data" / "fewclue"
 MAX_LENGTH = 16
 TRAINING = ["--epochs", "1", "--batch-size", "8", "--max-length", str(MAX_LENGTH)]
 
@@ -157,8 +155,8 @@ def test_drop_token_protects_cls_and_sep_and_reports_the_saved_models_scores(
     results = _run("clue_drop_token", tmp_path, *flags, "--rate", "0.25", "--learning-rate", "1e-3")
     assert xla_cpu_fusion_emitters_disabled()
     model = keras.saving.load_model(tmp_path / "model.keras")
-    encoder = _only(model, DropTokenEncoder)
-    assert (encoder.rate, list(encoder.protected_token_ids)) == (0.25, [CLS, SEP])
+    drop_token = _only(model, TransformerBackbone).drop_token
+    assert (drop_token.rate, list(drop_token.unselectable_token_ids)) == (0.25, [CLS, SEP])
     assert results["dev"]["score"] == pytest.approx(_dev_score(model, data, "eprstmt"))
     # FewCLUE's labelled test_public is scored and the unlabelled test submitted.
     test_public = read_split(data, "eprstmt", "test_public").examples
@@ -168,12 +166,14 @@ def test_drop_token_protects_cls_and_sep_and_reports_the_saved_models_scores(
     _assert_submission_holds(test, tmp_path, results["submission"], data, "eprstmt")
 
 
-def test_asa_trains_the_clean_model_and_saves_no_adversary(tmp_path, preset, data):
+def test_asa_trains_the_model_and_saves_its_adversaries_for_resuming(tmp_path, preset, data):
     flags = ["--preset", str(preset), "--task", "ocnli", "--data-dir", str(data), *TRAINING]
     results = _run("clue_asa", tmp_path, *flags, "--tau", "0.5", "--learning-rate", "1e-3")
     assert {"divergence", "mask_term", "masked_fraction_0"} <= set(results["history"])
     model = keras.saving.load_model(tmp_path / "model.keras")
-    assert not [variable.path for variable in model.weights if "advers" in variable.path]
+    backbone = _only(model, TransformerBackbone)
+    assert backbone.asa["tau"] == 0.5 and backbone.asa["layers"] == [0]
+    assert [variable.path for variable in model.weights if "advers" in variable.path]
     # The trainer's steps changed the saved model's backbone.
     trained = _weights(_only(model, TransformerBackbone))
     pretrained = _weights(TransformerBackbone.from_preset(str(preset)))
@@ -229,7 +229,7 @@ def test_exlm_fine_tunes_through_the_expanding_encoder(tmp_path, data):
     results = _run("clue_exlm", tmp_path / "run", *flags, "--k", "2", "--learning-rate", "1e-3")
     model = keras.saving.load_model(tmp_path / "run" / "model.keras")
     encoder = _only(model, ExLMEncoder)
-    assert (encoder.k, encoder.mask_token_id, tuple(encoder.special_token_ids)) == (
+    assert (encoder.k, encoder.mask_token_id, tuple(encoder.unselectable_token_ids)) == (
         2,
         MASK,
         (CLS, SEP),
@@ -318,9 +318,7 @@ def test_missing_files_and_models_that_do_not_fit_are_refused_by_flag(
     assert message in capsys.readouterr().err
 
 
-def test_a_used_output_dir_is_never_written_over(
-    tmp_path, preset, data, capsys, nothing_loads
-):
+def test_a_used_output_dir_is_never_written_over(tmp_path, preset, data, capsys, nothing_loads):
     used = tmp_path / "used"
     used.mkdir()
     (used / "results.json").write_text("earlier run", encoding="utf-8")
@@ -331,13 +329,14 @@ def test_a_used_output_dir_is_never_written_over(
     assert (used / "results.json").read_text(encoding="utf-8") == "earlier run"
 
 
-@pytest.mark.skipif(not SHARED_FEWCLUE.is_dir(), reason="needs ../shared/data (FewCLUE files)")
-def test_data_dir_defaults_to_the_shared_fewclue_folder():
+def test_data_dir_defaults_to_the_fewclue_folder_of_keras_masking_data(tmp_path, monkeypatch):
+    (tmp_path / "fewclue").mkdir()
+    monkeypatch.setenv("KERAS_MASKING_DATA", str(tmp_path))
     parser = _script("clue_common").argument_parser("A script.\n")
-    assert parser.parse_args(["--preset", "p"]).data_dir == str(SHARED_FEWCLUE)
+    assert parser.parse_args(["--preset", "p"]).data_dir == str(tmp_path / "fewclue")
 
 
-def test_data_dir_is_required_without_the_shared_folder(monkeypatch, capsys):
+def test_data_dir_is_required_without_a_fewclue_folder(monkeypatch, capsys):
     common = _script("clue_common")
     monkeypatch.setattr(common, "DEFAULT_DATA_DIR", pathlib.Path("no") / "such" / "folder")
     with pytest.raises(SystemExit) as exit_info:

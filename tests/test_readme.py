@@ -12,12 +12,12 @@ import pathlib
 import re
 import shlex
 
-from tests.clue import fixtures as clue_fixtures
 import numpy as np
 import pytest
 
 import keras_masking
 from keras_masking import cli
+from tests.clue import fixtures as clue_fixtures
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -40,11 +40,11 @@ def commands(block):
 def readme_folder(tmp_path_factory):
     """README's layout: ``chinese_L-12_H-768_A-12/`` (config, checkpoint, vocab), ``fewclue/``."""
     import keras
-    from tests.clue.helpers import VOCABULARY
 
     from keras_masking.models import TransformerBackbone
     from keras_masking.models import TransformerMaskedLM
     from keras_masking.models import save_tf_checkpoint
+    from tests.clue.helpers import VOCABULARY
 
     folder = tmp_path_factory.mktemp("readme")
     vocabulary = list(dict.fromkeys(VOCABULARY + list(README_CHARACTERS)))
@@ -100,12 +100,11 @@ def test_every_code_block_runs_as_written(readme_folder, monkeypatch, capsys):
     assert len(lines) == 6 and all('"label"' in line for line in lines)
     dev_score = re.findall(r"'score': ([0-9.]+)", capsys.readouterr().out)
     assert dev_score and 0.0 <= float(dev_score[0]) <= 100.0
-    merged = namespace["merged"]
+    merged, reviews = namespace["merged"], namespace["reviews"]
     np.testing.assert_allclose(
-        merged.predict(namespace["x"], verbose=0),
-        namespace["model"].predict(namespace["x"], verbose=0),
-        atol=1e-5,
+        merged.predict(reviews, verbose=0), namespace["fl"].predict(reviews, verbose=0), atol=1e-5
     )
+    assert not merged.backbone.add_ffn  # a plain model: the branches are in the FFN weights
 
     cli_commands = [
         command

@@ -12,20 +12,15 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
     """Changes the rate of every `DropToken` in the model during `fit`.
 
     The rate goes linearly from ``initial_rate`` to ``final_rate`` over
-    ``ramp_steps`` optimizer steps, then stays. Steps are counted as the
-    optimizer counts them (``model.optimizer.iterations``, read at each
-    epoch's start and end, plus the steps of each execution in between), so
-    ``steps_per_execution > 1`` counts every step, and a model that already
-    trained resumes the ramp where its optimizer stands. With
-    ``steps_per_execution > 1`` the rate changes between executions only: all
-    the steps of an execution use the rate of its first step. DeepSpeed's random-LTD grows
-    the kept length during training (``initial_rate=0.5, final_rate=0``); a
-    warm-up of dropping is ``initial_rate=0, final_rate=0.15``. A constant
-    schedule is ``initial_rate == final_rate``.
+    ``ramp_steps`` optimizer steps, then stays. Steps are the optimizer's
+    (``model.optimizer.iterations``), so a model that already trained
+    resumes the ramp where it stands; with ``steps_per_execution > 1`` the
+    rate changes between executions only. DeepSpeed's random-LTD is
+    ``initial_rate=0.5, final_rate=0``; a warm-up of dropping is
+    ``initial_rate=0, final_rate=0.15``.
 
-    Gather mode has a static kept length per rate, so each new rate traces
-    and compiles the training step once: the ramp is quantised to ``levels``
-    evenly spaced rates (``levels`` compilations in all).
+    Each new rate compiles the training step once (gather mode has a static
+    kept length per rate), so the ramp is quantised to ``levels`` rates.
 
     Args:
         final_rate: float in [0, 1) (numpy scalars accepted).
@@ -60,16 +55,10 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
         self.history = []
 
     def rate_at(self, step):
-        """The quantised rate at a training step.
+        """The quantised rate after ``step`` (int >= 0) training steps, a float.
 
         ``initial + (final - initial) * round(min(step / ramp_steps, 1) *
         (levels - 1)) / (levels - 1)``.
-
-        Args:
-            step: int >= 0, the number of training steps done.
-
-        Returns:
-            A Python float.
 
         Example:
 
@@ -125,9 +114,8 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
     def _read_optimizer_steps(self):
         """Sets ``step`` from the optimizer's iteration count, when there is one.
 
-        Called where the model's variables hold the training state (on JAX
-        `fit` syncs them at each epoch's end), so the read is exact and
-        costs no per-step synchronisation.
+        Called where the variables hold the training state (JAX syncs them
+        at each epoch's end): exact, with no per-step synchronisation.
         """
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None:

@@ -7,9 +7,8 @@ import numpy as np
 
 
 def epoch_order(size, seed, epoch):
-    """The example order of one epoch: a permutation fixed by (seed, epoch).
-
-    A resumed run draws the same order as an uninterrupted one.
+    """The example order of one epoch: a permutation fixed by (seed, epoch), so a
+    resumed run draws the same order as an uninterrupted one.
 
     Args:
         size: the number of rows.
@@ -29,10 +28,8 @@ def epoch_order(size, seed, epoch):
 class ArrayBatches(keras.utils.PyDataset):
     """Serves ``(features, labels)`` batches of numpy arrays in a given order.
 
-    Batches are sliced from the arrays as they are asked for, so the data
-    is held once. Every batch has ``batch_size`` rows, so a compiled step
-    traces once: the last batch is completed with the first rows of the
-    order (each example is seen once per epoch, a few twice).
+    Every batch has ``batch_size`` rows, so a compiled step traces once: the
+    last batch is completed with the first rows of the order.
 
     Args:
         features: dict of numpy arrays with the same first dimension.
@@ -71,10 +68,8 @@ class ArrayBatches(keras.utils.PyDataset):
 def predict_in_batches(model, features, batch_size):
     """Yields ``model``'s outputs batch by batch, every batch full.
 
-    Full batches let the compiled call trace once: the last one is padded
-    with copies of the first row, and the padding's outputs are cut off.
-    Yielding per batch keeps large outputs (GlobalPointer's ``(rows, types,
-    length, length)`` scores) from being held at once.
+    Full batches let the compiled call trace once (the last one is padded
+    with copies of the first row, whose outputs are cut off).
 
     Args:
         model: a compiled Keras model.

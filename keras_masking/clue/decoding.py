@@ -1,11 +1,7 @@
 """Model outputs -> predictions per example id, and scoring them with CLUE's metric.
 
-`decode_predictions` reads the logits of a task model (`build_task_model`)
-on an `EncodedSplit` and returns what `write_submission` writes: a label
-string per example (classification), a choice index (C3), a candidate index
-per blank (CHID, decoded jointly per passage), an answer text (CMRC2018,
-the best span over all windows), a list of ``(type, start, end)`` entities
-(CLUENER, every span scored > 0). `score` compares predictions with a
+`decode_predictions` turns a task model's logits on an `EncodedSplit` into
+what `write_submission` writes; `score` compares predictions with a
 labelled split's records.
 """
 
@@ -37,16 +33,13 @@ def decode_predictions(task, outputs, encoded, examples, **options):
 
     Returns:
         A dict id -> prediction: classification the label STRING;
-        multiple_choice the choice index; idiom one entry per BLANK id, the
-        candidate index (a passage's blanks take distinct candidates: the
-        exact maximum of the summed log-probabilities, `joint_assignment`);
-        span the answer text (the span ``start <= end``, ``end - start <
-        max_answer_length`` tokens, of the largest ``start + end`` logit over
-        all windows of the example, mapped to its characters; as in BERT's
-        ``run_squad.py`` a span starts only at a token of the window where
-        that token has the most context, ``meta["max_context"]``); entity a
+        multiple_choice the choice index; idiom per BLANK id the candidate
+        index (a passage's blanks take distinct candidates, `joint_assignment`
+        of the log-probabilities); span the answer text (the best ``start +
+        end`` logit over all windows, starting only where the window has the
+        token's most context, as BERT's ``run_squad.py``); entity a sorted
         list of ``(type, start, end)`` (end inclusive, characters) for every
-        pair of text tokens scored > 0, sorted by position.
+        pair of text tokens scored > 0.
 
     Raises:
         ValueError: outputs of the wrong shape or row count, or examples that
@@ -83,7 +76,7 @@ def decode_predictions(task, outputs, encoded, examples, **options):
         )
     if task.kind == "entity":
         return _decode_entities(outputs, encoded, rows)
-    outputs = _concatenate(outputs)
+    outputs = np.concatenate(_batches(outputs), axis=0)
     if len(outputs) != rows:
         raise ValueError(
             f"outputs has {len(outputs)} rows; the encoded split has {rows}. Pass the model's "
@@ -110,11 +103,10 @@ def decode_predictions(task, outputs, encoded, examples, **options):
 def joint_assignment(scores):
     """The rows' columns, all different, that maximise the summed scores: exactly.
 
-    A dynamic programme over the subsets of columns used so far: after row
-    ``k`` every reachable subset ``S`` (``|S| = k + 1``) holds the best
-    total of rows ``0..k`` using exactly the columns of ``S``; the best
-    final subset is traced back. ``rows * columns * 2**columns`` steps, each
-    row a few vectorised numpy operations; CHID has at most 10 candidates.
+    A dynamic programme over the subsets of columns used so far (the best
+    total of rows ``0..k`` per subset), traced back from the best final
+    subset: ``rows * columns * 2**columns`` steps; CHID has at most 10
+    candidates.
 
     Args:
         scores: float array ``(rows, columns)``, ``rows <= columns <= 20``
@@ -164,8 +156,7 @@ def joint_assignment(scores):
 def score(task, predictions, examples):
     """Scores predictions against a labelled split with the task's CLUE metric.
 
-    Every value is a PERCENTAGE (``x 100``), the scale of CLUE's
-    leaderboard, for every metric.
+    Every value is a PERCENTAGE (``x 100``), the scale of CLUE's leaderboard.
 
     Args:
         task: a `ClueTask` or a task name.
@@ -174,14 +165,11 @@ def score(task, predictions, examples):
         examples: the split's labelled records.
 
     Returns:
-        A dict with ``score`` (the main metric: accuracy; CLUENER's official
-        score, the mean F1 over its ten types of entity TEXTS per sentence
-        (`cluener_scores`, "Overall@Macro"); CMRC2018's EM, as CLUE ranks
-        it), ``metric`` (its name) and the metric's parts: accuracy
-        ``accuracy``, ``total``; cluener ``macro_f1`` (= ``score``) and
-        ``per_type`` (official, per type), and beside them the span-exact
-        (type, start, end) scores of `entity_f1`: ``span_f1``,
-        ``span_precision``, ``span_recall`` (micro) and the entity counts
+        A dict with ``score`` (accuracy; CLUENER's official `cluener_scores`
+        macro F1; CMRC2018's EM, as CLUE ranks them), ``metric`` (its name)
+        and the metric's parts: accuracy ``accuracy``, ``total``; cluener
+        ``macro_f1``, ``per_type`` and the span-exact `entity_f1` scores
+        ``span_f1``, ``span_precision``, ``span_recall``,
         ``true_positives``, ``predicted``, ``gold``; cmrc2018 ``em``,
         ``f1``, ``total``, ``missing``.
 
@@ -211,15 +199,13 @@ def _cluener_score(task, predictions, examples, gold):
     spans = entity_f1(predictions, gold, types=task.labels)
     texts = {example.id: example.text for example in examples}
 
-    def by_text(entities, key):
-        text = texts[key]
-        return [(kind, text[start : end + 1]) for kind, start, end in entities]
+    def by_text(entities_by_id):
+        return {
+            key: [(kind, texts[key][start : end + 1]) for kind, start, end in entities]
+            for key, entities in entities_by_id.items()
+        }
 
-    official = cluener_scores(
-        {key: by_text(entities, key) for key, entities in predictions.items()},
-        {key: by_text(entities, key) for key, entities in gold.items()},
-        types=task.labels,
-    )
+    official = cluener_scores(by_text(predictions), by_text(gold), types=task.labels)
     per_type = {
         name: {key: (100.0 * v if key != "support" else v) for key, v in values.items()}
         for name, values in official["per_type"].items()
@@ -230,12 +216,8 @@ def _cluener_score(task, predictions, examples, gold):
         "metric": task.metric,
         "macro_f1": value,
         "per_type": per_type,
-        "span_f1": 100.0 * spans["f1"],
-        "span_precision": 100.0 * spans["precision"],
-        "span_recall": 100.0 * spans["recall"],
-        "true_positives": spans["true_positives"],
-        "predicted": spans["predicted"],
-        "gold": spans["gold"],
+        **{f"span_{key}": 100.0 * spans[key] for key in ("f1", "precision", "recall")},
+        **{key: spans[key] for key in ("true_positives", "predicted", "gold")},
     }
 
 
@@ -281,11 +263,7 @@ def _decode_spans(outputs, encoded, examples, max_answer_length):
 
 
 def _best_span(logits, offsets, max_answer_length, allowed_starts=None):
-    """``(score, start char, end char)`` of a window's best span, or None.
-
-    ``allowed_starts``: the tokens a span may start at (the window's
-    max-context tokens); None allows every context token.
-    """
+    """``(score, start, end)`` of the best span starting in ``allowed_starts``, or None."""
     valid = offsets[:, 0] >= 0
     start_valid = valid if allowed_starts is None else valid & np.asarray(allowed_starts, bool)
     if not start_valid.any():
@@ -308,10 +286,8 @@ def _best_span(logits, offsets, max_answer_length, allowed_starts=None):
 def _decode_entities(outputs, encoded, rows):
     meta = encoded.meta
     offsets, types = meta["offsets"], meta["entity_types"]
-    batches = [outputs] if isinstance(outputs, np.ndarray) or hasattr(outputs, "shape") else outputs
     predictions, row = {}, 0
-    for batch in batches:
-        batch = np.asarray(batch)
+    for batch in _batches(outputs):
         if (
             batch.ndim != 4
             or batch.shape[1] != len(types)
@@ -364,10 +340,11 @@ def _gold(task, examples):
     return {example.id: getattr(example, field) for example in examples}
 
 
-def _concatenate(outputs):
-    if isinstance(outputs, np.ndarray) or hasattr(outputs, "shape"):
-        return np.asarray(outputs)
-    return np.concatenate([np.asarray(batch) for batch in outputs], axis=0)
+def _batches(outputs):
+    """``outputs`` (one array or an iterable of per-batch arrays) as a list of arrays."""
+    if hasattr(outputs, "shape"):
+        return [np.asarray(outputs)]
+    return [np.asarray(batch) for batch in outputs]
 
 
 def _check_shape(outputs, shape, what):

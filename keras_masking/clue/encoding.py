@@ -1,37 +1,28 @@
 """CLUE examples -> fixed-shape feature arrays, per task kind (bert4keras' encodings).
 
-`encode_examples` turns the records of `keras_masking.clue.examples` into
-int32 numpy arrays, every one padded to ``max_length`` (and to the number of
-choices), so one compiled model serves every batch:
+`encode_examples` pads every array to ``max_length`` (and to the number of
+choices), so one compiled model serves every batch. The rows per kind:
 
 * classification: ``[CLS] text_a [SEP] (text_b [SEP])``, the longer text
   cut first (bert4keras' ``truncate_sequences``);
 * multiple choice (C3): per choice ``[CLS] context [SEP] question [SEP]
-  choice [SEP]``, the context cut first; choices padded to 4, with a
-  ``choice_mask``;
+  choice [SEP]``, the context cut first;
 * idiom (CHID): one row per BLANK, per candidate ``[CLS] candidate [SEP]
-  left [unused1] right [SEP]`` where ``[unused1]`` marks the blank and the
-  passage's other blanks read as 4 x ``[MASK]``; the context is a window of
-  ``max_length`` tokens centred on the blank;
+  left [unused1] right [SEP]``, the passage's other blanks as 4 x
+  ``[MASK]``, the context a window centred on the blank;
 * span (CMRC2018): ``[CLS] question [SEP] window [SEP]`` over sliding
-  windows of the context (stride 128 tokens); the target of a window
-  without the answer is ``[CLS]`` (index 0);
+  windows of the context; a window without the answer targets ``[CLS]``;
 * entity (CLUENER): ``[CLS] text [SEP]``, entities as token spans; an
-  entity whose boundaries fall inside a token, or past the truncation, is
-  counted in ``meta`` (and logged), never silently dropped.
+  entity that cannot be placed on tokens is counted in ``meta`` and logged.
 
-Texts are tokenized by `tokenize_with_offsets` (the ids of the tokenizer
-itself, with character spans) and packed by `pack_segments`, the keras-hub
-`MultiSegmentPacker` that `TransformerTextClassifierPreprocessor` packs
-with. What the packer cannot do is done before it, in plain functions: the
-bert4keras cuts (the longer text first, which on a tie cuts the FIRST text
-where the packer's round robin cuts the second; C3's context first; CHID's
-window on the blank; CMRC2018's windows) and the character offsets of the
-span and entity tokens, which sit after ``[CLS]`` (and the first segment's
-``[SEP]``) in the packed row.
+Rows are packed by `pack_segments`, the packer of
+`TransformerTextClassifierPreprocessor`; the cuts it cannot make (the
+bert4keras ones, which on a tie cut the FIRST text where its round robin
+cuts the second; the windows) are made before it.
 """
 
 import dataclasses
+import inspect
 import logging
 
 import numpy as np
@@ -47,45 +38,29 @@ logger = logging.getLogger(__name__)
 #: Choices per row when ``num_choices`` is not given: C3 has at most 4, CHID 10.
 DEFAULT_NUM_CHOICES = {"multiple_choice": 4, "idiom": 10}
 
-_OPTIONS = {
-    "classification": {"labels"},
-    "multiple_choice": {"num_choices"},
-    "idiom": {"num_choices", "blank_token", "other_blank_token", "other_blank_length"},
-    "span": {"stride", "max_query_length", "max_answer_length"},
-    "entity": {"max_entities"},
-}
-
 
 @dataclasses.dataclass
 class EncodedSplit:
     """The arrays of one encoded split and what decoding needs.
 
     Attributes:
-        features: dict of int32 numpy arrays: ``token_ids``,
-            ``segment_ids``, ``padding_mask``, each ``(rows, max_length)``;
-            multiple choice and idiom ``(rows, choices, max_length)`` plus
-            ``choice_mask`` ``(rows, choices)``.
-        labels: the loss targets, or None for an unlabelled split:
-            classification / multiple choice / idiom int32 ``(rows,)``;
-            span int32 ``(windows, 2)`` (start, end token; ``(0, 0)`` when
-            the window lacks the answer); entity int32 ``(rows,
-            max_entities, 3)`` rows of ``(type, start token, end token)``,
-            ``-1`` padding.
-        meta: a dict; every kind has ``kind``, ``ids`` (the example id of
-            each row; the blank id for idiom rows) and ``example_index``
-            (each row's index in the examples). Per kind:
-            classification ``label_names``, ``truncated``; multiple choice
-            ``num_choices`` (per row), ``truncated``; idiom
-            ``num_candidates``, ``blank_index``, ``passage_ids``; span
-            ``offsets`` (int32 ``(windows, max_length, 2)``: each context
-            token's ``[start, end)`` characters, ``-1`` elsewhere),
-            ``max_answer_length``, ``lost_answers`` and ``inexact_answers``
-            (example ids), ``max_context`` (bool ``(windows, max_length)``:
-            the context tokens for which the window is the one with the most
-            context, BERT's ``run_squad.py``; answers start only there);
-            entity ``offsets`` (as for span, for the text's
-            tokens), ``entity_types``, ``lost_entities`` (``(id, entity,
-            reason)``, reason ``"boundary"`` or ``"truncated"``).
+        features: dict of int32 arrays ``token_ids``, ``segment_ids``,
+            ``padding_mask``, ``(rows, max_length)``; multiple choice and
+            idiom ``(rows, choices, max_length)`` plus ``choice_mask``.
+        labels: the loss targets, or None when unlabelled: int32 ``(rows,)``
+            (classification, choices); span ``(windows, 2)`` start and end
+            token (``(0, 0)`` without the answer); entity ``(rows,
+            max_entities, 3)`` ``(type, start, end)`` tokens, ``-1`` padding.
+        meta: a dict: ``kind``, ``ids`` (per row; idiom: the blank id),
+            ``example_index`` (per row), and per kind: classification
+            ``label_names``, ``truncated``; multiple choice ``num_choices``,
+            ``truncated``; idiom ``num_candidates``, ``blank_index``,
+            ``passage_ids``; span ``offsets`` (``(windows, max_length, 2)``:
+            each context token's characters, ``-1`` elsewhere),
+            ``max_context`` (the tokens an answer may start at, as BERT's
+            ``run_squad.py``), ``max_answer_length``, ``lost_answers``,
+            ``inexact_answers``; entity ``offsets``, ``entity_types``,
+            ``lost_entities`` (``(id, entity, "boundary" or "truncated")``).
 
     Example:
     >>> split = EncodedSplit({"token_ids": np.zeros((2, 8), "int32")}, None, {"ids": [0, 1]})
@@ -105,10 +80,9 @@ def encode_examples(task, examples, tokenizer, max_length, **options):
     """Encodes a split's examples for a task model, with static shapes.
 
     Args:
-        task: a `ClueTask` or a task name (`get_task` resolves it).
-        examples: the records of the task's kind (`TextExample`,
-            `ChoiceExample`, `IdiomPassage`, `SpanExample`,
-            `EntityExample`), all labelled or all unlabelled.
+        task: a `ClueTask` or a task name.
+        examples: the records of the task's kind, all labelled or all
+            unlabelled.
         tokenizer: a keras-hub `BertTokenizer`.
         max_length: int, the length of every row.
         **options: per kind:
@@ -127,10 +101,7 @@ def encode_examples(task, examples, tokenizer, max_length, **options):
         An `EncodedSplit`.
 
     Raises:
-        ValueError: an unknown option, a record of the wrong kind, a label
-            outside the task's labels, a split mixing labelled and
-            unlabelled examples, ``max_length`` too small; each names the
-            example id.
+        ValueError: bad options or records; each names the example id.
 
     Example:
     >>> import keras_hub
@@ -144,13 +115,19 @@ def encode_examples(task, examples, tokenizer, max_length, **options):
     ([[2, 7, 5, 3, 0, 0], [2, 6, 3, 0, 0, 0]], [1, 0])
     """
     task = get_task(task)
-    if task.kind not in RECORD_TYPES:
-        raise ValueError(f"Task {task.name!r} has an unknown kind {task.kind!r}.")
-    unknown = sorted(set(options) - _OPTIONS[task.kind])
+    encoder = {
+        "classification": _encode_classification,
+        "multiple_choice": _encode_multiple_choice,
+        "idiom": _encode_idiom,
+        "span": _encode_span,
+        "entity": _encode_entity,
+    }[task.kind]
+    known = list(inspect.signature(encoder).parameters)[4:]  # the kind's options
+    unknown = sorted(set(options) - set(known))
     if unknown:
         raise ValueError(
             f"Unknown options {unknown} for the {task.kind} task {task.name!r}; expected some "
-            f"of {sorted(_OPTIONS[task.kind])}."
+            f"of {sorted(known)}."
         )
     max_length = check_int("max_length", max_length, minimum=4)
     examples = list(examples)
@@ -165,36 +142,12 @@ def encode_examples(task, examples, tokenizer, max_length, **options):
                 f"(id {getattr(example, 'id', None)!r})."
             )
     for token in ("[CLS]", "[SEP]", "[PAD]"):
-        special_token_id(tokenizer, token)
-    encoder = {
-        "classification": _encode_classification,
-        "multiple_choice": _encode_multiple_choice,
-        "idiom": _encode_idiom,
-        "span": _encode_span,
-        "entity": _encode_entity,
-    }[task.kind]
+        _special_token_id(tokenizer, token)
     return encoder(task, examples, tokenizer, max_length, **options)
 
 
-def special_token_id(tokenizer, token):
-    """The id of a vocabulary token such as ``"[CLS]"`` or ``"[unused1]"``.
-
-    Args:
-        tokenizer: a keras-hub WordPiece tokenizer.
-        token: the token string.
-
-    Returns:
-        An int.
-
-    Raises:
-        ValueError: the token is not in the vocabulary (it is named).
-
-    Example:
-    >>> import keras_hub
-    >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused1]"]
-    >>> special_token_id(keras_hub.tokenizers.BertTokenizer(vocabulary=vocab), "[unused1]")
-    5
-    """
+def _special_token_id(tokenizer, token):
+    """The id of a vocabulary token such as ``"[CLS]"``; a ValueError naming it when missing."""
     vocabulary = tokenizer.get_vocabulary()
     if token not in vocabulary:
         raise ValueError(
@@ -273,7 +226,11 @@ def _meta(task, examples, ids=None, example_index=None, **extra):
     }
 
 
-_PADDED_CHOICE = ((),)  # [CLS] [SEP]: a real row, so that no attention row is fully masked
+def _add_choices(rows, choice_mask, row, pairs):
+    """Appends a row's choice pairs, padded to ``choice_mask``'s width, and marks them there."""
+    # A padded choice is [CLS] [SEP]: a real row, so that no attention row is fully masked.
+    rows.extend(pairs + [((),)] * (choice_mask.shape[1] - len(pairs)))
+    choice_mask[row, : len(pairs)] = 1
 
 
 # === Classification ===
@@ -308,56 +265,57 @@ def _encode_classification(task, examples, tokenizer, max_length, labels=None):
 
 
 # === Multiple choice (C3) ===
-def _encode_multiple_choice(task, examples, tokenizer, max_length, **options):
-    num_choices = check_int(
-        "num_choices", options.get("num_choices", DEFAULT_NUM_CHOICES[task.kind]), minimum=1
-    )
+def _encode_multiple_choice(
+    task, examples, tokenizer, max_length, num_choices=DEFAULT_NUM_CHOICES["multiple_choice"]
+):
+    num_choices = check_int("num_choices", num_choices, minimum=1)
     labelled = _labelled(examples, "label")
     choice_mask = np.zeros((len(examples), num_choices), "int32")
     targets = np.zeros(len(examples), "int32") if labelled else None
-    sep = special_token_id(tokenizer, "[SEP]")
-    rows, truncated, counts = [], 0, []
+    sep = _special_token_id(tokenizer, "[SEP]")
+    rows, truncated, budget = [], 0, max_length - 4
     for index, example in enumerate(examples):
         _check_choice_count(example, len(example.choices), num_choices, "choices")
-        counts.append(len(example.choices))
         context = _ids(tokenizer, example.context)
         question = _ids(tokenizer, example.question)
-        cut = False
-        for choice_index in range(num_choices):
-            if choice_index >= len(example.choices):
-                rows.append(_PADDED_CHOICE)
-                continue
-            choice = _ids(tokenizer, example.choices[choice_index])
-            budget = max_length - 4
-            if len(question) + len(choice) > budget:
-                (question_cut, choice_cut), _ = _truncate_longest_first([question, choice], budget)
-                context_cut = []
-            else:
-                question_cut, choice_cut = question, choice
-                context_cut = context[: budget - len(question) - len(choice)]
-            cut = cut or len(context_cut) < len(context)
-            rows.append((context_cut, question_cut + [sep] + choice_cut))
-            choice_mask[index, choice_index] = 1
-        truncated += cut
+        pairs = []
+        for choice in example.choices:
+            # The context goes first; the question and choice longest first.
+            pair, _ = _truncate_longest_first([question, _ids(tokenizer, choice)], budget)
+            context_cut = context[: budget - len(pair[0]) - len(pair[1])]
+            pairs.append((context_cut, pair[0] + [sep] + pair[1]))
+        truncated += any(len(context_cut) < len(context) for context_cut, _ in pairs)
+        _add_choices(rows, choice_mask, index, pairs)
         if labelled:
             _check_label(example, example.label, len(example.choices), "choices")
             targets[index] = example.label
     features = _pack(tokenizer, rows, max_length, num_choices)
     features["choice_mask"] = choice_mask
+    counts = [len(example.choices) for example in examples]
     meta = _meta(task, examples, num_choices=counts, truncated=truncated)
     return EncodedSplit(features, targets, meta)
 
 
 # === Idiom cloze (CHID) ===
-def _encode_idiom(task, examples, tokenizer, max_length, **options):
-    num_choices = check_int(
-        "num_choices", options.get("num_choices", DEFAULT_NUM_CHOICES[task.kind]), minimum=1
-    )
-    blank_id = special_token_id(tokenizer, options.get("blank_token", "[unused1]"))
-    other_id = special_token_id(tokenizer, options.get("other_blank_token", "[MASK]"))
-    other_length = check_int("other_blank_length", options.get("other_blank_length", 4), 0)
+def _encode_idiom(
+    task,
+    examples,
+    tokenizer,
+    max_length,
+    num_choices=DEFAULT_NUM_CHOICES["idiom"],
+    blank_token="[unused1]",
+    other_blank_token="[MASK]",
+    other_blank_length=4,
+):
+    num_choices = check_int("num_choices", num_choices, minimum=1)
+    blank_id = _special_token_id(tokenizer, blank_token)
+    other_id = _special_token_id(tokenizer, other_blank_token)
+    other_length = check_int("other_blank_length", other_blank_length, 0)
     labelled = _labelled(examples, "labels")
-    blanks = []  # (passage index, blank index)
+    count = sum(len(passage.blank_ids) for passage in examples)
+    choice_mask = np.zeros((count, num_choices), "int32")
+    targets = np.zeros(count, "int32") if labelled else None
+    rows, blanks = [], []  # blanks: (passage index, blank index) of each row
     for index, passage in enumerate(examples):
         if len(passage.parts) != len(passage.blank_ids) + 1:
             raise ValueError(
@@ -375,11 +333,6 @@ def _encode_idiom(task, examples, tokenizer, max_length, **options):
                 f"{_name(passage, 'Passage')} has {len(passage.labels)} labels for "
                 f"{len(passage.blank_ids)} blanks; expected one label per blank."
             )
-        blanks.extend((index, blank) for blank in range(len(passage.blank_ids)))
-    choice_mask = np.zeros((len(blanks), num_choices), "int32")
-    targets = np.zeros(len(blanks), "int32") if labelled else None
-    rows, row = [], 0
-    for index, passage in enumerate(examples):
         parts = [_ids(tokenizer, part) for part in passage.parts]
         candidates = [_ids(tokenizer, candidate) for candidate in passage.candidates]
         longest = max(len(candidate) for candidate in candidates)
@@ -394,16 +347,12 @@ def _encode_idiom(task, examples, tokenizer, max_length, **options):
             left = _join_parts(parts[: blank + 1], others)
             right = _join_parts(parts[blank + 1 :], others)
             left, right = _window(left, right, budget)
-            for choice in range(num_choices):
-                if choice < len(candidates):
-                    rows.append((candidates[choice], left + [blank_id] + right))
-                    choice_mask[row, choice] = 1
-                else:
-                    rows.append(_PADDED_CHOICE)
+            pairs = [(candidate, left + [blank_id] + right) for candidate in candidates]
+            _add_choices(rows, choice_mask, len(blanks), pairs)
             if labelled:
                 _check_label(passage, passage.labels[blank], len(candidates), "candidates")
-                targets[row] = passage.labels[blank]
-            row += 1
+                targets[len(blanks)] = passage.labels[blank]
+            blanks.append((index, blank))
     features = _pack(tokenizer, rows, max_length, num_choices)
     features["choice_mask"] = choice_mask
     meta = _meta(
@@ -437,12 +386,16 @@ def _window(left, right, budget):
 
 
 # === Span extraction (CMRC2018) ===
-def _encode_span(task, examples, tokenizer, max_length, **options):
-    stride = check_int("stride", options.get("stride", task.defaults.get("stride", 128)), 1)
-    max_query = check_int("max_query_length", options.get("max_query_length", 64), 1)
-    max_answer = check_int("max_answer_length", options.get("max_answer_length", 30), 1)
+def _encode_span(
+    task, examples, tokenizer, max_length, stride=None, max_query_length=64, max_answer_length=30
+):
+    stride = task.defaults.get("stride", 128) if stride is None else stride
+    stride = check_int("stride", stride, 1)
+    max_query = check_int("max_query_length", max_query_length, 1)
+    max_answer = check_int("max_answer_length", max_answer_length, 1)
     labelled = _labelled(examples, "answers")
-    windows, lost, inexact = [], [], []  # (example index, question, spans, window, target)
+    rows, offsets, targets, lost, inexact = [], [], [], [], []
+    windows = {}  # example index -> [(row, first position, window)]
     for index, example in enumerate(examples):
         question = _ids(tokenizer, example.question)[:max_query]
         context, spans = tokenize_with_offsets(tokenizer, example.context)
@@ -454,29 +407,24 @@ def _encode_span(task, examples, tokenizer, max_length, **options):
                 f"{len(question) + 4} (or a smaller max_query_length)."
             )
         answer = _answer_tokens(example, spans, lost, inexact) if labelled else None
-        start = 0
+        first, start = len(question) + 2, 0  # the window follows [CLS] question [SEP]
         while True:
-            length = min(budget, len(context) - start)
-            window = range(start, start + length)
+            window = range(start, start + min(budget, len(context) - start))
             target = (0, 0)
-            if answer is not None and answer[0] >= start and answer[1] < start + length:
-                offset = len(question) + 2 - start
-                target = (answer[0] + offset, answer[1] + offset)
-            windows.append((index, question, context, spans, window, target))
-            if start + length >= len(context):
+            if answer is not None and answer[0] >= start and answer[1] < window.stop:
+                target = (answer[0] + first - start, answer[1] + first - start)
+            windows.setdefault(index, []).append((len(rows), first, window))
+            row_offsets = np.full((max_length, 2), -1, "int32")
+            if len(window):
+                row_offsets[first : first + len(window)] = spans[window.start : window.stop]
+            rows.append((question, context[window.start : window.stop]))
+            offsets.append(row_offsets)
+            targets.append(target)
+            if window.stop >= len(context):
                 break
-            start += min(length, stride)
-    rows = [(question, context[w.start : w.stop]) for _, question, context, _, w, _ in windows]
-    features = _pack(tokenizer, rows, max_length)
-    offsets = np.full((len(windows), max_length, 2), -1, "int32")
-    max_context = np.zeros((len(windows), max_length), bool)
-    by_example = {}  # example index -> [(row, first position, window)]
-    for row, (index, question, _, spans, window, _) in enumerate(windows):
-        first = len(question) + 2  # after [CLS] question [SEP]
-        if len(window):
-            offsets[row, first : first + len(window)] = [spans[i] for i in window]
-        by_example.setdefault(index, []).append((row, first, window))
-    for example_windows in by_example.values():
+            start += min(len(window), stride)
+    max_context = np.zeros((len(rows), max_length), bool)
+    for example_windows in windows.values():
         _mark_max_context(max_context, example_windows)
     if lost or inexact:
         logger.warning(
@@ -486,19 +434,20 @@ def _encode_span(task, examples, tokenizer, max_length, **options):
             len(lost),
             len(inexact),
         )
-    targets = np.array([w[-1] for w in windows], "int32").reshape(-1, 2) if labelled else None
+    example_index = [index for index, rows in windows.items() for _ in rows]
     meta = _meta(
         task,
         examples,
-        ids=[examples[w[0]].id for w in windows],
-        example_index=[w[0] for w in windows],
-        offsets=offsets,
+        ids=[examples[index].id for index in example_index],
+        example_index=example_index,
+        offsets=np.stack(offsets),
         max_context=max_context,
         max_answer_length=max_answer,
         lost_answers=lost,
         inexact_answers=inexact,
     )
-    return EncodedSplit(features, targets, meta)
+    targets = np.array(targets, "int32").reshape(-1, 2) if labelled else None
+    return EncodedSplit(_pack(tokenizer, rows, max_length), targets, meta)
 
 
 def _mark_max_context(max_context, windows):

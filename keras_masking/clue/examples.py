@@ -1,19 +1,10 @@
-"""The example records the CLUE readers produce, one kind per task kind.
+"""The immutable records the CLUE readers produce, one class per task kind.
 
-Records are immutable. Every record has an ``id`` and, when a reader made
-it, a ``source``: where it comes from (``"path:line"``, or the document /
-question of a JSON document), which error messages about it name; it does
-not take part in comparisons. Ids: test splits keep the ids
-of their files; train and dev splits use the file's id field where there is
-one, else the record's 0-based index in the split. In unlabelled splits the
-gold field (``label``, ``labels``, ``answers``, ``entities``) is None.
-
-- `TextExample`: classification (afqmc, tnews, iflytek, ocnli, cmnli,
-  cluewsc, csl, bustm, eprstmt, csldcp);
-- `ChoiceExample`: multiple_choice (c3);
-- `IdiomPassage`: idiom (chid);
-- `SpanExample`: span (cmrc2018);
-- `EntityExample`: entity (cluener).
+Every record has an ``id`` (the file's id field, else its 0-based index in
+the split) and, when a reader made it, a ``source`` (``"path:line"``, or the
+document / question), which error messages name and comparisons ignore. In
+unlabelled splits the gold field (``label``, ``labels``, ``answers``,
+``entities``) is None. `RECORD_TYPES` maps each task kind to its class.
 """
 
 import dataclasses
@@ -80,10 +71,8 @@ class ChoiceExample(_Record):
 class IdiomPassage(_Record):
     """A CHID passage with blanks, each to be filled with one candidate idiom.
 
-    CLUE CHID: one passage per line of the file; the line's content texts
-    are joined with ``"\\n"`` (so a context may be cut at a content
-    boundary) and its blanks, the ``#idiomNNNNNN#`` tags, take distinct
-    candidates. FewCLUE CHID: one line, one blank, whose id is the line's id.
+    CLUE CHID: a line's content texts joined with ``"\\n"``, its blanks the
+    ``#idiomNNNNNN#`` tags; FewCLUE CHID: one line, one blank.
 
     Args:
         id: the passage id: CLUE: the line's 0-based index; FewCLUE: the

@@ -1,13 +1,7 @@
-"""Task models for every CLUE task kind, on any encoder of the package.
+"""Task models for every CLUE task kind, on any encoder of the package, and their
+losses: one functional model with ONE logits output, so `ASATrainer` wraps it."""
 
-`build_task_model` puts the head of a task's kind on an encoder that maps
-``{token_ids, segment_ids, padding_mask}`` to ``{sequence_output,
-pooled_output}`` (a `TransformerBackbone`, a `DropTokenEncoder` from
-`keras_masking.with_drop_token`, an `ExLMEncoder`) and returns a functional
-`keras.Model` with ONE logits output, so that the methods that wrap a
-classifier (``with_asa``, ``fl_tune``, ``prefix_tune``) wrap it too.
-`task_loss` gives the loss to compile it with.
-"""
+import functools
 
 import keras
 
@@ -49,26 +43,19 @@ def build_task_model(task, encoder, num_labels=None, max_length=None, **options)
     * entity (CLUENER): `GlobalPointer` scores ``(batch, types, length,
       length)``, float32.
 
-    The classification logits are float32 too (their Dense runs in float32),
-    so every kind's output is float32 under mixed precision.
-
-    Token-level heads read ``sequence_output`` as it is: under a
-    `DropTokenEncoder` in training a dropped token's state is zeros (its
-    ``token_mask`` output is not used, so every target stays reachable).
-    An `ExLMEncoder` expands every [CLS] / [SEP] (and [MASK]): C3 rows have
-    four and CHID rows carry [MASK]s, so build it with a large enough
-    ``max_expanded_tokens`` (or None).
+    Every kind's output is float32, under mixed precision too. An
+    `ExLMEncoder` expands every [CLS] / [SEP] / [MASK]: give it a large
+    enough ``max_expanded_tokens`` (C3 rows have four, CHID rows [MASK]s).
 
     Args:
         task: a `ClueTask` or a task name.
-        encoder: a `TransformerBackbone`, `DropTokenEncoder` or `ExLMEncoder`
-            (any layer taking the input dict and returning
-            ``sequence_output`` and ``pooled_output``).
+        encoder: any layer taking the input dict and returning
+            ``sequence_output`` and ``pooled_output`` (a `TransformerBackbone`,
+            `DropTokenEncoder` or `ExLMEncoder`).
         num_labels: classification: the number of classes (default: the
             task's labels; required for csldcp); entity: the number of types
             (default: the task's). Unused by the other kinds.
-        max_length: int or None, the static sequence length of the inputs
-            (give it: shapes are then static under ``jit_compile``).
+        max_length: int or None, the static sequence length of the inputs.
         **options: ``dropout`` (0.1; classification, multiple choice,
             idiom), ``num_choices`` (4 for C3, 10 for CHID), ``head_size``
             (64) and ``use_rotary`` (True) for entities, ``name``.
@@ -171,12 +158,9 @@ def task_loss(task):
     >>> type(task_loss("cluener")).__name__
     'MultilabelCategoricalCrossentropy'
     """
-    task = get_task(task)
-    if task.kind == "span":
-        return SpanCrossentropy()
-    if task.kind == "entity":
-        return MultilabelCategoricalCrossentropy()
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    losses = {"span": SpanCrossentropy, "entity": MultilabelCategoricalCrossentropy}
+    sparse = functools.partial(keras.losses.SparseCategoricalCrossentropy, from_logits=True)
+    return losses.get(get_task(task).kind, sparse)()
 
 
 def _inputs(shape):

@@ -1,12 +1,5 @@
-"""Which keras_masking methods a fine-tuning run applies, and applying them.
-
-`MethodPlan` holds the method switches of a run (the embedding correction,
-DropToken, ASA, FL-tuning, P-tuning v2, LoRA, ExLM). `check(task)` refuses a
-combination that does not make sense before anything is read, naming both
-switches and the reason; `apply(backbone, ...)` then applies the methods in a
-fixed order: correction and parameter-efficient tuning on the backbone, the
-encoder (DropToken or ExLM) around it, the task head, and ASA as the trainer.
-"""
+"""Which keras_masking methods a fine-tuning run applies (`MethodPlan`), refusing
+combinations that make no sense before anything is read, and applying them."""
 
 import dataclasses
 
@@ -52,10 +45,9 @@ class AppliedPlan:
         task_model: the task model on ``encoder`` (what predicts and is saved).
         trainer: what ``fit`` trains: ASA's trainer around ``task_model``, or
             ``task_model`` itself.
-        callbacks: callbacks for the first ``fit`` (the embedding correction,
-            when it applies at the start of training).
-        correction: the correction record applied while building (a dict), or
-            None.
+        callbacks: callbacks for the first ``fit`` (the embedding correction
+            when it applies as training begins).
+        correction: the correction record applied while building (a dict), or None.
     """
 
     encoder: keras.Model
@@ -163,21 +155,18 @@ class MethodPlan:
               token_ids=()):  # fmt: skip
         """Applies the methods to ``backbone`` and builds the models to train.
 
-        In order: the embedding correction (now, or as a callback that applies
-        it when the first ``fit`` begins), FL-tuning / P-tuning v2 / LoRA on the
-        backbone (in place), the encoder (DropToken or ExLM) around it, the
-        task model (``build_head(encoder)``) and ASA's trainer around it.
+        In order: the embedding correction (now, or as a callback of the first
+        ``fit``), FL-tuning / P-tuning v2 / LoRA on the backbone, the encoder
+        (DropToken or ExLM) around it, the task model and ASA's trainer.
 
         Args:
             backbone: a `TransformerBackbone`.
             task: a `ClueTask` or task name.
-            tokenizer: the run's keras-hub `BertTokenizer` (its [CLS], [SEP],
-                [MASK] and special ids).
+            tokenizer: the run's keras-hub `BertTokenizer`.
             build_head: a callable taking the encoder, returning the task model.
             seed: the seed of DropToken's and ASA's draws.
             correct_now: correct the embeddings while building (a resumed
-                run, whose saved weights then replace the trained ones) rather
-                than when training begins.
+                run) rather than when training begins.
             token_ids: the encoded token id arrays of every split (ExLM makes
                 room for the most [CLS] / [SEP] / [MASK] one row holds).
 
@@ -198,6 +187,9 @@ class MethodPlan:
         """
         import keras_masking
         from keras_masking.clue.tasks import get_task
+        from keras_masking.methods import ASATrainer
+        from keras_masking.methods import DropTokenEncoder
+        from keras_masking.utils.xla_cpu import warn_if_slow_token_dropping_under_xla
 
         task = get_task(task)
         callbacks, correction = [], None
@@ -212,9 +204,9 @@ class MethodPlan:
             else:
                 callbacks.append(keras_masking.callbacks.MLMEmbeddingCorrection(**settings))
         if self.fl_tuning:
-            keras_masking.fl_tune(backbone, units=self.fl_tuning)
+            backbone.enable_fl_tuning(self.fl_tuning)
         if self.prefix_tuning:
-            keras_masking.prefix_tune(backbone, length=self.prefix_tuning)
+            backbone.enable_prefix_tuning(self.prefix_tuning)
         if self.lora:
             backbone.enable_lora(self.lora)
         if task.kind in ("span", "entity") and backbone.pooled_dense is not None:
@@ -222,13 +214,11 @@ class MethodPlan:
         special = (tokenizer.cls_token_id, tokenizer.sep_token_id)
         encoder = backbone
         if self.drop_token:
-            encoder = keras_masking.with_drop_token(
-                backbone,
-                self.drop_token,
-                unselectable_token_ids=special,
-                mode=self.drop_token_mode(task),
-                seed=seed,
-            )
+            # The encoder outputs ``token_mask`` too: `MethodEvidence` measures the drop share.
+            encoder = DropTokenEncoder(backbone, self.drop_token, unselectable_token_ids=special,
+                                       mode=self.drop_token_mode(task), seed=seed)  # fmt: skip
+            if encoder.mode == "gather":
+                warn_if_slow_token_dropping_under_xla()
         elif self.exlm_k:
             expanded = special + (tokenizer.mask_token_id,)
             counts = [int(np.isin(ids, expanded).sum(axis=-1).max()) for ids in token_ids]
@@ -242,9 +232,8 @@ class MethodPlan:
         task_model = build_head(encoder)
         trainer = task_model
         if self.asa is not None:
-            divergence = None
-            if task.kind == "span":
-                divergence = keras_masking.losses.span_position_divergence
-            trainer = keras_masking.with_asa(task_model, tau=self.asa, seed=seed,
-                                             divergence=divergence)  # fmt: skip
+            divergence = (
+                keras_masking.losses.span_position_divergence if task.kind == "span" else None
+            )
+            trainer = ASATrainer(task_model, tau=self.asa, seed=seed, divergence=divergence)
         return AppliedPlan(encoder, task_model, trainer, callbacks, correction)

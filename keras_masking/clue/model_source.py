@@ -1,12 +1,6 @@
-"""Where a fine-tuning run's encoder and vocabulary come from.
-
-A run starts from a Google-layout TF checkpoint (``bert_config.json`` and
-``vocab.txt`` next to it, as users' BERT / RoBERTa-wwm / RoFormer / NEZHA
-downloads come) or from a preset folder (this package's, keras-hub's or a
-Hugging Face BERT folder). `ModelSource` names one and checks, before any
-weight is read, that its files exist; `load` returns the backbone and a
-tokenizer whose vocabulary fits it.
-"""
+"""Where a fine-tuning run's encoder and vocabulary come from: a Google-layout
+TF checkpoint (``bert_config.json`` and ``vocab.txt`` beside it) or a preset
+folder (this package's, keras-hub's or a Hugging Face BERT folder)."""
 
 import dataclasses
 import os
@@ -14,7 +8,6 @@ import pathlib
 
 from keras_masking.utils.arguments import check_choice
 
-CONFIG_NAMES = ("bert_config.json", "config.json")
 VOCABULARY_NAMES = ("vocab.txt", os.path.join("assets", "tokenizer", "vocabulary.txt"))
 FAMILIES = ("bert", "roberta", "roformer", "nezha")
 # Tokens every task encoding uses.
@@ -33,6 +26,7 @@ class ModelSource:
         config: ``bert_config.json``; default: next to the checkpoint.
         vocabulary: ``vocab.txt``; default: next to the checkpoint, or the
             preset's own (``vocab.txt`` or ``assets/tokenizer/vocabulary.txt``).
+        Paths may be str or path-like.
 
     Example:
     ```python
@@ -55,6 +49,9 @@ class ModelSource:
                 f"checkpoint={self.checkpoint!r}, preset={self.preset!r}."
             )
         check_choice("model", self.model, FAMILIES)
+        for name in ("checkpoint", "preset", "config", "vocabulary"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, os.fspath(getattr(self, name)))
 
     @property
     def folder(self):
@@ -69,8 +66,8 @@ class ModelSource:
         if self.preset is not None:
             return None
         if self.config is not None:
-            return _existing(self.config, "--config", "a bert_config.json file")
-        return _first_existing(self.folder, CONFIG_NAMES[:1], "bert_config.json", "--config")
+            return existing_file(self.config, "--config", "a bert_config.json file")
+        return _first_existing(self.folder, ("bert_config.json",), "bert_config.json", "--config")
 
     def preset_vocabulary(self):
         """The vocabulary file a preset folder carries, or None."""
@@ -85,7 +82,7 @@ class ModelSource:
     def vocabulary_file(self):
         """The vocabulary to tokenise with (checked to exist)."""
         if self.vocabulary is not None:
-            return _existing(self.vocabulary, "--vocab", "a vocab.txt file")
+            return existing_file(self.vocabulary, "--vocab", "a vocab.txt file")
         own = self.preset_vocabulary()
         if own is not None:
             return own
@@ -95,7 +92,7 @@ class ModelSource:
         """Checks every file the source needs exists; reads no weights.
 
         Returns:
-            A dict of the paths (``model``, ``config``, ``vocabulary``).
+            A dict of the absolute paths (``model``, ``config``, ``vocabulary``).
         """
         if self.checkpoint is not None:
             model_path = checkpoint_prefix(self.checkpoint, "--checkpoint")
@@ -103,19 +100,19 @@ class ModelSource:
             if not os.path.isdir(self.preset):
                 raise FileNotFoundError(f"--preset {self.preset!r}: no such folder.")
             model_path = self.preset
+        config = self.config_file()
         return {
-            "model": os.fspath(model_path),
-            "config": None if self.preset else os.fspath(self.config_file()),
-            "vocabulary": os.fspath(self.vocabulary_file()),
+            "model": os.path.abspath(model_path),
+            "config": None if config is None else os.path.abspath(config),
+            "vocabulary": os.path.abspath(self.vocabulary_file()),
         }
 
-    def load(self, required_tokens=(), **backbone_kwargs):
+    def load(self, required_tokens=()):
         """Loads the backbone and a tokenizer that fits it.
 
         Args:
             required_tokens: tokens the task's encoding needs besides
                 `REQUIRED_TOKENS` (CHID's ``[unused1]``).
-            **backbone_kwargs: `TransformerBackbone` overrides (checkpoints).
 
         Returns:
             ``(backbone, tokenizer)``: a `TransformerBackbone` and a keras-hub
@@ -150,9 +147,7 @@ class ModelSource:
         if self.preset is not None:
             backbone = TransformerBackbone.from_preset(self.preset)
         else:
-            backbone = from_tf_checkpoint(
-                paths["config"], paths["model"], model=self.model, **backbone_kwargs
-            )
+            backbone = from_tf_checkpoint(paths["config"], paths["model"], model=self.model)
         if len(tokens) != backbone.vocabulary_size:
             raise ValueError(
                 f"The vocabulary {paths['vocabulary']!r} has {len(tokens)} tokens but the model "
@@ -162,9 +157,8 @@ class ModelSource:
 
 
 def check_max_length(backbone, max_length):
-    """Refuses a length beyond an absolute-position model's position table.
-
-    Rotary and relative models have no table and take any length.
+    """Refuses a length beyond an absolute-position model's position table (rotary
+    and relative models take any length).
 
     Args:
         backbone: a `TransformerBackbone`.
@@ -191,15 +185,12 @@ def check_max_length(backbone, max_length):
 
 
 def checkpoint_prefix(path, argument, expected="a TF checkpoint prefix, folder or .index file"):
-    """The prefix of the TF checkpoint ``path`` names, or an error naming ``argument``.
+    """The prefix (a str) of the TF checkpoint ``path`` names, or an error naming ``argument``.
 
     Args:
         path: a checkpoint prefix, folder or ``.index`` file.
         argument: the flag or argument named in the message (``"--checkpoint"``).
         expected: what ``argument`` should be, for the message.
-
-    Returns:
-        The prefix (``.../bert_model.ckpt``), a str.
 
     Raises:
         FileNotFoundError: nothing at ``path``, or no checkpoint in its folder.
@@ -220,7 +211,19 @@ def checkpoint_prefix(path, argument, expected="a TF checkpoint prefix, folder o
     return resolve_checkpoint_prefix(path)
 
 
-def _existing(path, argument, expected):
+def existing_file(path, argument, expected):
+    """``path`` as a `pathlib.Path` if it is a file, else a FileNotFoundError.
+
+    Args:
+        path: the path to check.
+        argument, expected: the flag the message names and what it should be.
+
+    Example:
+    >>> existing_file("missing.json", "--config", "a bert_config.json file")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: --config 'missing.json': no such file; expected a bert_config.json file.
+    """
     if not os.path.isfile(path):
         what = "a folder" if os.path.isdir(path) else "no such file"
         raise FileNotFoundError(f"{argument} {path!r}: {what}; expected {expected}.")

@@ -1,11 +1,5 @@
-"""The fine-tuning optimizer: AdamW, linear warmup then linear decay.
-
-As BERT's fine-tuning recipe: the learning rate rises linearly from 0 over
-the warmup steps, then falls linearly to 0 at the last step; weight decay
-skips biases and LayerNorm scales and offsets. The schedule counts optimizer
-updates: with gradient accumulation (``accumulation`` batches per update) it
-advances once per update, not once per batch (`keras_masking.optimizers.AdamW`).
-"""
+"""The fine-tuning optimizer, as BERT's recipe: AdamW, linear warmup then linear
+decay, no weight decay on biases and LayerNorm."""
 
 import keras
 from keras import ops
@@ -84,9 +78,8 @@ def fine_tuning_optimizer(
             one step (Keras' ``gradient_accumulation_steps``).
 
     Returns:
-        A `keras_masking.optimizers.AdamW`: Keras' AdamW, with exact updates of embedding
-        rows on TensorFlow and the schedule evaluated at the update count (so
-        ``total_steps`` and the warmup are in updates under accumulation too).
+        A `keras_masking.optimizers.AdamW`, whose schedule counts updates (not
+        batches) under accumulation.
 
     Example:
     >>> optimizer = fine_tuning_optimizer(2e-5, total_steps=100)

@@ -1,12 +1,11 @@
 """Reading a CLUE 1.1 or FewCLUE task's split from a data folder.
 
-The data folder is always an argument: `read_split` finds the task's folder
-under it (``data_dir/tnews``, ``data_dir/cluewsc2020``, ``data_dir/afqmc_public``
-...) or takes ``data_dir`` itself when it holds the files, tells the two
-layouts apart by their file names (`detect_benchmark`), and reads the split's
-files into the records of `keras_masking.clue.examples`. JSON-lines files
-stream (`iter_examples` yields one record at a time); C3 and CMRC2018 files
-are single JSON documents and are read whole.
+`read_split` finds the task's folder under the data folder (``data_dir/tnews``,
+``data_dir/cluewsc2020``, ``data_dir/afqmc_public`` ...) or takes ``data_dir``
+itself when it holds the files, tells CLUE from FewCLUE by the file names
+(`detect_benchmark`) and reads the split into the records of
+`keras_masking.clue.examples`. JSON-lines files stream (`iter_examples`); C3
+and CMRC2018 files are one JSON document each and are read whole.
 
 Files per split (CLUE 1.1 / FewCLUE):
 
@@ -19,10 +18,6 @@ Files per split (CLUE 1.1 / FewCLUE):
   ``test.json`` (no labels).
 - ``test1.0`` (CLUE 1.0's TNEWS, CLUEWSC, C3, CHID): ``test1.0.json``.
 - ``test_public`` (FewCLUE, labelled): ``test_public.json``.
-
-Every problem in a file is a ValueError that names the file and the line (or,
-in JSON documents, the document / question and its id), what was expected
-and what was found.
 """
 
 import dataclasses
@@ -44,25 +39,6 @@ from keras_masking.utils.arguments import check_int
 
 logger = logging.getLogger(__name__)
 
-# Folder names a task's files may sit in under the data folder (CLUE's
-# downloads unpack to "<name>_public").
-TASK_FOLDERS = {
-    "afqmc": ("afqmc", "afqmc_public"),
-    "tnews": ("tnews", "tnews_public"),
-    "iflytek": ("iflytek", "iflytek_public"),
-    "ocnli": ("ocnli", "ocnli_public"),
-    "cmnli": ("cmnli", "cmnli_public"),
-    "cluewsc": ("cluewsc2020", "wsc", "cluewsc", "cluewsc2020_public"),
-    "csl": ("csl", "csl_public"),
-    "cluener": ("cluener", "cluener_public"),
-    "c3": ("c3", "c3_public"),
-    "chid": ("chid", "chid_public"),
-    "cmrc2018": ("cmrc2018", "cmrc2018_public"),
-    "bustm": ("bustm",),
-    "eprstmt": ("eprstmt",),
-    "csldcp": ("csldcp",),
-}
-
 FEW_SHOT_SPLITS = 5  # FewCLUE's train_0..train_4 / dev_0..dev_4
 _FEWCLUE_MARKERS = (
     ("train_few_all.json", "dev_few_all.json", "test_public.json", "unlabeled.json")
@@ -75,6 +51,13 @@ _CLUE_TASK_MARKERS = {
     "c3": ("m-train.json", "d-train.json", "m-dev.json", "d-dev.json"),
     "chid": ("train_answer.json", "dev_answer.json"),
 }
+_CLUE_FILES = {
+    "train": ("train.json",),
+    "dev": ("dev.json",),
+    "test": ("test1.1.json", "test.json", "test1.0.json"),
+    "test1.0": ("test1.0.json",),
+}
+_BENCHMARK_NAMES = {"clue": "CLUE", "fewclue": "FewCLUE", None: "CLUE or FewCLUE"}
 
 # Text fields of the classification tasks: (first, second or None).
 _TEXT_FIELDS = {
@@ -105,20 +88,17 @@ class ClueSplit:
             ``"test_public"``, ``"train_0"`` .. ``"train_4"``, ``"dev_0"`` ..
         examples: the records (`TextExample`, `ChoiceExample`, ...).
         files: ``[{"path", "sha256", "records"}]`` for every file read (CHID
-            answer files too). ``records``: the lines of a JSON-lines file, the documents
-            of a C3 file, the questions of a CMRC2018 file, the tags of a
-            CHID answer file.
+            answer files too); ``records`` counts lines, C3 documents,
+            CMRC2018 questions or CHID answer tags.
         skipped: examples skipped (``"-"`` labels of OCNLI / CMNLI).
         labelled: whether the examples carry labels.
         labels: the task's label strings (CLUENER: its entity types), or
             None.
-        counts: what reading changed, by name (recorded in ``run.json``):
-            CMRC2018 ``answers``, ``answers_relocated`` (an ``answer_start``
-            of -1 or pointing elsewhere, placed by the answer's text),
-            ``answers_unplaced`` (the text is not in the context: scored,
-            not trained on), ``questions_unplaced`` (no answer placed) and,
-            for a training split, ``questions_dropped`` (those questions,
-            left out of training). Empty for the other tasks.
+        counts: what reading changed (recorded in ``run.json``): CMRC2018's
+            ``answers``, ``answers_relocated`` (placed by the answer's text),
+            ``answers_unplaced`` (the text is not in the context: scored, not
+            trained on), ``questions_unplaced`` and, for a training split,
+            ``questions_dropped``. Empty for the other tasks.
 
     Example:
 
@@ -151,11 +131,7 @@ def detect_benchmark(data_dir, task, benchmark=None):
     """Finds a task's folder and tells whether it holds CLUE or FewCLUE files.
 
     The folders tried, in order: ``data_dir/<name>`` for each folder name of
-    the task (CLUE's and FewCLUE's names and CLUE's ``<name>_public``), then
-    ``data_dir`` itself. FewCLUE folders hold ``*_few_all.json``,
-    ``train_k.json`` / ``dev_k.json`` or ``test_public.json``; CLUE folders
-    ``train.json``, ``dev.json``, ``test1.x.json`` (and the task's own names:
-    ``train.50k.json``, ``m-train.json``, ``train_answer.json``).
+    the task (``tnews``, ``tnews_public``, ...), then ``data_dir`` itself.
 
     Args:
         data_dir: the data folder.
@@ -167,11 +143,10 @@ def detect_benchmark(data_dir, task, benchmark=None):
         `pathlib.Path`.
 
     Raises:
-        FileNotFoundError: no folder holds the task's files; the message
-            lists every path tried.
-        ValueError: a folder holds both CLUE and FewCLUE files (both named),
-            two folders hold the task's files, or the files are of a
-            benchmark that does not have the task.
+        FileNotFoundError: no folder holds the task's files (every path tried
+            is listed).
+        ValueError: a folder holds both benchmarks' files, two folders hold
+            the task's files, or the benchmark does not have the task.
 
     Example:
 
@@ -191,43 +166,31 @@ def detect_benchmark(data_dir, task, benchmark=None):
                 f"It is part of: {', '.join(_BENCHMARK_NAMES[b] for b in task.benchmarks)}."
             )
     data_dir = pathlib.Path(data_dir)
-    folders = [data_dir / name for name in TASK_FOLDERS[task.name]] + [data_dir]
-    found = []
-    tried = []
-    for folder in folders:
+    found, tried = [], []
+    for folder in [data_dir / name for name in _task_folders(task)] + [data_dir]:
         if folder == data_dir and found:
             break  # a task folder wins over files lying in the data folder itself
-        tried.append(folder)
-        if not folder.is_dir():
-            continue
-        kind = _folder_benchmark(folder, task, benchmark)
+        tried.append(os.fspath(folder))
+        kind = _folder_benchmark(folder, task, benchmark) if folder.is_dir() else None
         if kind is not None:
             found.append((kind, folder))
-    if benchmark is not None:
-        matching = [(kind, folder) for kind, folder in found if kind == benchmark]
-        if not matching:
-            others = "".join(
-                f"; {_BENCHMARK_NAMES[kind]} files are in {os.fspath(folder)}"
-                for kind, folder in found
-            )
-            raise FileNotFoundError(
-                f"No {_BENCHMARK_NAMES[benchmark]} files of {task.name} found. Tried: "
-                f"{', '.join(os.fspath(path) for path in tried)}{others}."
-            )
-        found = matching
-    if not found:
-        raise FileNotFoundError(
-            f"No CLUE or FewCLUE files of {task.name} found. Tried: "
-            f"{', '.join(os.fspath(path) for path in tried)}."
+    matching = [(kind, folder) for kind, folder in found if benchmark in (None, kind)]
+    if not matching:
+        others = "".join(
+            f"; {_BENCHMARK_NAMES[kind]} files are in {os.fspath(folder)}" for kind, folder in found
         )
-    if len(found) > 1:
+        raise FileNotFoundError(
+            f"No {_BENCHMARK_NAMES[benchmark]} files of {task.name} found. "
+            f"Tried: {', '.join(tried)}{others}."
+        )
+    if len(matching) > 1:
         raise ValueError(
             f"More than one folder holds {task.name} files: "
-            + ", ".join(f"{os.fspath(folder)} ({_BENCHMARK_NAMES[kind]})" for kind, folder in found)
+            + ", ".join(f"{os.fspath(f)} ({_BENCHMARK_NAMES[kind]})" for kind, f in matching)
             + ". Keep one, or pass the task's folder as data_dir"
             + ("." if benchmark else " and benchmark=.")
         )
-    kind, folder = found[0]
+    kind, folder = matching[0]
     if kind not in task.benchmarks:
         raise ValueError(
             f"{os.fspath(folder)} holds {_BENCHMARK_NAMES[kind]} files, but {task.name} is not a "
@@ -236,10 +199,14 @@ def detect_benchmark(data_dir, task, benchmark=None):
     return kind, folder
 
 
-_BENCHMARK_NAMES = {"clue": "CLUE", "fewclue": "FewCLUE"}
+def _task_folders(task):
+    """The folder names a task's files may sit in (CLUE's downloads add ``_public``)."""
+    names = ("cluewsc2020", "wsc", "cluewsc") if task.name == "cluewsc" else (task.name,)
+    return names + ((f"{names[0]}_public",) if "clue" in task.benchmarks else ())
 
 
 def _folder_benchmark(folder, task, benchmark):
+    """``"clue"``, ``"fewclue"`` or None: whose files ``folder`` holds."""
     clue = [
         name
         for name in _CLUE_MARKERS + _CLUE_TASK_MARKERS.get(task.name, ())
@@ -252,20 +219,16 @@ def _folder_benchmark(folder, task, benchmark):
             f"FewCLUE files ({os.fspath(folder / fewclue[0])}). Keep each benchmark in its own "
             "folder."
         )
-    if clue:
-        return "clue"
-    if fewclue:
-        return "fewclue"
-    if (folder / "test.json").is_file():
-        if benchmark is not None:
-            return benchmark
-        if len(task.benchmarks) == 1:
-            return task.benchmarks[0]
-        raise ValueError(
-            f"{os.fspath(folder / 'test.json')} alone does not tell CLUE from FewCLUE. "
-            "Pass benchmark='clue' or benchmark='fewclue'."
-        )
-    return None
+    if clue or fewclue:
+        return "clue" if clue else "fewclue"
+    if not (folder / "test.json").is_file():
+        return None
+    if benchmark is not None or len(task.benchmarks) == 1:
+        return benchmark or task.benchmarks[0]
+    raise ValueError(
+        f"{os.fspath(folder / 'test.json')} alone does not tell CLUE from FewCLUE. "
+        "Pass benchmark='clue' or benchmark='fewclue'."
+    )
 
 
 def _split_files(task, benchmark, folder, split, few_shot):
@@ -278,51 +241,45 @@ def _split_files(task, benchmark, folder, split, few_shot):
                 raise ValueError(
                     f"split={split!r} already names its file; few_shot={few_shot!r} contradicts it."
                 )
-            suffix = suffix or (None if few_shot == "all" else str(few_shot))
-            if suffix is not None and suffix != "few_all":
+            suffix = suffix or ("few_all" if few_shot == "all" else str(few_shot))
+            if suffix != "few_all":
                 check_int("the few-shot split", int(suffix), 0, FEW_SHOT_SPLITS - 1)
-                name, candidates = f"{base}_{suffix}", (f"{base}_{suffix}.json",)
-            else:
-                name, candidates = base, (f"{base}_few_all.json",)
+            name = base if suffix == "few_all" else f"{base}_{suffix}"
+            file = f"{base}_{suffix}"
         elif split in ("test", "test_public"):
             if few_shot != "all":
                 raise ValueError(
                     f"few_shot={few_shot!r} selects a train / dev file; the {split} split has one "
                     "file. Pass few_shot='all'."
                 )
-            name, candidates = split, (f"{split}.json",)
+            name, file = split, split
         else:
             raise ValueError(
                 f"Unknown FewCLUE split {split!r}. Expected 'train', 'dev' (with few_shot='all' "
                 f"or 0..{FEW_SHOT_SPLITS - 1}), 'train_k', 'dev_k', 'test_public' or 'test'."
             )
-        return name, [_first_existing(folder, candidates, task, split)], None
+        return name, [_first_existing(folder, (f"{file}.json",), task, split)], None
     if few_shot != "all":
         raise ValueError(
             f"few_shot={few_shot!r} is a FewCLUE option; CLUE's {task.name} has one "
             f"{split} split. Pass few_shot='all'."
         )
-    if split not in ("train", "dev", "test", "test1.0"):
+    if split not in _CLUE_FILES:
         raise ValueError(
             f"Unknown CLUE split {split!r}. Expected 'train', 'dev', 'test' or 'test1.0'."
         )
-    if split == "test":
-        candidates = ("test1.1.json", "test.json", "test1.0.json")
-    elif split == "test1.0":
-        candidates = ("test1.0.json",)
-    elif task.name == "ocnli" and split == "train":
-        candidates = ("train.50k.json", "train.json")
-    else:
-        candidates = (f"{split}.json",)
     if task.name == "c3" and split in ("train", "dev"):
         paths = [folder / f"m-{split}.json", folder / f"d-{split}.json"]
-        missing = [path for path in paths if not path.is_file()]
+        missing = [os.fspath(path) for path in paths if not path.is_file()]
         if missing:
             raise FileNotFoundError(
                 f"C3's {split} split is {paths[0].name} + {paths[1].name}; missing: "
-                f"{', '.join(os.fspath(path) for path in missing)}."
+                f"{', '.join(missing)}."
             )
         return split, paths, None
+    candidates = _CLUE_FILES[split]
+    if task.name == "ocnli" and split == "train":
+        candidates = ("train.50k.json",) + candidates
     path = _first_existing(folder, candidates, task, split)
     answers = None
     if task.name == "chid" and split in ("train", "dev"):
@@ -360,10 +317,8 @@ def read_split(data_dir, task, split, benchmark=None, few_shot="all"):
         every other split is labelled.
 
     Raises:
-        FileNotFoundError: the folder or the split's files are missing (every
-            path tried is listed).
-        ValueError: a bad file or record (the file and line are named; see
-            `iter_examples`), duplicate ids, an unknown split.
+        FileNotFoundError: the split's files are missing (as `detect_benchmark`).
+        ValueError: a bad file or record (as `iter_examples`), an unknown split.
 
     Example:
 
@@ -384,32 +339,10 @@ def read_split(data_dir, task, split, benchmark=None, few_shot="all"):
         few_shot = check_int("few_shot", few_shot, 0, FEW_SHOT_SPLITS - 1)
     benchmark, folder = detect_benchmark(data_dir, task, benchmark)
     name, paths, answers = _split_files(task, benchmark, folder, split, few_shot)
-    is_test = name.startswith("test")
     labelled = name not in ("test", "test1.0")
-    files = []
-    labels = task.labels
-    examples = []
-    skipped = 0
-    seen = {}  # ids of every file of the split: where each was first read
-    counts = {}
-    for path in paths:
-        report = {"ids": seen}
-        for example in iter_examples(
-            path,
-            task,
-            labelled=labelled,
-            labels=labels,
-            answers=answers,
-            require_ids=is_test,
-            first_index=len(examples) + skipped,
-            benchmark=benchmark,
-            report=report,
-        ):
-            examples.append(example)
-        files.extend(report["files"])
-        skipped += report["skipped"]
-        for key, value in report["counts"].items():
-            counts[key] = counts.get(key, 0) + value
+    reading = _Reading(task, labelled, name.startswith("test"), benchmark, answers)
+    examples = [example for path in paths for example in _read_file(reading, path)]
+    counts = reading.counts
     if task.kind == "span" and labelled and name.startswith("train"):
         # Train without the questions none of whose answers is in the context
         # (they stay in dev splits, where every answer text is scored).
@@ -426,16 +359,12 @@ def read_split(data_dir, task, split, benchmark=None, few_shot="all"):
         examples = kept
     if not examples:
         dropped = counts.get("questions_dropped")
-        raise ValueError(
-            f"{os.fspath(paths[0])}: no examples left after skipping "
-            + (
-                f"{dropped} questions without an answer in their context."
-                if dropped
-                else f"{skipped} '-' labels."
-            )
-        )
-    if skipped:
-        logger.info("%s %s: skipped %d examples labelled '-'.", task.name, name, skipped)
+        what = f"{dropped} questions without an answer in their context"
+        if not dropped:
+            what = f"{reading.skipped} '-' labels"
+        raise ValueError(f"{os.fspath(paths[0])}: no examples left after skipping {what}.")
+    if reading.skipped:
+        logger.info("%s %s: skipped %d examples labelled '-'.", task.name, name, reading.skipped)
     logger.info(
         "Read %s %s %s: %d examples from %s.",
         _BENCHMARK_NAMES[benchmark],
@@ -444,38 +373,24 @@ def read_split(data_dir, task, split, benchmark=None, few_shot="all"):
         len(examples),
         ", ".join(os.fspath(path) for path in paths),
     )
-    return ClueSplit(task, benchmark, name, examples, files, skipped, labelled, labels, counts)
+    files, skipped = reading.files, reading.skipped
+    return ClueSplit(task, benchmark, name, examples, files, skipped, labelled, task.labels, counts)
 
 
 # === Reading one file ===
-def iter_examples(
-    path,
-    task,
-    labelled=True,
-    labels=None,
-    answers=None,
-    require_ids=None,
-    first_index=0,
-    benchmark=None,
-    report=None,
-):
+def iter_examples(path, task, labelled=True, answers=None, benchmark=None, report=None):
     """Yields the records of one file, one at a time.
 
-    JSON-lines files (every task but C3 and CMRC2018) are read line by line,
-    so a 392k-line CMNLI file never sits in memory; C3 and CMRC2018 files are
-    one JSON document each and are parsed whole.
+    JSON-lines files are read line by line, so a 392k-line CMNLI file never
+    sits in memory; C3 and CMRC2018 files are one JSON document each.
 
     Args:
         path: the file.
         task: a task name or `ClueTask`.
-        labelled: whether to read (and require) labels; False for test files.
-        labels: the allowed label strings; None: the task's `labels`.
+        labelled: whether to read (and require) labels; False for test files,
+            whose records must then carry their ids.
         answers: CLUE CHID with labels: the answer file's path or a dict
             ``{tag: candidate index}``.
-        require_ids: whether every record must carry an id (default: not
-            ``labelled``, i.e. test files).
-        first_index: the index of the file's first record, for ids of
-            records without one (a split of several files continues).
         benchmark: None, ``"clue"`` or ``"fewclue"``; decides CHID's format
             (detected from the records when None).
         report: an optional dict, filled when the file is exhausted with
@@ -483,15 +398,13 @@ def iter_examples(
             too), ``"skipped"`` and ``"counts"`` (see `ClueSplit`).
 
     Yields:
-        `TextExample`, `ChoiceExample`, `IdiomPassage`, `SpanExample` or
-        `EntityExample` records, by the task's kind.
+        The records (`TextExample`, `ChoiceExample`, ...) of the task's kind.
 
     Raises:
-        ValueError: a file that is empty, not UTF-8 or not JSON; a record
-            with a missing or mistyped field, an unknown label, a missing
-            (test) or duplicate id, spans or answers that do not match their
-            text. The message names the file and the line (JSON documents:
-            the document / question and its id).
+        ValueError: a file that is empty, not UTF-8 or not JSON, a record with
+            a missing or mistyped field, an unknown label, a missing (test) or
+            duplicate id, spans that do not match their text. The message
+            names the file and the line (or the document / question and id).
 
     Example:
 
@@ -503,47 +416,28 @@ def iter_examples(
     TextExample(id=0, text_a='模型；训练', text_b='摘要', label='1')
     """
     task = get_task(task)
-    labels = task.labels if labels is None else tuple(labels)
-    if require_ids is None:
-        require_ids = not labelled
     if benchmark is not None:
         benchmark = check_benchmark(benchmark)
-    if report is None:
-        report = {}
-    seen = report.pop("ids", {})  # read_split's: ids unique over the split's files
-    report.update(files=[], skipped=0, counts={})
-    context = _Context(path, task, labelled, labels, require_ids, first_index, report, seen)
-    if task.kind == "multiple_choice":
-        yield from _c3_examples(context)
-    elif task.kind == "span":
-        yield from _cmrc2018_examples(context)
-    elif task.kind == "idiom":
-        yield from _chid_examples(context, answers, benchmark)
-    else:
-        read = _entity_example if task.kind == "entity" else _text_example
-        for where, index, record in _json_lines(context):
-            example = read(context, where, index, record)
-            if example is _SKIP:
-                report["skipped"] += 1
-                continue
-            context.check_unique(example.id, where)
-            yield example
+    reading = _Reading(task, labelled, not labelled, benchmark, answers)
+    yield from _read_file(reading, path)
+    if report is not None:
+        report.update(files=reading.files, skipped=reading.skipped, counts=reading.counts)
 
 
 @dataclasses.dataclass
-class _Context:
-    path: object
+class _Reading:
+    """One split being read: what its readers need and what they found."""
+
     task: object
     labelled: bool
-    labels: tuple | None
     require_ids: bool
-    first_index: int
-    report: dict
-    seen: dict = dataclasses.field(default_factory=dict)
-
-    @property
-    def name(self):
-        return os.fspath(self.path)
+    benchmark: str | None
+    answers: object
+    count: int = 0  # records read, skipped ones too: the id of the next one without its own
+    skipped: int = 0
+    seen: dict = dataclasses.field(default_factory=dict)  # id: where it was first read
+    files: list = dataclasses.field(default_factory=list)
+    counts: dict = dataclasses.field(default_factory=dict)
 
     def check_unique(self, example_id, where):
         if example_id in self.seen:
@@ -553,47 +447,58 @@ class _Context:
             )
         self.seen[example_id] = where
 
-    def example_id(self, record, where, index, fields=("id",)):
+    def example_id(self, record, where, fields=("id",)):
         for field in fields:
             if field in record:
                 value = record[field]
-                if isinstance(value, bool) or not isinstance(value, (int, str)) or value == "":
-                    raise ValueError(
-                        f"{where}: field {field!r} must be an int or a non-empty str. "
-                        f"Received: {_describe(value)}."
-                    )
-                return value
+                valid = _is(value, (int, str)) and value != ""
+                return _expect(
+                    valid, value, f"{where}: field {field!r}", "an int or a non-empty str"
+                )
         if self.require_ids:
             raise ValueError(
                 f"{where}: missing field {fields[0]!r}. Test examples must carry their id "
                 "(the submission is matched by it)."
             )
-        return self.first_index + index
+        return self.count
+
+    def add_file(self, path, digest, records):
+        self.files.append({"path": os.fspath(path), "sha256": digest, "records": records})
 
 
-def _json_lines(context):
-    """Yields ``(where, record index, JSON object)`` per non-blank line."""
+def _read_file(reading, path):
+    """Yields the records of one file of the split ``reading`` reads."""
+    read = _READERS[reading.task.kind]
+    if reading.task.kind in ("classification", "entity"):
+        records = (read(reading, where, record) for where, record in _json_lines(reading, path))
+    else:
+        records = read(reading, path)
+    for record in records:
+        reading.count += 1
+        if record is _SKIP:
+            reading.skipped += 1
+            continue
+        reading.check_unique(record.id, record.source)
+        yield record
+
+
+def _json_lines(reading, path):
+    """Yields ``(where, JSON object)`` per non-blank line."""
+    name = os.fspath(path)
     digest = hashlib.sha256()
     records = 0
-    with open(context.path, "rb") as file:
+    with open(path, "rb") as file:
         for number, raw in enumerate(file, start=1):
             digest.update(raw)
-            where = f"{context.name}:{number}"
-            line = _decode(raw, context.name, number)
-            if not line.strip():
-                continue
-            record = _parse(line, context.name, number)
-            if not isinstance(record, dict):
-                raise ValueError(
-                    f"{where}: expected a JSON object. Received: {type(record).__name__}."
-                )
-            records += 1
-            yield where, records - 1, record
+            line = _decode(raw, name, number)
+            if line.strip():
+                record = _parse(line, name, number)
+                records += 1
+                where = f"{name}:{number}"
+                yield where, _expect(isinstance(record, dict), record, where, _OBJECT)
     if records == 0:
-        raise ValueError(f"{context.name}: the file is empty (no JSON lines).")
-    context.report["files"].append(
-        {"path": context.name, "sha256": digest.hexdigest(), "records": records}
-    )
+        raise ValueError(f"{name}: the file is empty (no JSON lines).")
+    reading.add_file(path, digest.hexdigest(), records)
 
 
 def _read_document(path):
@@ -634,34 +539,40 @@ def _parse(text, name, line=None):
         ) from error
 
 
-def _describe(value):
-    text = repr(value)
-    if len(text) > 40:
-        text = text[:37] + "..."
-    return f"{type(value).__name__} {text}"
+# === Checking what a record holds ===
+_OBJECT = "a JSON object"
+_STRINGS = "a non-empty list of strings"
+_TYPE_NAMES = {str: "a str", int: "an int", list: "a list", dict: _OBJECT}
 
 
-def _field(record, name, where, kind, what=None):
-    if name not in record:
-        raise ValueError(f"{where}: missing field {name!r}.")
-    value = record[name]
-    if not isinstance(value, kind) or isinstance(value, bool):
-        expected = what or f"a {kind.__name__}"
-        raise ValueError(
-            f"{where}: field {name!r} must be {expected}. Received: {_describe(value)}."
-        )
+def _is(value, kind):
+    """Whether ``value`` is a ``kind``; a bool is never a number here."""
+    return isinstance(value, kind) and not isinstance(value, bool)
+
+
+def _expect(valid, value, where, what):
+    """``value`` if ``valid``, else a ValueError at ``where`` saying ``what`` was expected."""
+    if not valid:
+        text = repr(value)
+        if len(text) > 40:
+            text = text[:37] + "..."
+        raise ValueError(f"{where}: expected {what}. Received: {type(value).__name__} {text}.")
     return value
 
 
-def _strings(record, name, where, non_empty=True):
-    values = _field(record, name, where, list, "a list of strings")
-    if not all(isinstance(value, str) for value in values):
-        raise ValueError(
-            f"{where}: field {name!r} must be a list of strings. Received: {_describe(values)}."
-        )
-    if non_empty and not values:
-        raise ValueError(f"{where}: field {name!r} is an empty list.")
-    return values
+def _field(record, name, where, kind, what=None):
+    """Field ``name`` of ``record``, a ``kind``."""
+    if name not in record:
+        raise ValueError(f"{where}: missing field {name!r}.")
+    value = record[name]
+    return _expect(_is(value, kind), value, f"{where}: field {name!r}", what or _TYPE_NAMES[kind])
+
+
+def _strings(record, name, where):
+    """Field ``name`` of ``record``, a non-empty list of strings."""
+    values = _field(record, name, where, list, _STRINGS)
+    valid = values and all(isinstance(value, str) for value in values)
+    return _expect(valid, values, f"{where}: field {name!r}", _STRINGS)
 
 
 def _short(labels):
@@ -670,53 +581,41 @@ def _short(labels):
     return f"({', '.join(map(repr, labels[:5]))}, ..., {labels[-1]!r}) ({len(labels)} labels)"
 
 
-# --- classification ---
-def _label(context, record, where):
-    task = context.task
-    if "label" not in record:
-        raise ValueError(f"{where}: missing field 'label'.")
-    value = record["label"]
-    if task.name in _INTEGER_LABEL_TASKS and isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str):
-        expected = "a str or an int" if task.name in _INTEGER_LABEL_TASKS else "a str"
-        raise ValueError(
-            f"{where}: field 'label' must be {expected}. Received: {_describe(value)}."
-        )
+# === The records of each kind ===
+def _label(reading, record, where):
+    """The label string of a classification record; `_SKIP` for an NLI ``"-"``."""
+    task = reading.task
+    integer = task.name in _INTEGER_LABEL_TASKS
+    kind, what = ((str, int), "a str or an int") if integer else (str, "a str")
+    value = str(_field(record, "label", where, kind, what))
     if value == "-" and task.name in _NLI_TASKS:
         return _SKIP
-    if context.labels is not None and value not in context.labels:
+    if task.labels is not None and value not in task.labels:
         raise ValueError(
             f"{where}: label {record['label']!r} is not one of {task.name}'s labels "
-            f"{_short(context.labels)}."
+            f"{_short(task.labels)}."
         )
     if not value:
         raise ValueError(f"{where}: field 'label' is an empty string.")
     return value
 
 
-def _text_example(context, where, index, record):
-    name = context.task.name
-    label = _label(context, record, where) if context.labelled else None
+def _text_example(reading, where, record):
+    name = reading.task.name
+    label = _label(reading, record, where) if reading.labelled else None
     if label is _SKIP:
         return _SKIP
     if name == "cluewsc":
-        example_id = context.example_id(record, where, index, ("id", "idx"))
-        text = _marked_wsc_text(record, where)
-        return TextExample(example_id, text, None, label, source=where)
-    example_id = context.example_id(record, where, index)
+        example_id = reading.example_id(record, where, ("id", "idx"))
+        return TextExample(example_id, _marked_wsc_text(record, where), None, label, source=where)
+    example_id = reading.example_id(record, where)
     if name == "csl":
-        keywords = _strings(record, "keyword", where)
-        return TextExample(
-            example_id,
-            "；".join(keywords),
-            _field(record, "abst", where, str),
-            label,
-            source=where,
-        )
-    first, second = _TEXT_FIELDS[name]
-    text_a = _field(record, first, where, str)
-    text_b = _field(record, second, where, str) if second else None
+        text_a = "；".join(_strings(record, "keyword", where))
+        text_b = _field(record, "abst", where, str)
+    else:
+        first, second = _TEXT_FIELDS[name]
+        text_a = _field(record, first, where, str)
+        text_b = _field(record, second, where, str) if second else None
     return TextExample(example_id, text_a, text_b, label, source=where)
 
 
@@ -726,7 +625,7 @@ def _marked_wsc_text(record, where):
     target = _field(record, "target", where, dict, "an object")
     inserts = []  # (position, 0 for a closing mark / 1 for an opening one, mark)
     for number, (opening, closing) in ((1, ("_", "_")), (2, ("[", "]"))):
-        index = _field(target, f"span{number}_index", f"{where}: target", int, "an int")
+        index = _field(target, f"span{number}_index", f"{where}: target", int)
         span = _field(target, f"span{number}_text", f"{where}: target", str)
         if not span or index < 0 or text[index : index + len(span)] != span:
             raise ValueError(
@@ -743,43 +642,29 @@ def _marked_wsc_text(record, where):
     return "".join(pieces)
 
 
-# --- entities ---
-def _entity_example(context, where, index, record):
-    example_id = context.example_id(record, where, index)
+def _entity_example(reading, where, record):
+    example_id = reading.example_id(record, where)
     text = _field(record, "text", where, str)
-    if not context.labelled:
+    if not reading.labelled:
         return EntityExample(example_id, text, None, source=where)
     label = _field(record, "label", where, dict, "an object {type: {entity: [[start, end]]}}")
+    types = reading.task.labels
     entities = []
     for kind, mentions in label.items():
-        if context.labels is not None and kind not in context.labels:
+        if types is not None and kind not in types:
             raise ValueError(
-                f"{where}: entity type {kind!r} is not one of {context.task.name}'s types "
-                f"{_short(context.labels)}."
+                f"{where}: entity type {kind!r} is not one of {reading.task.name}'s types "
+                f"{_short(types)}."
             )
-        if not isinstance(mentions, dict):
-            raise ValueError(
-                f"{where}: label[{kind!r}] must be an object {{entity: [[start, end]]}}. "
-                f"Received: {_describe(mentions)}."
-            )
+        at = f"{where}: label[{kind!r}]"
+        _expect(isinstance(mentions, dict), mentions, at, "an object {entity: [[start, end]]}")
         for entity, spans in mentions.items():
-            if not isinstance(spans, list) or not spans:
-                raise ValueError(
-                    f"{where}: label[{kind!r}][{entity!r}] must be a non-empty list of "
-                    f"[start, end]. Received: {_describe(spans)}."
-                )
+            at = f"{where}: label[{kind!r}][{entity!r}]"
+            valid = isinstance(spans, list) and spans
+            _expect(valid, spans, at, "a non-empty list of [start, end] integer pairs")
             for span in spans:
-                valid = (
-                    isinstance(span, list)
-                    and len(span) == 2
-                    and all(isinstance(i, int) and not isinstance(i, bool) for i in span)
-                )
-                if not valid:
-                    raise ValueError(
-                        f"{where}: label[{kind!r}][{entity!r}] spans must be [start, end] "
-                        f"integer pairs. Received: {_describe(span)}."
-                    )
-                start, end = span
+                valid = isinstance(span, list) and len(span) == 2 and all(_is(i, int) for i in span)
+                start, end = _expect(valid, span, f"{at}: a span", "[start, end] integers")
                 found = text[start : end + 1] if 0 <= start <= end < len(text) else None
                 if found != entity:
                     raise ValueError(
@@ -791,74 +676,57 @@ def _entity_example(context, where, index, record):
     return EntityExample(example_id, text, tuple(entities), source=where)
 
 
-# --- CHID ---
-def _chid_examples(context, answers, benchmark):
-    answers_file = None
-    if context.labelled and benchmark != "fewclue":
+def _chid_examples(reading, path):
+    answers, answers_name = reading.answers, "the answers"
+    if reading.labelled and reading.benchmark != "fewclue":
         if isinstance(answers, (str, os.PathLike)):
-            answers_file = os.fspath(answers)
-            answers = _chid_answers(answers, context.report)
+            answers_name = os.fspath(answers)
+            answers = _chid_answers(reading, answers)
     used = set()
-    file_format = benchmark
-    for where, index, record in _json_lines(context):
+    file_format = reading.benchmark
+    for where, record in _json_lines(reading, path):
         content = record.get("content")
         record_format = "clue" if isinstance(content, list) else "fewclue"
-        if file_format is None:
-            file_format = record_format
+        file_format = file_format or record_format
         if record_format != file_format:
-            raise ValueError(
-                f"{where}: field 'content' must be "
-                + (
-                    "a list of texts with #idiomNNNNNN# blanks (CLUE CHID)"
-                    if file_format == "clue"
-                    else "a text with one #idiom# blank (FewCLUE CHID)"
-                )
-                + f". Received: {_describe(content)}."
+            expected = (
+                "a list of texts with #idiomNNNNNN# blanks (CLUE CHID)"
+                if file_format == "clue"
+                else "a text with one #idiom# blank (FewCLUE CHID)"
             )
+            _expect(False, content, f"{where}: field 'content'", expected)
         candidates = tuple(_strings(record, "candidates", where))
-        if file_format == "clue":
-            if context.labelled and answers is None:
-                raise ValueError(
-                    f"{where}: CLUE CHID's labels are in a separate answer file "
-                    "(train_answer.json / dev_answer.json); pass answers=."
-                )
-            passage = _clue_chid_passage(
-                context, where, index, record, candidates, answers, answers_file
-            )
-            used.update(passage.blank_ids)
-        else:
-            passage = _fewclue_chid_passage(context, where, index, record, candidates)
-        context.check_unique(passage.id, where)
-        yield passage
-    if answers is not None and file_format == "clue":
-        extra = [tag for tag in answers if tag not in used]
-        if extra:
+        if file_format == "fewclue":
+            yield _fewclue_chid_passage(reading, where, record, candidates)
+            continue
+        if reading.labelled and answers is None:
             raise ValueError(
-                f"{answers_file or 'answers'}: {len(extra)} tags have no blank in "
-                f"{context.name} (first: {extra[0]!r}). The answer file does not match the "
-                "passages."
+                f"{where}: CLUE CHID's labels are in a separate answer file "
+                "(train_answer.json / dev_answer.json); pass answers=."
             )
+        passage = _clue_chid_passage(reading, where, record, candidates, answers, answers_name)
+        used.update(passage.blank_ids)
+        yield passage
+    extra = [tag for tag in answers or () if tag not in used]
+    if extra and file_format == "clue":
+        raise ValueError(
+            f"{answers_name}: {len(extra)} tags have no blank in {os.fspath(path)} (first: "
+            f"{extra[0]!r}). The answer file does not match the passages."
+        )
 
 
-def _chid_answers(path, report):
+def _chid_answers(reading, path):
     document, digest = _read_document(path)
     name = os.fspath(path)
-    if not isinstance(document, dict) or not document:
-        raise ValueError(
-            f"{name}: expected a non-empty JSON object {{'#idiomNNNNNN#': index}}. "
-            f"Received: {_describe(document)}."
-        )
+    expected = "a non-empty JSON object {'#idiomNNNNNN#': index}"
+    _expect(isinstance(document, dict) and document, document, name, expected)
     for tag, value in document.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(
-                f"{name}: the answer of {tag!r} must be an int (a candidate index). "
-                f"Received: {_describe(value)}."
-            )
-    report["files"].append({"path": name, "sha256": digest, "records": len(document)})
+        _expect(_is(value, int), value, f"{name}: the answer of {tag!r}", "a candidate index")
+    reading.add_file(path, digest, len(document))
     return document
 
 
-def _clue_chid_passage(context, where, index, record, candidates, answers, answers_file):
+def _clue_chid_passage(reading, where, record, candidates, answers, answers_name):
     contents = _strings(record, "content", where)
     parts, blank_ids = [], []
     current = None
@@ -874,29 +742,21 @@ def _clue_chid_passage(context, where, index, record, candidates, answers, answe
         hint = " (#idiom# is FewCLUE's blank)" if _FEWCLUE_BLANK in "".join(contents) else ""
         raise ValueError(f"{where}: the passage has no #idiomNNNNNN# blank{hint}.")
     for tag in blank_ids:
-        context.check_unique(tag, where)
+        reading.check_unique(tag, where)
     labels = None
-    if context.labelled:
+    if reading.labelled:
         labels = []
         for tag in blank_ids:
             if tag not in answers:
-                raise ValueError(
-                    f"{where}: blank {tag!r} has no answer in {answers_file or 'the answers'}."
-                )
+                raise ValueError(f"{where}: blank {tag!r} has no answer in {answers_name}.")
             labels.append(_candidate_index(answers[tag], candidates, f"{where}: blank {tag!r}"))
         labels = tuple(labels)
-    return IdiomPassage(
-        context.first_index + index,
-        candidates,
-        tuple(parts),
-        tuple(blank_ids),
-        labels,
-        source=where,
-    )
+    parts, blank_ids = tuple(parts), tuple(blank_ids)
+    return IdiomPassage(reading.count, candidates, parts, blank_ids, labels, source=where)
 
 
-def _fewclue_chid_passage(context, where, index, record, candidates):
-    example_id = context.example_id(record, where, index)
+def _fewclue_chid_passage(reading, where, record, candidates):
+    example_id = reading.example_id(record, where)
     content = _field(record, "content", where, str)
     if content.count(_FEWCLUE_BLANK) != 1:
         raise ValueError(
@@ -904,7 +764,7 @@ def _fewclue_chid_passage(context, where, index, record, candidates):
             f"Found {content.count(_FEWCLUE_BLANK)}."
         )
     labels = None
-    if context.labelled:
+    if reading.labelled:
         answer = _field(record, "answer", where, int, "an int (a candidate index)")
         labels = (_candidate_index(answer, candidates, f"{where}: field 'answer'"),)
     parts = tuple(content.split(_FEWCLUE_BLANK))
@@ -912,125 +772,83 @@ def _fewclue_chid_passage(context, where, index, record, candidates):
 
 
 def _candidate_index(value, candidates, where):
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(candidates):
-        raise ValueError(
-            f"{where}: the answer must be a candidate index in [0, {len(candidates) - 1}]. "
-            f"Received: {_describe(value)}."
-        )
-    return value
+    valid = _is(value, int) and 0 <= value < len(candidates)
+    return _expect(valid, value, where, f"a candidate index in [0, {len(candidates) - 1}]")
 
 
-# --- C3 ---
-def _c3_examples(context):
-    document, digest = _read_document(context.path)
-    name = context.name
-    if not isinstance(document, list):
-        raise ValueError(
-            f"{name}: expected a JSON array of [context lines, questions, id] documents. "
-            f"Received: {type(document).__name__}."
-        )
+def _c3_examples(reading, path):
+    document, digest = _read_document(path)
+    name = os.fspath(path)
+    expected = "a JSON array of [context lines, questions, id] documents"
+    _expect(isinstance(document, list), document, name, expected)
     if not document:
         raise ValueError(f"{name}: the file is empty (an empty JSON array).")
-    count = 0
     for number, item in enumerate(document):
         where = f"{name}: document {number}"
-        if not isinstance(item, list) or len(item) < 2:
-            raise ValueError(
-                f"{where}: expected [context lines, questions, id]. Received: {_describe(item)}."
-            )
+        valid = isinstance(item, list) and len(item) >= 2
+        _expect(valid, item, where, "[context lines, questions, id]")
         if len(item) > 2:
             where += f" ({item[2]!r})"
         lines, questions = item[0], item[1]
-        if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
-            raise ValueError(
-                f"{where}: the context must be a list of strings. Received: {_describe(lines)}."
-            )
-        if not isinstance(questions, list) or not questions:
-            raise ValueError(
-                f"{where}: the questions must be a non-empty list. "
-                f"Received: {_describe(questions)}."
-            )
-        context_text = "".join(lines)
+        valid = isinstance(lines, list) and all(isinstance(line, str) for line in lines)
+        _expect(valid, lines, f"{where}: the context", "a list of strings")
+        valid = isinstance(questions, list) and questions
+        _expect(valid, questions, f"{where}: the questions", "a non-empty list")
         for q_number, question in enumerate(questions):
             here = f"{where}, question {q_number}"
-            if not isinstance(question, dict):
-                raise ValueError(
-                    f"{here}: expected a JSON object. Received: {type(question).__name__}."
-                )
-            example_id = context.example_id(question, here, count)
+            _expect(isinstance(question, dict), question, here, _OBJECT)
+            example_id = reading.example_id(question, here)
             here += f" (id {example_id!r})"
             text = _field(question, "question", here, str)
             choices = tuple(_strings(question, "choice", here))
             label = None
-            if context.labelled:
+            if reading.labelled:
                 answer = _field(question, "answer", here, str)
                 if answer not in choices:
                     raise ValueError(
                         f"{here}: answer {answer!r} is not among the choices {choices!r}."
                     )
                 label = choices.index(answer)
-            count += 1
-            context.check_unique(example_id, here)
-            yield ChoiceExample(example_id, context_text, text, choices, label, source=here)
-    context.report["files"].append({"path": name, "sha256": digest, "records": len(document)})
+            yield ChoiceExample(example_id, "".join(lines), text, choices, label, source=here)
+    reading.add_file(path, digest, len(document))
 
 
-# --- CMRC2018 ---
-def _cmrc2018_examples(context):
-    """CMRC2018 questions, from the squad-style files or the original layout.
-
-    Squad style (CLUE's download, ``squad-style-data/``): ``{"data":
-    [{"paragraphs": [{"context", "qas": [{"id", "question", "answers":
-    [{"text", "answer_start"}]}]}]}]}``. The original layout (CMRC2018's
-    ``data/`` and CLUE's README): a list (or ``{"data": [...]}``) of
-    ``{"context_id", "context_text", "qas": [{"query_id", "query_text",
-    "answers": [texts]}]}``.
-
-    Answers are placed by their text, as CLUE's baselines do: a squad
-    ``answer_start`` that points at the text is kept; one that is -1 or
-    points elsewhere (200 of the official dev's 9,657 answers) is replaced by
-    the occurrence of the text nearest to it; original-layout answers take
-    the text's first occurrence. An answer whose text is not in the context
-    keeps ``answer_start`` None: it is scored (by text) but not trained on.
-    """
-    document, digest = _read_document(context.path)
-    name = context.name
+def _cmrc2018_examples(reading, path):
+    """CMRC2018 questions, from CLUE's squad-style files or CMRC2018's own layout."""
+    document, digest = _read_document(path)
+    name = os.fspath(path)
     articles = document.get("data") if isinstance(document, dict) else document
-    if not isinstance(articles, list):
-        raise ValueError(
-            f"{name}: expected a SQuAD-style document {{'data': [{{'paragraphs': [...]}}]}} or "
-            "CMRC2018's original layout, a list of {'context_id', 'context_text', 'qas'}. "
-            f"Received: {_describe(document)}."
-        )
-    counts = context.report["counts"]
-    counts.update(answers=0, answers_relocated=0, answers_unplaced=0, questions_unplaced=0)
-    examples = {"relocated": None, "unplaced": None}
+    expected = (
+        "a SQuAD-style document {'data': [{'paragraphs': [...]}]} or CMRC2018's original "
+        "layout, a list of {'context_id', 'context_text', 'qas'}"
+    )
+    _expect(isinstance(articles, list), document, name, expected)
+    counts = reading.counts
+    for key in ("answers", "answers_relocated", "answers_unplaced", "questions_unplaced"):
+        counts.setdefault(key, 0)
+    first = {}  # the first question with a relocated / an unplaced answer
     count = 0
     for a_number, article in enumerate(articles):
         where = f"{name}: data[{a_number}]"
-        if not isinstance(article, dict):
-            raise ValueError(f"{where}: expected a JSON object. Received: {_describe(article)}.")
+        _expect(isinstance(article, dict), article, where, _OBJECT)
         for here, text, qas, squad in _cmrc2018_paragraphs(article, where):
+            id_field, question_field = ("id", "question") if squad else ("query_id", "query_text")
             for q_number, qa in enumerate(qas):
                 at = f"{here}.qas[{q_number}]"
-                if not isinstance(qa, dict):
-                    raise ValueError(f"{at}: expected a JSON object. Received: {_describe(qa)}.")
-                id_field, question_field = ("id", "question") if squad else _ORIGINAL_QA
+                _expect(isinstance(qa, dict), qa, at, _OBJECT)
                 if id_field not in qa:
                     raise ValueError(f"{at}: missing field {id_field!r}.")
-                example_id = context.example_id(qa, at, count, (id_field,))
+                example_id = reading.example_id(qa, at, (id_field,))
                 at = f"{name}: question {example_id!r}"
                 question = _field(qa, question_field, at, str)
                 answers = None
-                if context.labelled:
+                if reading.labelled:
                     answers, placements = _cmrc2018_answers(qa, text, at, squad, counts)
-                    for kind in placements:
-                        if examples.get(kind, example_id) is None:
-                            examples[kind] = example_id
+                    for placement in placements:
+                        first.setdefault(placement, example_id)
                     if all(start is None for _, start in answers):
                         counts["questions_unplaced"] += 1
                 count += 1
-                context.check_unique(example_id, at)
                 yield SpanExample(example_id, text, question, answers, source=at)
     if count == 0:
         raise ValueError(f"{name}: the file is empty (no questions).")
@@ -1041,7 +859,7 @@ def _cmrc2018_examples(context):
             name,
             counts["answers_relocated"],
             counts["answers"],
-            examples["relocated"],
+            first.get("relocated"),
         )
     if counts["answers_unplaced"]:
         logger.warning(
@@ -1050,13 +868,10 @@ def _cmrc2018_examples(context):
             name,
             counts["answers_unplaced"],
             counts["answers"],
-            examples["unplaced"],
+            first.get("unplaced"),
             counts["questions_unplaced"],
         )
-    context.report["files"].append({"path": name, "sha256": digest, "records": count})
-
-
-_ORIGINAL_QA = ("query_id", "query_text")
+    reading.add_file(path, digest, count)
 
 
 def _cmrc2018_paragraphs(article, where):
@@ -1064,23 +879,12 @@ def _cmrc2018_paragraphs(article, where):
     if "paragraphs" in article:
         for p_number, paragraph in enumerate(_field(article, "paragraphs", where, list)):
             here = f"{where}.paragraphs[{p_number}]"
-            if not isinstance(paragraph, dict):
-                raise ValueError(
-                    f"{here}: expected a JSON object. Received: {_describe(paragraph)}."
-                )
-            yield (
-                here,
-                _field(paragraph, "context", here, str),
-                _field(paragraph, "qas", here, list),
-                True,
-            )
+            _expect(isinstance(paragraph, dict), paragraph, here, _OBJECT)
+            context = _field(paragraph, "context", here, str)
+            yield here, context, _field(paragraph, "qas", here, list), True
     elif "context_text" in article:
-        yield (
-            where,
-            _field(article, "context_text", where, str),
-            _field(article, "qas", where, list),
-            False,
-        )
+        context = _field(article, "context_text", where, str)
+        yield where, context, _field(article, "qas", where, list), False
     else:
         raise ValueError(
             f"{where}: expected 'paragraphs' (SQuAD style) or 'context_text' and 'qas' "
@@ -1089,6 +893,12 @@ def _cmrc2018_paragraphs(article, where):
 
 
 def _cmrc2018_answers(qa, text, where, squad, counts):
+    """``((answer text, start or None), ...)`` and the placements that are not exact.
+
+    Answers are placed by their text, as CLUE's baselines do: 200 of the
+    official dev's 9,657 ``answer_start`` are -1 or point elsewhere. An answer
+    whose text is not in the context is scored by its text, never trained on.
+    """
     answers = _field(qa, "answers", where, list)
     if not answers:
         raise ValueError(f"{where}: field 'answers' is empty; labelled splits need an answer.")
@@ -1096,19 +906,17 @@ def _cmrc2018_answers(qa, text, where, squad, counts):
     for number, answer in enumerate(answers):
         here = f"{where}, answer {number}"
         if squad:
-            if not isinstance(answer, dict):
-                raise ValueError(f"{here}: expected a JSON object. Received: {_describe(answer)}.")
+            _expect(isinstance(answer, dict), answer, here, _OBJECT)
             answer_text = _field(answer, "text", here, str)
-            given = _field(answer, "answer_start", here, int, "an int")
+            given = _field(answer, "answer_start", here, int)
         else:
             # The original files hold a few numbers (147.0); the official
             # evaluation reads every answer with str().
-            if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
-                raise ValueError(f"{here}: expected an answer text. Received: {_describe(answer)}.")
+            _expect(_is(answer, (str, int, float)), answer, here, "an answer text")
             answer_text, given = str(answer), None
         if not answer_text.strip():
             raise ValueError(f"{here}: the answer text is empty.")
-        start = locate_answer(text, answer_text, given)
+        start = _locate_answer(text, answer_text, given)
         placement = "exact"
         if start is None:
             placement = "unplaced"
@@ -1117,30 +925,13 @@ def _cmrc2018_answers(qa, text, where, squad, counts):
         counts["answers"] += 1
         if placement != "exact":
             counts[f"answers_{placement}"] += 1
+            placements.append(placement)
         spans.append((answer_text, start))
-        placements.append(placement)
     return tuple(spans), placements
 
 
-def locate_answer(context, answer, start=None):
-    """Where ``answer`` is in ``context``: ``start`` if it points at it, else the
-    occurrence nearest to ``start`` (the first when ``start`` is None or < 0).
-
-    Args:
-        context: the paragraph.
-        answer: the answer text.
-        start: the given character offset, or None.
-
-    Returns:
-        The character offset of the answer, or None when the text does not
-        occur in the context.
-
-    Example:
-    >>> locate_answer("俗名龙尖，又名龙尖", "龙尖", 3)  # off by one: the nearest occurrence
-    2
-    >>> locate_answer("俗名龙尖", "龙鱼", -1) is None
-    True
-    """
+def _locate_answer(context, answer, start):
+    """``start`` if ``answer`` is there, else its occurrence nearest to ``start``, or None."""
     if start is not None and start >= 0 and context[start : start + len(answer)] == answer:
         return start
     positions = []
@@ -1201,3 +992,12 @@ def read_task_splits(data_dir, task, benchmark=None, few_shot="all"):
     ):
         del splits["test1.0"]  # the folder's only test file: it is the "test" split
     return splits
+
+
+_READERS = {
+    "classification": _text_example,
+    "entity": _entity_example,
+    "idiom": _chid_examples,
+    "multiple_choice": _c3_examples,
+    "span": _cmrc2018_examples,
+}

@@ -1,17 +1,7 @@
-"""The callbacks of a `finetune` run, one concern each.
-
-A run trains with one ``fit`` over all its epochs; at the end of each epoch,
-in this order:
-
-* `TrainingFailure` stops the run when the loss turned non-finite or
-  diverged, or a weight turned non-finite;
-* `DevScore` scores dev with the task's metric and adds ``dev_score`` to the
-  logs (an epoch that failed gets none: the callbacks below skip it);
-* `BestWeights` saves the trainable variables when ``dev_score`` is the best
-  so far (as `keras.callbacks.ModelCheckpoint` with ``save_best_only``);
-* `ResumeState` saves every variable for an exact resume (as
-  `keras.callbacks.BackupAndRestore`, see its docstring for why it is not);
-* `RunRecord` adds the epoch to ``run.json`` and logs its line.
+"""The callbacks of a `finetune` run, one concern each, in the order they run at
+the end of each epoch: `TrainingFailure`, `DevScore` (an epoch that failed gets
+no ``dev_score``, and the callbacks after it skip it), `MethodEvidence`,
+`BestWeights`, `ResumeState`, `RunRecord`.
 """
 
 import logging
@@ -19,7 +9,9 @@ import math
 import time
 
 import keras
+import numpy as np
 
+from keras_masking.methods import parameter_report
 from keras_masking.utils.eager_checks import non_finite_variables
 
 logger = logging.getLogger("keras_masking.clue.runner")
@@ -27,10 +19,14 @@ logger = logging.getLogger("keras_masking.clue.runner")
 # An epoch whose mean training loss exceeds this many times the untrained
 # model's (the first batch's loss, at least 1) has diverged: the run fails.
 DIVERGENCE_FACTOR = 10.0
+SEQUENCE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 
 
 class TrainingFailure(keras.callbacks.Callback):
     """Stops training when an epoch's loss or weights turn bad; says why.
+
+    An epoch fails when its loss or a weight is non-finite, or its mean loss
+    exceeds ``DIVERGENCE_FACTOR`` times the untrained model's (at least 1).
 
     Args:
         record: the run record: its ``initial_loss`` (the first batch's loss
@@ -79,6 +75,78 @@ class TrainingFailure(keras.callbacks.Callback):
         return None
 
 
+class MethodEvidence(keras.callbacks.Callback):
+    """Adds the methods' measured effect to each epoch's logs: evidence that each is on.
+
+    A method that is silently off is a known failure of adversarial-training
+    recipes: ``drop_share`` (DropToken's, measured on a training batch in
+    training mode) and ``masked_fraction`` (ASA's mean over layers) go into
+    the logs before the progress bar prints them; the trainable count into
+    the record.
+
+    Args:
+        plan: the run's `MethodPlan`.
+        task_model: the task model (its trainable count is reported).
+        encoder: the encoder inside it (a `DropTokenEncoder` when DropToken
+            is on).
+        sample: a dict of encoded training features to measure DropToken on
+            (its first ``batch_size`` rows are used).
+        batch_size: rows to measure on.
+        correction: the run's `MLMEmbeddingCorrection` callback (its record
+            goes into the run record), or None.
+
+    Example:
+    ```python
+    from keras_masking.clue import MethodPlan
+    from keras_masking.methods import DropTokenEncoder
+
+    encoder = DropTokenEncoder(backbone, 0.5, unselectable_token_ids=(101, 102))
+    evidence = MethodEvidence(MethodPlan(drop_token=0.5), encoder, encoder, features, 2)
+    share = evidence.drop_share()  # the share of real tokens dropped in training mode
+    assert 0.0 < share < 1.0
+    # In fit: model.fit(..., callbacks=[evidence]) adds `drop_share` to the logs.
+    ```
+    """
+
+    def __init__(self, plan, task_model, encoder, sample, batch_size, correction=None):
+        super().__init__()
+        self.plan = plan
+        self.encoder = encoder
+        self.correction = correction
+        self.trainable = parameter_report(task_model)
+        self.sample = {name: np.asarray(sample[name][:batch_size]) for name in SEQUENCE_INPUTS}
+
+    def drop_share(self):
+        """The share of real tokens DropToken drops, measured in training mode."""
+        features = {
+            name: value.reshape((-1, value.shape[-1])) for name, value in self.sample.items()
+        }
+        outputs = self.encoder(features, training=True)
+        kept = np.asarray(keras.ops.convert_to_numpy(outputs["token_mask"]), "float64")
+        real = features["padding_mask"].astype("float64")
+        return float(1.0 - kept.sum() / max(real.sum(), 1.0))
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        if self.plan.drop_token:
+            logs["drop_share"] = self.drop_share()
+        fractions = [value for name, value in logs.items() if name.startswith("masked_fraction_")]
+        if fractions:
+            logs["masked_fraction"] = float(np.mean([float(value) for value in fractions]))
+
+    def summary(self, logs):
+        """The evidence of one epoch, from its logs (JSON-ready)."""
+        evidence = {
+            "trainable_parameters": self.trainable.trainable,
+            "trainable_share": round(self.trainable.ratio, 6),
+        }
+        for name, value in logs.items():
+            if name == "drop_share" or name.startswith("masked_fraction"):
+                evidence[name] = round(float(value), 6)
+        return evidence
+
+
 class DevScore(keras.callbacks.Callback):
     """Scores dev after each epoch that did not fail; adds ``dev_score`` to the logs.
 
@@ -105,10 +173,8 @@ class DevScore(keras.callbacks.Callback):
 class BestWeights(keras.callbacks.Callback):
     """Saves ``variables`` to the run folder when ``dev_score`` is the best yet.
 
-    `keras.callbacks.ModelCheckpoint` saves the whole trained model's weights
-    (ASA's adversaries included) in place; this saves the task model's
-    trainable variables (for FL-tuning, P-tuning v2 and LoRA: the adapter and
-    the head) through a temporary file.
+    Unlike `keras.callbacks.ModelCheckpoint` (the whole trainer's weights, in
+    place): the task model's trainable variables, through a temporary file.
 
     Args:
         folder: the run's `RunFolder`.
@@ -132,12 +198,9 @@ class BestWeights(keras.callbacks.Callback):
 class ResumeState(keras.callbacks.Callback):
     """Saves every variable after each finished epoch, for an exact resume.
 
-    `keras.callbacks.BackupAndRestore` does not resume exactly: Keras' weight
-    files leave out the random generators' states (dropout, DropToken and ASA
-    would draw other numbers after a resume), and it writes in place. This
-    saves the trainer's variables (seed states included) and the optimizer's
-    through a temporary file; the runner restores them and passes
-    ``initial_epoch`` to ``fit``.
+    Unlike `keras.callbacks.BackupAndRestore`, the random generators' states
+    are saved too (dropout, DropToken and ASA draw the same numbers after a
+    resume), through a temporary file.
 
     Args:
         folder: the run's `RunFolder`.
@@ -163,18 +226,15 @@ class RunRecord(keras.callbacks.Callback):
             updated).
         dev: the run's `DevScore`; best: its `BestWeights`.
         evidence: the run's `MethodEvidence`.
-        correction: the `MLMEmbeddingCorrection` callback of the run, or None.
     """
 
-    def __init__(self, folder, record, dev, best, evidence, correction=None):
+    def __init__(self, folder, record, dev, best, evidence):
         super().__init__()
         self.folder = folder
         self.record = record
         self.dev = dev
         self.best = best
         self.evidence = evidence
-        self.correction = correction
-        self.started = None
 
     def on_epoch_begin(self, epoch, logs=None):
         self.started = time.time()
@@ -193,8 +253,9 @@ class RunRecord(keras.callbacks.Callback):
             "methods": self.evidence.summary(metrics),
             "seconds": round(seconds, 3),
         }
-        if self.correction is not None and self.correction.record is not None:
-            self.record["model"]["embedding_correction"] = self.correction.record.to_config()
+        correction = self.evidence.correction
+        if correction is not None and correction.record is not None:
+            self.record["model"]["embedding_correction"] = correction.record.to_config()
         self.record["epochs"].append(entry)
         self.record["best"] = self.best.best
         self.record["seconds"] = round(self.record["seconds"] + seconds, 3)

@@ -1,8 +1,5 @@
-"""A fine-tuning run's folder: its record, its resume state, its best weights.
-
-Every file is written through `keras_masking.utils.files` (a temporary name,
-renamed when complete), so a crash (a full disk, Ctrl-C, a killed job) leaves
-the previous version or nothing, never half a file. The folder holds:
+"""A fine-tuning run's folder, every file written under a temporary name and
+renamed when complete (`keras_masking.utils.files`):
 
 * ``run.json``: the run record (arguments, versions, data files with their
   hashes and counts, metrics per epoch, times, the methods' evidence, the
@@ -45,18 +42,9 @@ class RunFolder:
 
     def __init__(self, path):
         self.path = pathlib.Path(path)
-
-    @property
-    def record_path(self):
-        return self.path / RECORD
-
-    @property
-    def state_path(self):
-        return self.path / STATE
-
-    @property
-    def best_path(self):
-        return self.path / BEST
+        self.record_path = self.path / RECORD
+        self.state_path = self.path / STATE
+        self.best_path = self.path / BEST
 
     def read_record(self, arguments):
         """The record of an earlier run with the same arguments, or None.
@@ -117,7 +105,6 @@ class RunFolder:
 
     def save_state(self, variables, epoch):
         """Saves every variable's value after ``epoch`` (atomically)."""
-        self.path.mkdir(parents=True, exist_ok=True)
         return _save_variables(self.state_path, variables, {"epoch": int(epoch)})
 
     def load_state(self, variables):
@@ -132,7 +119,6 @@ class RunFolder:
 
     def save_best(self, variables, epoch, score):
         """Saves the best epoch's trainable variables (atomically)."""
-        self.path.mkdir(parents=True, exist_ok=True)
         meta = {"epoch": int(epoch), "score": float(score)}
         return _save_variables(self.best_path, variables, meta)
 
@@ -188,6 +174,7 @@ def variable_names(variables):
 
 
 def _save_variables(path, variables, meta):
+    path.parent.mkdir(parents=True, exist_ok=True)
     names = variable_names(variables)
     arrays = {f"value_{index}": np.array(v.numpy()) for index, v in enumerate(variables)}
     manifest = {"meta": meta, "names": names, "shapes": [list(a.shape) for a in arrays.values()]}

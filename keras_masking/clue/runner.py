@@ -1,18 +1,13 @@
 """`finetune`: one CLUE / FewCLUE task from a checkpoint to a submission file.
 
-The run reads the task's splits, loads the encoder, applies the chosen
-methods (`MethodPlan.apply`), trains with AdamW (linear warmup and decay, no
-weight decay on biases and LayerNorm, gradient accumulation where the task
-needs it) in one ``fit`` whose callbacks (`keras_masking.clue.run_callbacks`)
-score dev after every epoch with the task's CLUE metric, keep the best
-weights and the resume state, then writes the test predictions as CLUE's
-submission file and scores FewCLUE's labelled ``test_public``. Everything
-lands in one folder (`keras_masking.clue.run_folder`), and an interrupted run
-resumes from its last finished epoch with the result an uninterrupted run
-gives.
+One ``fit`` whose callbacks (`keras_masking.clue.run_callbacks`) score dev
+after every epoch, keep the best weights and the resume state in the run's
+folder (`keras_masking.clue.run_folder`); an interrupted run resumes with the
+result an uninterrupted run gives.
 """
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -31,16 +26,15 @@ from keras_masking.clue.decoding import score
 from keras_masking.clue.encoding import encode_examples
 from keras_masking.clue.heads import build_task_model
 from keras_masking.clue.heads import task_loss
-from keras_masking.clue.method_evidence import MethodEvidence
 from keras_masking.clue.method_plan import MethodPlan
 from keras_masking.clue.model_source import ModelSource
 from keras_masking.clue.model_source import check_max_length
 from keras_masking.clue.optimization import fine_tuning_optimizer
 from keras_masking.clue.readers import detect_benchmark
 from keras_masking.clue.readers import read_task_splits
-from keras_masking.clue.run_callbacks import DIVERGENCE_FACTOR  # noqa: F401 (documented here)
 from keras_masking.clue.run_callbacks import BestWeights
 from keras_masking.clue.run_callbacks import DevScore
+from keras_masking.clue.run_callbacks import MethodEvidence
 from keras_masking.clue.run_callbacks import ResumeState
 from keras_masking.clue.run_callbacks import RunRecord
 from keras_masking.clue.run_callbacks import TrainingFailure
@@ -74,14 +68,12 @@ class FinetuneResult:
     """What a `finetune` run returns.
 
     Attributes:
-        status: ``"finished"`` or ``"failed"`` (NaN loss: training stopped,
-            the best weights were kept, ``record["failure"]`` says why).
+        status: ``"finished"`` or ``"failed"`` (``record["failure"]`` says why).
         history: a dict per finished epoch (``epoch``, ``loss``, ``dev``
             scores, ``seconds``, the methods' evidence).
         best_epoch: the epoch (from 1) whose dev score was best, or None.
         best_score: that dev score (the task's metric, x100), or None.
-        model: the task model with the best weights (the clean model: no
-            ASA adversary).
+        model: the task model with the best weights (no ASA adversary).
         submission_path: the test predictions in CLUE's format, or None
             when the data has no unlabelled test split.
         test_public: FewCLUE's labelled test scores, or None.
@@ -110,13 +102,6 @@ def finetune(
     preset=None,
     config=None,
     vocab=None,
-    correct_embeddings=False,
-    drop_token=0.0,
-    asa=None,
-    fl_tuning=0,
-    prefix_tuning=0,
-    lora=0,
-    exlm_k=0,
     epochs=None,
     batch_size=None,
     learning_rate=None,
@@ -131,12 +116,12 @@ def finetune(
     callbacks=None,
     jit_compile=True,
     data_parallel=False,
+    **methods,
 ):
     """Fine-tunes a CLUE or FewCLUE task and writes its submission file.
 
     Args:
-        task: a task name (``"tnews"``, ``"afqmc"``, ``"c3"``, ``"chid"``,
-            ``"cmrc2018"``, ``"cluener"``, ``"eprstmt"``...) or `ClueTask`.
+        task: a task name (``"tnews"``, ``"c3"``, ``"cluener"``...) or `ClueTask`.
         data_dir: the folder with the task's folder (CLUE 1.1 or FewCLUE
             layout, detected from the files).
         output_dir: the run's folder: new or empty, or an earlier run of the
@@ -148,25 +133,14 @@ def finetune(
             (RoBERTa-wwm), ``"roformer"`` or ``"nezha"``.
         config: ``bert_config.json`` (default: next to the checkpoint).
         vocab: ``vocab.txt`` (default: next to the model, or the preset's).
-        correct_embeddings, drop_token, asa, fl_tuning, prefix_tuning, lora,
-            exlm_k: the methods (`MethodPlan`). The embedding correction is
-            the `keras_masking.callbacks.MLMEmbeddingCorrection` callback of
-            the run's ``fit`` (a resumed run is corrected as it is built,
-            before its saved weights are restored). DropToken keeps [CLS] and
-            [SEP]; on TensorFlow's CPU backend the run turns XLA's CPU fusion
-            emitters off (fast token dropping), which takes effect if nothing
-            in the process compiled with XLA before (else call
-            `keras_masking.utils.disable_xla_cpu_fusion_emitters` first).
         epochs, batch_size, learning_rate, max_length, accumulation: the
             training settings; None takes the task's defaults
             (``get_task(task).defaults``). With ``accumulation`` k, every
-            optimizer update averages the gradients of k batches, and an
-            update never spans two epochs: an epoch whose batch count is not
-            a multiple of k (or is below k) has its last group completed with
-            the first examples of its order, as its last batch is, so every
-            epoch ends on an update (``ceil(examples / (batch_size * k))``
-            updates). The learning-rate schedule counts updates. The record's
-            ``schedule`` gives the batches and updates per epoch.
+            optimizer update averages the gradients of k batches, and every
+            epoch ends on an update (its last group completed with the first
+            examples of its order): ``ceil(examples / (batch_size * k))``
+            updates, which the learning-rate schedule counts (the record's
+            ``schedule``).
         warmup_proportion: share of the steps with a rising learning rate.
         weight_decay: AdamW's decay (biases and LayerNorm excluded).
         seed: int >= 0; the same seed gives the same run.
@@ -178,21 +152,25 @@ def finetune(
         callbacks: extra Keras callbacks for the ``fit``; their logs hold
             ``dev_score`` after each finished epoch.
         jit_compile: True (XLA, one compile per run) or False (no XLA; a
-            faster start for tiny models). On TensorFlow the two draw other
-            random numbers from one seed, each reproducible; the record's
-            ``compile`` says which ran. Under `tf.distribute` the steps run
-            without XLA (TensorFlow cannot XLA-compile over mirrored variables).
+            faster start for tiny models; on TensorFlow other random numbers).
+            Under `tf.distribute` the steps run without XLA.
         data_parallel: True: train under the backend's data-parallel engine
             over every device (`keras_masking.distribution.data_parallel_engine`;
-            ``batch_size`` stays the global batch), as under an engine whose
-            scope the caller entered. The record's ``distribution`` says which.
+            ``batch_size`` stays the global batch).
+        **methods: the methods, `MethodPlan`'s switches (``correct_embeddings``,
+            ``drop_token``, ``asa``, ``fl_tuning``, ``prefix_tuning``,
+            ``lora``, ``exlm_k``). The embedding correction is the
+            `keras_masking.callbacks.MLMEmbeddingCorrection` callback of the
+            ``fit`` (a resumed run is corrected as it is built). DropToken
+            keeps [CLS] and [SEP]; on TensorFlow's CPU backend the run turns
+            XLA's CPU fusion emitters off (fast token dropping), which takes
+            effect if nothing in the process compiled with XLA before (else
+            call `keras_masking.utils.disable_xla_cpu_fusion_emitters` first).
 
     Returns:
-        A `FinetuneResult`. A run whose training loss turns non-finite, or
-        diverges (an epoch's mean loss above ``DIVERGENCE_FACTOR`` times the
-        untrained model's loss on the first batch, at least 1), or whose
-        weights turn non-finite, stops: its status is ``"failed"`` and
-        ``record["failure"]`` says why (`keras-masking clue` exits with 1).
+        A `FinetuneResult`. A run whose loss or weights turn non-finite, or
+        whose loss diverges (`run_callbacks.TrainingFailure`), stops with
+        status ``"failed"``.
 
     Raises:
         ValueError / FileNotFoundError: bad arguments, files or data, found
@@ -209,13 +187,12 @@ def finetune(
     ```
     """
     if check_bool("data_parallel", data_parallel):
-        options = dict(locals(), data_parallel=False)
+        options = dict(locals(), data_parallel=False, **methods)
+        del options["methods"]
         with engine_scope(data_parallel_engine()):
             return finetune(**options)
     task = get_task(task)
-    plan = MethodPlan(correct_embeddings=correct_embeddings, drop_token=drop_token, asa=asa,
-                      fl_tuning=fl_tuning, prefix_tuning=prefix_tuning, lora=lora,
-                      exlm_k=exlm_k)  # fmt: skip
+    plan = MethodPlan(**methods)
     plan.check(task)
     given = dict(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
                  max_length=max_length, accumulation=accumulation)  # fmt: skip
@@ -224,9 +201,7 @@ def finetune(
     # TensorFlow cannot XLA-compile a step over mirrored variables (Keras'
     # "auto" turns XLA off under tf.distribute too).
     jit_compile = check_bool("jit_compile", jit_compile) and not in_tf_distribute_scope()
-    source = ModelSource(checkpoint=_optional_path(checkpoint), preset=_optional_path(preset),
-                         model=model, config=_optional_path(config),
-                         vocabulary=_optional_path(vocab))  # fmt: skip
+    source = ModelSource(checkpoint, preset, model, config, vocabulary=vocab)
     files = source.check()
     benchmark, _ = detect_benchmark(data_dir, task, benchmark)
     arguments = {
@@ -234,11 +209,11 @@ def finetune(
         "benchmark": benchmark,
         "few_shot": few_shot,
         "data_dir": os.path.abspath(data_dir),
-        "checkpoint": _absolute(files["model"]) if checkpoint is not None else None,
-        "preset": _absolute(files["model"]) if preset is not None else None,
+        "checkpoint": files["model"] if checkpoint is not None else None,
+        "preset": files["model"] if preset is not None else None,
         "model": model if checkpoint is not None else None,
-        "config": _absolute(files["config"]),
-        "vocab": _absolute(files["vocabulary"]),
+        "config": files["config"],
+        "vocab": files["vocabulary"],
         **plan.describe(),
         **settings,
     }
@@ -356,8 +331,9 @@ def _build(run, plan, backbone, tokenizer, correct_now, jit_compile):
     run.trainer.compile(optimizer=optimizer, loss=task_loss(task), jit_compile=jit_compile)
     if run.trainer is not run.task_model:
         run.task_model.compile(jit_compile=jit_compile)  # predicts, never trains
+    features, correction = encoded["train"].features, next(iter(applied.callbacks), None)
     run.evidence = MethodEvidence(
-        plan, run.task_model, applied.encoder, encoded["train"].features, settings["batch_size"]
+        plan, run.task_model, applied.encoder, features, settings["batch_size"], correction
     )
     return applied
 
@@ -395,7 +371,6 @@ def _train(run, record, earlier, first_callbacks, callbacks):
     failure = TrainingFailure(record)
     dev = DevScore(lambda: run.evaluate("dev"), failure)
     best = BestWeights(folder, run.task_model.trainable_variables, best=record["best"])
-    correction = next(iter(first_callbacks), None)
     run.trainer.fit(
         batches,
         epochs=settings["epochs"],
@@ -411,7 +386,7 @@ def _train(run, record, earlier, first_callbacks, callbacks):
             dev,
             best,
             ResumeState(folder, variables),
-            RunRecord(folder, record, dev, best, run.evidence, correction),
+            RunRecord(folder, record, dev, best, run.evidence),
             *(callbacks or []),
         ],
     )
@@ -490,25 +465,13 @@ def _schedule_record(examples, settings):
 
 
 def _grouped_order(order, settings):
-    """An epoch's order completed to whole accumulation groups.
+    """An epoch's order cycled up to whole accumulation groups.
 
-    With ``accumulation`` k, Keras applies an update every k batches. An
-    epoch of ``n`` batches, ``n`` not a multiple of k, would leave its last
-    batches' gradients waiting for the next epoch (or, in the last epoch, for
-    nothing: ``n < k`` once trained nothing at all). Cycling the order up to
-    whole groups, as `ArrayBatches` completes the last batch, makes every
-    epoch end on an update with the weights that dev is scored on.
+    Keras updates every ``accumulation`` batches: a partial last group would
+    wait for the next epoch (or never update), so every epoch ends on one.
     """
     missing = -len(order) % (settings["batch_size"] * settings["accumulation"])
     return np.concatenate([order, np.resize(order, missing)]) if missing else order
-
-
-def _absolute(path):
-    return None if path is None else os.path.abspath(path)
-
-
-def _optional_path(path):
-    return None if path is None else os.fspath(path)
 
 
 # === Data ===
@@ -561,36 +524,34 @@ def _encode_options(task, splits, settings):
 
 
 def _encode_splits(task, splits, tokenizer, settings, verbose):
+    """Every split encoded; a large classification split (a row per example)
+    ``ENCODE_CHUNK`` rows at a time, with a progress bar."""
     options = _encode_options(task, splits, settings)
+    encode = functools.partial(
+        encode_examples, task, tokenizer=tokenizer, max_length=settings["max_length"], **options
+    )
     encoded = {}
     for name, split in splits.items():
-        if task.kind == "classification" and len(split.examples) > ENCODE_CHUNK:
-            encoded[name] = _encode_in_chunks(task, split.examples, tokenizer, settings, options,
-                                              verbose)  # fmt: skip
-        else:
-            encoded[name] = encode_examples(
-                task, split.examples, tokenizer, settings["max_length"], **options
-            )
+        examples = split.examples
+        if task.kind != "classification" or len(examples) <= ENCODE_CHUNK:
+            encoded[name] = encode(examples)
+            continue
+        bar = keras.utils.Progbar(len(examples), verbose=int(verbose == 1), unit_name="example")
+        parts = []
+        for start in range(0, len(examples), ENCODE_CHUNK):
+            chunk = examples[start : start + ENCODE_CHUNK]
+            parts.append(encode(chunk))
+            bar.add(len(chunk))
+        first = parts[0]
+        features = {
+            key: np.concatenate([part.features[key] for part in parts]) for key in first.features
+        }
+        labels = None if first.labels is None else np.concatenate([part.labels for part in parts])
+        meta = dict(first.meta, example_index=list(range(len(examples))))
+        meta["ids"] = [value for part in parts for value in part.meta["ids"]]
+        meta["truncated"] = sum(part.meta["truncated"] for part in parts)  # a count
+        encoded[name] = type(first)(features, labels, meta)
     return encoded
-
-
-def _encode_in_chunks(task, examples, tokenizer, settings, options, verbose):
-    """Classification (a row per example), ``ENCODE_CHUNK`` rows at a time, with a bar."""
-    bar = keras.utils.Progbar(len(examples), verbose=int(verbose == 1), unit_name="example")
-    parts = []
-    for start in range(0, len(examples), ENCODE_CHUNK):
-        chunk = examples[start : start + ENCODE_CHUNK]
-        parts.append(encode_examples(task, chunk, tokenizer, settings["max_length"], **options))
-        bar.add(len(chunk))
-    first = parts[0]
-    features = {
-        key: np.concatenate([part.features[key] for part in parts]) for key in first.features
-    }
-    labels = None if first.labels is None else np.concatenate([part.labels for part in parts])
-    meta = dict(first.meta, example_index=list(range(len(examples))))
-    meta["ids"] = [value for part in parts for value in part.meta["ids"]]
-    meta["truncated"] = sum(part.meta["truncated"] for part in parts)  # a count
-    return type(first)(features, labels, meta)
 
 
 # === Records ===

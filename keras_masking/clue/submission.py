@@ -1,28 +1,17 @@
 """CLUE 1.1 and FewCLUE submission files: names, writing, checking, the zip.
 
-One file per task, named as the benchmark expects (`submission_file_name`),
-UTF-8 with Chinese kept as it is, written atomically. The records per task
-kind:
+One UTF-8 file per task, named by `submission_file_name`, written atomically;
+its records per task kind (one `_Layout` both writes and checks them):
 
 - classification: a line ``{"id": ..., "label": "<label string>"}`` per test
-  example, in the test file's order (``"103"`` for TNEWS, never the class
-  index 3);
-- C3: a line ``{"id": "<question id>", "label": "<choice index>"}`` per
-  question, both strings, as bert4keras' CLUE baseline (``c3.py``, which
-  writes c310 and c311) writes them: ``{"id": str(qa["id"]), "label":
-  str(index)}``;
+  example, in test order (``"103"`` for TNEWS, never the class index 3);
+- C3: a line ``{"id": "<question id>", "label": "<choice index>"}``, both
+  strings, as bert4keras' CLUE baseline (``c3.py``) writes them;
 - CHID: CLUE: ONE JSON object ``{"#idiom012345#": candidate index, ...}``;
   FewCLUE: a line ``{"id": ..., "answer": candidate index}`` per blank;
 - CMRC2018: ONE JSON object ``{question id: answer text}``;
 - CLUENER: a line ``{"id": ..., "label": {type: {entity text: [[start, end]]}}}``
   (end inclusive).
-
-This layout is written down once: `write_submission` renders predictions
-into these records and refuses to write them when the same check that
-`check_submission` runs on a file finds a problem, such as those that most
-often make CLUE reject or mis-score a file: a wrong or unversioned name,
-class indices instead of label strings, missing, repeated or reordered ids,
-labels outside the label set, entity spans that are not their text.
 """
 
 import json
@@ -43,31 +32,9 @@ from keras_masking.utils.files import write_atomically
 
 logger = logging.getLogger(__name__)
 
-# CLUE 1.1 names, with CLUE 1.0's where they differ.
-_CLUE_NAMES = {
-    "afqmc": "afqmc",
-    "tnews": {"1.1": "tnews11", "1.0": "tnews10"},
-    "iflytek": "iflytek",
-    "ocnli": "ocnli_50k",
-    "cmnli": "cmnli",
-    "cluewsc": {"1.1": "cluewsc11", "1.0": "cluewsc10"},
-    "csl": "csl",
-    "cluener": "cluener",
-    "c3": {"1.1": "c311", "1.0": "c310"},
-    "chid": {"1.1": "chid11", "1.0": "chid10"},
-    "cmrc2018": "cmrc2018",
-}
-_FEWCLUE_NAMES = {
-    "tnews": "tnewsf",
-    "iflytek": "iflytekf",
-    "ocnli": "ocnlif",
-    "cluewsc": "cluewscf",
-    "csl": "cslf",
-    "chid": "chidf",
-    "bustm": "bustm",
-    "eprstmt": "eprstmt",
-    "csldcp": "csldcp",
-}
+# CLUE 1.0 had its own test files, and file names, for these tasks.
+_VERSIONED = ("tnews", "cluewsc", "c3", "chid")
+_CLUE_STEMS = {"ocnli": "ocnli_50k"}
 _BENCHMARK_NAMES = {"clue": "CLUE", "fewclue": "FewCLUE"}
 VERSIONS = ("1.1", "1.0")
 _TEST_SPLITS = ("test", "test1.0", "test_public")
@@ -81,8 +48,7 @@ def submission_file_name(task, benchmark, version="1.1"):
     Args:
         task: a task name or `ClueTask`.
         benchmark: ``"clue"`` or ``"fewclue"``.
-        version: CLUE's ``"1.1"`` (default) or ``"1.0"`` (TNEWS, CLUEWSC, C3
-            and CHID had their own 1.0 test files and names).
+        version: CLUE's ``"1.1"`` (default) or ``"1.0"``.
 
     Returns:
         The file name, e.g. ``"tnews11_predict.json"``.
@@ -104,30 +70,33 @@ def submission_file_name(task, benchmark, version="1.1"):
             f"Expected version in {_versions(benchmark)} for {benchmark}. "
             f"Received: version={version!r}."
         )
-    names = _CLUE_NAMES if benchmark == "clue" else _FEWCLUE_NAMES
-    if task.name not in names:
+    if benchmark not in task.benchmarks:
         title = _BENCHMARK_NAMES[benchmark]
+        names = {each.name for each in TASKS.values() if benchmark in each.benchmarks}
         raise ValueError(
             f"{task.name} is not a {title} task; it has no submission file there. "
             f"{title} tasks: {sorted(names)}."
         )
-    stem = names[task.name]
-    return f"{stem[version] if isinstance(stem, dict) else stem}_predict.json"
+    if benchmark == "fewclue":  # FewCLUE's copy of a CLUE task ends in "f"
+        stem = task.name + ("f" if "clue" in task.benchmarks else "")
+    else:
+        stem = _CLUE_STEMS.get(task.name, task.name)
+        stem += version.replace(".", "") if task.name in _VERSIONED else ""
+    return f"{stem}_predict.json"
 
 
 def _versions(benchmark):
     return VERSIONS if benchmark == "clue" else ("1.1",)
 
 
-def _all_names():
-    """``{file name: (task, benchmark, version)}`` of every submission file."""
-    names = {}
-    for task in TASKS.values():
-        for benchmark in task.benchmarks:
-            for version in _versions(benchmark):
-                name = submission_file_name(task, benchmark, version)
-                names.setdefault(name, (task.name, benchmark, version))
-    return names
+def _benchmarks_by_name():
+    """``{file name: benchmark}`` of every submission file."""
+    return {
+        submission_file_name(task, benchmark, version): benchmark
+        for task in TASKS.values()
+        for benchmark in task.benchmarks
+        for version in _versions(benchmark)
+    }
 
 
 def _split_parts(task, benchmark, test_split):
@@ -163,28 +132,33 @@ def _split_parts(task, benchmark, test_split):
 
 # === The records of each kind: written and checked with the same code ===
 class _Layout:
-    """How one task's predictions sit in its submission file.
+    """How one task's predictions sit in its submission file, for writing and checking.
 
-    ``field`` is the value's field in a record a line (``"label"`` or
-    ``"answer"``), or None for ONE JSON object ``{id: value}``; `key` and
-    `value` give the id and the value as they are written, `problem` judges
-    a value read from (or about to be written to) the file.
+    ``field``: the value's field in a record a line (``"label"`` or
+    ``"answer"``), or None for ONE JSON object ``{id: value}``;
+    ``expected``: ``{key: test example}`` in test order (CHID: a key per
+    blank), or None without a test split.
     """
 
-    def __init__(self, task, benchmark, labels):
-        self.task, self.labels = task, labels
-        one_object = task.kind == "span" or (task.kind == "idiom" and benchmark == "clue")
-        self.field = None if one_object else ("answer" if task.kind == "idiom" else "label")
-        self.tags = task.kind == "idiom" and benchmark == "clue"
+    def __init__(self, task, benchmark, test_split):
+        self.task, self.benchmark = get_task(task), check_benchmark(benchmark)
+        submission_file_name(self.task, self.benchmark)  # raises if the benchmark lacks the task
+        kind, clue = self.task.kind, self.benchmark == "clue"
+        self.tags = kind == "idiom" and clue  # ONE object keyed by blank tags
+        one_object = kind == "span" or self.tags
+        self.field = None if one_object else ("answer" if kind == "idiom" else "label")
+        self.labels, self.version, self.expected = self.task.labels, None, None
+        if test_split is not None:
+            examples, self.labels, self.version = _split_parts(
+                self.task, self.benchmark, test_split
+            )
+            if kind == "idiom":
+                self.expected = {blank: e for e in examples for blank in e.blank_ids}
+            else:
+                self.expected = {self.key(example.id): example for example in examples}
 
     def key(self, key):
         return str(key) if self.task.kind == "multiple_choice" else key
-
-    def expected(self, examples):
-        """``{key: example}`` in test order (CHID: one key per blank)."""
-        if self.task.kind == "idiom":
-            return {blank: passage for passage in examples for blank in passage.blank_ids}
-        return {self.key(example.id): example for example in examples}
 
     def value(self, prediction, example):
         """A prediction as the file holds it; left as it is when it cannot be."""
@@ -230,13 +204,12 @@ class _Layout:
             return f"{what[:-1]} {value} is out of range: {count} {what}"
         return None
 
-    def problems(self, records, expected):
-        """The problems of the values of ``[(where, key, value)]`` (``expected``: see
-        `expected`, or None); the ids the test split lacks are left to `_coverage_problems`."""
+    def problems(self, records):
+        """The problems of the values of ``[(where, key, value)]`` (not of their ids)."""
         problems = []
         for where, key, value in records:
-            if expected is None or key in expected:
-                problem = self.problem(key, value, None if expected is None else expected[key])
+            if self.expected is None or key in self.expected:
+                problem = self.problem(key, value, (self.expected or {}).get(key))
                 if problem:
                     problems.append(f"{where}: {problem}")
         return problems
@@ -379,19 +352,15 @@ def write_submission(output_dir, task, benchmark, predictions, test_split):
             STRING; C3: the choice index; CHID: ``{blank id: candidate
             index}``; CMRC2018: the answer text; CLUENER: a list of
             ``(type, start, end_inclusive)``.
-        test_split: the `ClueSplit` of the test file (its ids, order, label
-            set, and CLUE version: ``test1.0.json`` gives the 1.0 name), or a
-            list of its examples.
+        test_split: the `ClueSplit` of the test file (``test1.0.json`` gives
+            the CLUE 1.0 name), or a list of its examples.
 
     Returns:
         The `pathlib.Path` of the file written.
 
     Raises:
         ValueError: before anything is written, with every problem
-            `check_submission` would find in the file: ids missing from or
-            unknown to the test split, labels outside the label set (class
-            indices instead of label strings), choice / candidate indices out
-            of range, entities outside their text.
+            `check_submission` would find in the file.
 
     Example:
 
@@ -404,18 +373,14 @@ def write_submission(output_dir, task, benchmark, predictions, test_split):
     >>> check_submission(path, "eprstmt", "fewclue", test)
     []
     """
-    task = get_task(task)
-    benchmark = check_benchmark(benchmark)
-    submission_file_name(task, benchmark)  # raises if the benchmark lacks the task
-    examples, labels, version = _split_parts(task, benchmark, test_split)
-    name = submission_file_name(task, benchmark, version)
+    layout = _Layout(task, benchmark, test_split)
+    name = submission_file_name(layout.task, layout.benchmark, layout.version)
     if not isinstance(predictions, Mapping):
         raise ValueError(
             "Expected predictions, a dict {id: prediction}. "
             f"Received: {type(predictions).__name__}."
         )
-    layout = _Layout(task, benchmark, labels)
-    expected = layout.expected(examples)
+    expected = layout.expected
     order = {key: position for position, key in enumerate(expected)}
     records = sorted(
         (
@@ -424,10 +389,10 @@ def write_submission(output_dir, task, benchmark, predictions, test_split):
         ),
         key=lambda record: order.get(record[1], len(order)),
     )
-    problems = layout.problems(records, expected) + _coverage_problems(records, expected, False)
+    problems = layout.problems(records) + _coverage_problems(records, expected, False)
     if problems:
         raise ValueError(
-            f"Not writing {name}: the predictions do not fit {task.name}'s test split:\n  "
+            f"Not writing {name}: the predictions do not fit {layout.task.name}'s test split:\n  "
             + "\n  ".join(_summarise(problems))
         )
     if layout.field is None:
@@ -449,12 +414,9 @@ def write_submission(output_dir, task, benchmark, predictions, test_split):
 def check_submission(path, task, benchmark, test_split=None):
     """Lists what is wrong with a submission file (an empty list: nothing).
 
-    Checks the file name (the versioned CLUE name, e.g. ``tnews11``), that
-    the file is UTF-8 JSON in the task's shape (a line per record, or one
-    object for CLUE CHID and CMRC2018), that every id appears once, that
-    labels are label strings from the label set (not class indices), and,
-    with the test split, that every test id is predicted, in the test order,
-    with choice / candidate indices and entity spans that fit.
+    Checks the name, the encoding, the task's shape, the ids and the
+    values; with the test split, that every test id is predicted, in order,
+    with values that fit its example.
 
     Args:
         path: the submission file.
@@ -477,14 +439,9 @@ def check_submission(path, task, benchmark, test_split=None):
     line 1: label '3' is not one of tnews's labels ('100', '101', '102', '103', ..., '116');
     it looks like a class index: class 3 of tnews is '103' (write task.labels[index])
     """
-    task = get_task(task)
-    benchmark = check_benchmark(benchmark)
-    submission_file_name(task, benchmark)  # the task belongs to the benchmark
+    layout = _Layout(task, benchmark, test_split)
     path = pathlib.Path(path)
-    examples, labels, version = (None, task.labels, None)
-    if test_split is not None:
-        examples, labels, version = _split_parts(task, benchmark, test_split)
-    problems = _name_problems(path.name, task, benchmark, version)
+    problems = _name_problems(path.name, layout)
     if not path.is_file():
         return problems + [f"{os.fspath(path)}: no such file"]
     data = path.read_bytes()
@@ -498,15 +455,13 @@ def check_submission(path, task, benchmark, test_split=None):
         text = text[1:]
     if not text.strip():
         return problems + ["the file is empty"]
-    layout = _Layout(task, benchmark, labels)
     read = _read_object if layout.field is None else _read_lines
     records, read_problems = read(layout, text)
     if records is None:
         return _summarise(problems + read_problems)
-    expected = layout.expected(examples) if examples is not None else None
-    problems += sorted(read_problems + layout.problems(records, expected), key=_line_number)
-    if expected is not None:
-        problems += _coverage_problems(records, expected, in_order=layout.field is not None)
+    problems += sorted(read_problems + layout.problems(records), key=_line_number)
+    if layout.expected is not None:
+        problems += _coverage_problems(records, layout.expected, layout.field is not None)
     return _summarise(problems)
 
 
@@ -515,13 +470,10 @@ def _line_number(problem):
     return int(match.group(1)) if match else 0
 
 
-def _name_problems(name, task, benchmark, version):
-    expected = list(
-        dict.fromkeys(
-            submission_file_name(task, benchmark, each)
-            for each in ([version] if version else _versions(benchmark))
-        )
-    )
+def _name_problems(name, layout):
+    task, benchmark = layout.task, layout.benchmark
+    versions = [layout.version] if layout.version else _versions(benchmark)
+    expected = list(dict.fromkeys(submission_file_name(task, benchmark, v) for v in versions))
     if name in expected:
         return []
     message = (
@@ -535,7 +487,7 @@ def _name_problems(name, task, benchmark, version):
 
 def _read_object(layout, text):
     """``([(where, key, value)], problems)`` of a file that is one JSON object."""
-    problems, records = [], []
+    problems = []
 
     def pairs(items):
         keys = set()
@@ -607,8 +559,7 @@ FEWCLUE_ZIP_NAME = "fewclue_submit_examples.zip"
 def default_zip_name(benchmark, team="team", date="YYYYMMDD"):
     """The name a benchmark asks its submission zip to have.
 
-    CLUE: ``submit_<team>_<date>.zip``; FewCLUE: ``fewclue_submit_examples.zip``
-    (FewCLUE's README: "zip fewclue_submit_examples.zip *.json").
+    FewCLUE's README: "zip fewclue_submit_examples.zip *.json".
 
     Args:
         benchmark: ``"clue"`` or ``"fewclue"``.
@@ -616,7 +567,7 @@ def default_zip_name(benchmark, team="team", date="YYYYMMDD"):
         date: ``YYYYMMDD`` (CLUE).
 
     Returns:
-        A file name.
+        ``submit_<team>_<date>.zip`` (CLUE) or ``fewclue_submit_examples.zip``.
 
     Example:
     >>> default_zip_name("clue", "mylab", "20240101"), default_zip_name("fewclue")
@@ -629,9 +580,6 @@ def default_zip_name(benchmark, team="team", date="YYYYMMDD"):
 
 def build_submission_zip(files, zip_path):
     """Zips submission files, each at the zip's root, as CLUE accepts them.
-
-    CLUE asks for the files of a submission zipped together, named
-    ``submit_<team>_<date>.zip``.
 
     Args:
         files: the submission files' paths (names as `submission_file_name`
@@ -657,7 +605,7 @@ def build_submission_zip(files, zip_path):
     paths = [pathlib.Path(file) for file in files]
     if not paths:
         raise ValueError("Expected at least one submission file. Received: files=[].")
-    known = _all_names()
+    known = _benchmarks_by_name()
     seen, benchmarks = {}, {}
     for path in paths:
         if not path.is_file():
@@ -673,7 +621,7 @@ def build_submission_zip(files, zip_path):
                 f"{os.fspath(path)}."
             )
         seen[path.name] = path
-        benchmarks.setdefault(known[path.name][1], path.name)
+        benchmarks.setdefault(known[path.name], path.name)
     if len(benchmarks) > 1:
         raise ValueError(
             "The files mix CLUE and FewCLUE submissions "

@@ -12,19 +12,8 @@ from keras_masking.clue.submission import check_submission
 from keras_masking.clue.submission import default_zip_name
 
 
-def find_runs(runs_dir):
-    """The run folders under ``runs_dir`` (``runs_dir`` itself included).
-
-    Args:
-        runs_dir: a folder of run folders (each with a ``run.json``).
-
-    Returns:
-        A sorted list of ``(folder, record)``.
-
-    Example:
-    >>> find_runs(".")  # doctest: +SKIP
-    [(PosixPath('runs/tnews'), {...})]
-    """
+def _find_runs(runs_dir):
+    """The sorted ``(folder, record)`` of the run folders under ``runs_dir`` (itself included)."""
     runs_dir = pathlib.Path(runs_dir)
     if not runs_dir.is_dir():
         raise FileNotFoundError(f"RUNS_DIR {os.fspath(runs_dir)!r}: no such folder.")
@@ -71,21 +60,16 @@ def check_date(date):
 
 
 def submit(runs_dir, team="team", date=None, output=None):
-    """Checks each run's submission file as CLUE's server does and zips them.
+    """Checks each finished run's submission file (`check_submission`) and zips them.
 
-    Every finished run under ``runs_dir`` contributes its submission file.
-    Each is checked (`check_submission`: the versioned file name, every test
-    id once and in order, labels from the task's label set and never class
-    indices), against the run's test split when its data folder is still
+    Files are checked against the run's test split while its data folder is
     there. Nothing is written unless every file passes.
 
     Args:
         runs_dir: the folder holding the run folders.
         team: the team name in the zip's name.
         date: ``YYYYMMDD``, a real day (default: today).
-        output: the zip's path (default: ``runs_dir/submit_<team>_<date>.zip``;
-            FewCLUE: ``runs_dir/fewclue_submit_examples.zip``, the name FewCLUE's
-            README asks for).
+        output: the zip's path (default: ``runs_dir/`` and `default_zip_name`).
 
     Returns:
         ``(zip_path, files)``.
@@ -103,7 +87,7 @@ def submit(runs_dir, team="team", date=None, output=None):
         raise ValueError(f"Expected a team name without spaces or slashes. Received: {team!r}.")
     date = datetime.date.today().strftime("%Y%m%d") if date is None else check_date(date)
     problems, files, by_task, benchmarks = [], [], {}, set()
-    for folder, record in find_runs(runs_dir):
+    for folder, record in _find_runs(runs_dir):
         arguments = record["arguments"]
         where = os.fspath(folder)
         if record.get("status") != "finished":

@@ -11,6 +11,8 @@ AdamW learning rate this package fine-tunes with.
 
 import dataclasses
 
+from keras_masking.utils.arguments import check_choice
+
 KINDS = ("classification", "multiple_choice", "idiom", "span", "entity")
 METRICS = ("accuracy", "cluener", "cmrc2018")
 BENCHMARKS = ("clue", "fewclue")
@@ -92,10 +94,8 @@ class ClueTask:
     defaults: dict = dataclasses.field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"Expected kind in {KINDS}. Received: kind={self.kind!r}.")
-        if self.metric not in METRICS:
-            raise ValueError(f"Expected metric in {METRICS}. Received: metric={self.metric!r}.")
+        check_choice("kind", self.kind, KINDS)
+        check_choice("metric", self.metric, METRICS)
         benchmarks = tuple(self.benchmarks)
         if not benchmarks or any(benchmark not in BENCHMARKS for benchmark in benchmarks):
             raise ValueError(
@@ -105,9 +105,8 @@ class ClueTask:
         object.__setattr__(self, "benchmarks", benchmarks)
         if self.labels is not None:
             labels = tuple(self.labels)
-            if not all(isinstance(label, str) for label in labels) or len(set(labels)) != len(
-                labels
-            ):
+            strings = all(isinstance(label, str) for label in labels)
+            if not strings or len(set(labels)) != len(labels):
                 raise ValueError(
                     f"Expected labels, distinct strings. Received: labels={self.labels!r}."
                 )
@@ -115,17 +114,12 @@ class ClueTask:
         object.__setattr__(self, "defaults", dict(self.defaults))
 
 
-def _defaults(
-    max_length=128, batch_size=32, epochs=10, learning_rate=2e-5, accumulation=1, **extra
-):
-    return dict(
-        max_length=max_length,
-        batch_size=batch_size,
-        epochs=epochs,
-        learning_rate=learning_rate,
-        accumulation=accumulation,
-        **extra,
-    )
+_TRAINING = {"batch_size": 32, "epochs": 10, "learning_rate": 2e-5, "accumulation": 1}
+
+
+def _defaults(max_length=128, **changes):
+    """The training defaults with ``max_length`` and ``changes``."""
+    return {"max_length": max_length, **_TRAINING, **changes}
 
 
 _BOTH = ("clue", "fewclue")

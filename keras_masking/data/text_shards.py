@@ -1,33 +1,7 @@
 """Pretraining batches streamed from sharded text files, as a `tf.data.Dataset`.
 
-For corpora that do not fit in memory: the files are read line by line
-(`tf.data.TextLineDataset`; with shuffling, interleaved over a few files at
-once), each line is tokenized and cut into windows of ``sequence_length - 2``
-tokens, each window becomes ``[CLS] window [SEP]`` padded to
-``sequence_length``, and windows are shuffled in bounded blocks and batched.
-Every batch is full and has a static shape, so a compiled training step
-compiles once.
-
-* ``objective="exlm"``: the batches are the inputs of
-  `keras_masking.models.ExLMPretrainer`, which masks inside the model (its
-  ``objective="mlm"`` too): a dict of ``token_ids``, ``segment_ids`` and
-  ``padding_mask``.
-* ``objective="mlm"``: BERT's masking is applied here, for
-  `keras_masking.models.TransformerMaskedLM`: ``(x, labels, sample_weight)``.
-
-The pipeline is deterministic under a seed: every random draw (the files'
-order in each pass, the order of the windows in each block, the masking) is
-a stateless draw keyed by ``seed`` and the pass's, block's or batch's index.
-So the same arguments give the same batches in the same order, in every
-iteration of the dataset, in every process, whatever TensorFlow's global
-seed (`tf.random.set_seed`, `keras.utils.set_random_seed`).
-``dataset.skip(n)`` therefore continues exactly where a run that trained
-``n`` steps stopped, in the same process or another, which is how a
-pretraining resumes.
-
-On several hosts, each host reads its own files: ``num_shards`` hosts, the
-host ``shard_index`` reading every ``num_shards``-th file of the sorted list
-(`text_shard_files`).
+For corpora that do not fit in memory (`text_shard_dataset`); on several
+hosts, each host reads its own files (`text_shard_files`).
 """
 
 import os
@@ -35,6 +9,8 @@ import types
 
 from keras_masking.ops.embedding_correction import validate_masking_rates
 from keras_masking.ops.token_selection import select_tokens
+from keras_masking.utils.arguments import check_bool
+from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 
@@ -46,27 +22,31 @@ _CHECK_LINES = 8
 # Purposes of the stateless draws (the masking uses purpose 0).
 _FILE_ORDER = 1
 _WINDOW_ORDER = 2
+_MASKING_DEFAULTS = {
+    "mask_rate": 0.15,
+    "mask_token_rate": 0.8,
+    "random_token_rate": 0.1,
+    "max_predictions": None,
+}
 
 
 def text_shard_files(files, num_shards=1, shard_index=0):
     """The files one shard (host) reads: every ``num_shards``-th of the sorted list.
 
     Args:
-        files: a path or glob pattern (``"corpus/*.txt"``), or a list of
-            them. Patterns are expanded with `tf.io.gfile.glob`, so remote
-            file systems that TensorFlow reads work too.
+        files: a path or glob pattern (``"corpus/*.txt"``, expanded by
+            `tf.io.gfile.glob`), or a list of them.
         num_shards: int >= 1, the number of shards (hosts) the files are
             split across.
         shard_index: int in ``[0, num_shards)``, this shard's index.
 
     Returns:
-        A sorted list of paths. The lists of the ``num_shards`` shards are
-        disjoint and together hold every file.
+        A sorted list of paths; the shards' lists are disjoint and together
+        hold every file.
 
     Raises:
-        ValueError: no file is given, a pattern matches nothing, a path does
-            not exist, the shard arguments are out of range, or there are
-            fewer files than shards (a shard would read nothing).
+        ValueError: a file or pattern is missing, a shard argument is out of
+            range, or there are fewer files than shards.
 
     Example:
     >>> import pathlib, tempfile
@@ -105,55 +85,41 @@ def text_shard_dataset(
     num_shards=1,
     shard_index=0,
     repeat=True,
-    mask_rate=None,
-    mask_token_rate=None,
-    random_token_rate=None,
-    max_predictions=None,
     cycle_length=4,
+    **masking,
 ):
     """Full, fixed-shape pretraining batches streamed from text files.
 
     Each non-empty line is tokenized and cut into windows of at most
-    ``sequence_length - 2`` tokens (a long line gives several windows, none
-    is cut away); each window becomes ``[CLS] window [SEP]`` padded with
-    [PAD] to ``sequence_length``. Windows are batched with
-    ``drop_remainder=True``: every batch has exactly ``batch_size`` rows.
+    ``sequence_length - 2`` tokens (none is cut away); each window becomes
+    ``[CLS] window [SEP]`` padded with [PAD]. Every batch has exactly
+    ``batch_size`` rows and a static shape, so a compiled step compiles once.
 
     Order. With ``shuffle_buffer=0`` the files are read one after the
-    other in sorted order, each from its first line to its last, and the
-    windows come in that order (``cycle_length`` is not used). With
-    ``shuffle_buffer > 0`` each pass over the files takes them in a new
+    other in sorted order. Else each pass over the files takes them in a new
     random order, ``cycle_length`` files are read at once, interleaved line
     by line, and the windows are shuffled in consecutive blocks of
-    ``shuffle_buffer`` windows: each block is read whole, then given in a
-    random order (a block shuffle, so at most ``shuffle_buffer`` windows are
-    held).
+    ``shuffle_buffer`` windows (at most that many are held).
 
-    Determinism. Every draw is stateless, keyed by ``seed`` and the index of
-    the pass, block or batch: the same arguments give the same batches in
-    the same order, in each iteration of the dataset (``dataset.skip(n)``
-    in the same process gives the batches from the ``n``-th on of an
-    uninterrupted run), in another process, and whatever TensorFlow's or
-    Keras' global seed.
+    Determinism. Every draw (file order, block order, masking) is stateless,
+    keyed by ``seed`` and the index of the pass, block or batch (and
+    ``shard_index``): the same arguments give the same batches in every
+    iteration, in every process, whatever TensorFlow's or Keras' global
+    seed. ``dataset.skip(n)`` therefore continues exactly where a run that
+    trained ``n`` steps stopped, which is how a pretraining resumes.
 
     With ``objective="mlm"`` the batch is masked as BERT masks: in each row,
     ``round(mask_rate * n)`` of its ``n`` real non-special tokens (at least
-    one, at most ``max_predictions``) are picked at random; a picked token
-    becomes [MASK] with probability ``mask_token_rate``, a random token with
-    probability ``random_token_rate`` (drawn uniformly from the vocabulary
-    less the tokenizer's special tokens and [UNK]; it may be the token
-    itself), and stays as it is otherwise. Special tokens ([CLS], [SEP],
-    [PAD], [MASK]) are never picked. The draws are keyed by ``seed``, the
-    batch's index and ``shard_index``, so they do not depend on how the
-    pipeline runs.
+    one, at most ``max_predictions``) are picked; a picked token becomes
+    [MASK] with probability ``mask_token_rate``, a random token with
+    probability ``random_token_rate`` (uniform over the vocabulary less the
+    special tokens and [UNK]), and stays as it is otherwise.
 
-    Files are checked when the dataset is made: each must hold some text
-    (a file that is empty or has only blank lines is refused, since a
-    repeating dataset would wait forever on it), and its first 64 KiB must
-    be UTF-8 (a Latin-1 or GBK file is refused, named, rather than read as
-    [UNK]s). The rest of each file is checked as it is read: invalid UTF-8
-    further on stops the iteration with a `tf.errors.InvalidArgumentError`
-    naming the file.
+    Files are checked when the dataset is made: each must hold some text (a
+    repeating dataset would wait forever on a blank file) and its first 64
+    KiB must be UTF-8 (a Latin-1 or GBK file is refused, named, rather than
+    read as [UNK]s). Invalid UTF-8 further on stops the iteration with a
+    `tf.errors.InvalidArgumentError` naming the file.
 
     Args:
         files: a path or glob pattern, or a list of them (see
@@ -163,32 +129,26 @@ def text_shard_dataset(
             or `keras_hub.tokenizers.BertTokenizer`), or a vocabulary path
             accepted by `keras_masking.data.bert_tokenizer`.
         sequence_length: int >= 3, tokens per row, [CLS] and [SEP] included.
-        batch_size: int >= 1, rows per batch (per host: with several
-            shards each host's dataset gives its own part of the batch).
+        batch_size: int >= 1, rows per batch (per host).
         objective: ``"exlm"`` (inputs of `ExLMPretrainer`, which masks
             itself) or ``"mlm"`` (BERT-masked inputs, labels and weights for
             `TransformerMaskedLM`).
         shuffle_buffer: int >= 0, windows per shuffled block; 0 reads the
-            files in sorted order, one after the other, unshuffled.
-        seed: int >= 0 or None. The shuffling and masking seed; with None a
-            seed is drawn once, so the dataset is not reproducible across
-            processes. Pass a seed to resume with ``dataset.skip``.
+            files in sorted order, unshuffled.
+        seed: int >= 0 or None. With None a seed is drawn once, so the
+            dataset is not reproducible across processes.
         num_shards: int >= 1, hosts the files are split across.
         shard_index: int in ``[0, num_shards)``, this host's files.
         repeat: bool. True repeats the files forever (training with
             ``steps_per_epoch``); False reads them once.
-        mask_rate: float in (0, 1), share of tokens picked (MLM only;
-            default 0.15).
-        mask_token_rate: float in [0, 1], share of the picked tokens
-            replaced by [MASK] (MLM only; default 0.8).
-        random_token_rate: float in [0, 1], share of the picked tokens
-            replaced by a random token (MLM only; default 0.1).
-            ``mask_token_rate + random_token_rate`` must be at most 1.
-        max_predictions: int in ``[1, sequence_length]``, masked positions
-            per row (MLM only; default ``max(1, round(mask_rate *
+        cycle_length: int >= 1, files read at once when ``shuffle_buffer >
+            0``.
+        **masking: ``objective="mlm"`` only: ``mask_rate`` (float in (0, 1),
+            default 0.15), ``mask_token_rate`` (default 0.8),
+            ``random_token_rate`` (default 0.1; the two sum to at most 1) and
+            ``max_predictions`` (int in ``[1, sequence_length]``, masked
+            positions per row, default ``max(1, round(mask_rate *
             sequence_length))``).
-        cycle_length: int >= 1, files read at once, interleaved line by
-            line, when ``shuffle_buffer > 0``.
 
     Returns:
         A `tf.data.Dataset`. For ``"exlm"`` each element is a dict of int32
@@ -196,10 +156,9 @@ def text_shard_dataset(
         ``segment_ids`` (zeros) and ``padding_mask``. For ``"mlm"`` it is
         ``(x, labels, sample_weight)``: ``x`` the same dict with the masked
         ``token_ids`` and int32 ``mask_positions`` ``(batch_size, P)``,
-        ``labels`` the int32 original ids at those positions ``(batch_size,
-        P)`` and ``sample_weight`` float32 ``(batch_size, P)`` (0 for the
-        padding positions of a row with fewer picks), ``P =
-        max_predictions``.
+        ``labels`` the int32 original ids at those positions and
+        ``sample_weight`` float32 ``(batch_size, P)`` (0 on the padding
+        positions of a row with fewer picks), ``P = max_predictions``.
 
     Raises:
         ValueError: an argument is out of range (it is named), a file or
@@ -236,20 +195,15 @@ def text_shard_dataset(
     """
     sequence_length = check_int("sequence_length", sequence_length, minimum=3)
     batch_size = check_int("batch_size", batch_size, minimum=1)
-    if objective not in OBJECTIVES:
-        raise ValueError(f"Expected objective in {OBJECTIVES}. Received: objective={objective!r}.")
+    objective = check_choice("objective", objective, OBJECTIVES)
     shuffle_buffer = check_int("shuffle_buffer", shuffle_buffer, minimum=0)
     if seed is not None:
         seed = check_int("seed", seed, minimum=0, maximum=2**31 - 1)
-    if not isinstance(repeat, bool):
-        raise ValueError(f"Expected True or False for repeat. Received: repeat={repeat!r}.")
+    repeat = check_bool("repeat", repeat)
     cycle_length = check_int("cycle_length", cycle_length, minimum=1)
-    masking = _check_masking(
-        objective, sequence_length, mask_rate, mask_token_rate, random_token_rate, max_predictions
-    )
+    masking = _check_masking(objective, sequence_length, masking)
     paths = text_shard_files(files, num_shards, shard_index)
-    tokenizer = _check_tokenizer(tokenizer, objective)
-    special = _special_ids(tokenizer)
+    tokenizer, special = _check_tokenizer(tokenizer, objective)
     random_ids = None
     if masking is not None:
         random_ids = _random_token_ids(tokenizer, special, masking["random_token_rate"])
@@ -282,15 +236,7 @@ def text_shard_dataset(
         deterministic=True,
     )
     if objective == "mlm":
-        masker = _BertMasking(
-            **masking,
-            special_ids=sorted(set(special.values())),
-            mask_token_id=special["mask"],
-            random_ids=random_ids,
-            seed=seed,
-            num_shards=int(num_shards),
-            shard_index=int(shard_index),
-        )
+        masker = _bert_masking(masking, special, random_ids, seed, num_shards, shard_index)
         batches = batches.enumerate().map(
             masker, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
         )
@@ -335,17 +281,13 @@ def _expand_files(files):
 
 
 def _check_file(path, tokenizer):
-    """Refuses a file that is not UTF-8 (in its first 64 KiB) or holds no text.
-
-    Reads until the first lines with a token (usually one read); only a
-    blank file is read to its end.
-    """
+    """Refuses a file that is not UTF-8 (in its first 64 KiB) or holds no text."""
     import codecs
 
     import tensorflow as tf
 
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
-    offset, text, has_text = 0, "", False
+    offset, text = 0, ""
     with tf.io.gfile.GFile(path, "rb") as file:
         while True:
             chunk = file.read(_CHECK_BYTES)
@@ -359,58 +301,52 @@ def _check_file(path, tokenizer):
                     "or `iconv -f LATIN1 -t UTF-8`."
                 ) from None
             offset += len(chunk)
-            lines = [line for line in text.split("\n")[:-1] if line.strip()]
-            if not chunk:
-                lines = [line for line in text.split("\n") if line.strip()]
+            # The complete lines so far (all of them at the end of the file).
+            complete, _, text = text.rpartition("\n") if chunk else (text, "", "")
+            lines = [line for line in complete.split("\n") if line.strip()]
             for start in range(0, len(lines), _CHECK_LINES):  # almost always the first lines
                 if _token_count(tokenizer(lines[start : start + _CHECK_LINES])) > 0:
-                    has_text = True
-                    break
-            if has_text or not chunk:
+                    return
+            if not chunk:
                 break
-            text = text.rsplit("\n", 1)[-1] if "\n" in text else text
-    if not has_text:
-        raise ValueError(
-            "Expected text in every file of files (a dataset repeating a file with none "
-            f"would wait forever for a batch). Received: {path!r}, which holds no text (it is "
-            "empty, or its lines are blank or give no token). Remove it from the files."
-        )
+    raise ValueError(
+        "Expected text in every file of files (a dataset repeating a file with none "
+        f"would wait forever for a batch). Received: {path!r}, which holds no text (it is "
+        "empty, or its lines are blank or give no token). Remove it from the files."
+    )
 
 
-def _check_masking(objective, length, mask_rate, mask_token_rate, random_token_rate, predictions):
-    given = {
-        "mask_rate": mask_rate,
-        "mask_token_rate": mask_token_rate,
-        "random_token_rate": random_token_rate,
-        "max_predictions": predictions,
-    }
+def _check_masking(objective, length, masking):
+    """The MLM options, checked and completed with their defaults (None for ExLM)."""
+    unknown = sorted(set(masking) - set(_MASKING_DEFAULTS))
+    if unknown:
+        raise TypeError(f"text_shard_dataset() got unexpected keyword arguments {unknown}.")
     if objective != "mlm":
-        named = [name for name, value in given.items() if value is not None]
-        if named:
+        if masking:
             raise ValueError(
-                f"{', '.join(named)} apply to objective='mlm' only: with objective='exlm' the "
+                f"{', '.join(masking)} apply to objective='mlm' only: with objective='exlm' the "
                 "batches are unmasked and ExLMPretrainer masks them (set its mask_rate). "
-                f"Received: {', '.join(f'{name}={given[name]!r}' for name in named)}."
+                f"Received: {', '.join(f'{name}={value!r}' for name, value in masking.items())}."
             )
         return None
-    mask_rate, mask_token_rate, random_token_rate = validate_masking_rates(
-        0.15 if mask_rate is None else mask_rate,
-        0.8 if mask_token_rate is None else mask_token_rate,
-        0.1 if random_token_rate is None else random_token_rate,
+    masking = {**_MASKING_DEFAULTS, **masking}
+    rates = validate_masking_rates(
+        masking["mask_rate"], masking["mask_token_rate"], masking["random_token_rate"]
     )
-    mask_rate = check_float("mask_rate", mask_rate, 0.0, 1.0, True, True)
+    mask_rate = check_float("mask_rate", rates[0], 0.0, 1.0, True, True)
+    predictions = masking["max_predictions"]
     if predictions is None:
         predictions = max(1, round(mask_rate * length))
-    predictions = check_int("max_predictions", predictions, minimum=1, maximum=length)
     return {
         "mask_rate": mask_rate,
-        "mask_token_rate": mask_token_rate,
-        "random_token_rate": random_token_rate,
-        "max_predictions": predictions,
+        "mask_token_rate": rates[1],
+        "random_token_rate": rates[2],
+        "max_predictions": check_int("max_predictions", predictions, minimum=1, maximum=length),
     }
 
 
 def _check_tokenizer(tokenizer, objective):
+    """The tokenizer (from a vocabulary path too) and its special ids."""
     if isinstance(tokenizer, (str, os.PathLike)):
         from keras_masking.data.tokenization import bert_tokenizer
 
@@ -425,7 +361,13 @@ def _check_tokenizer(tokenizer, objective):
             "tokens (e.g. keras_masking.data.bert_tokenizer('vocab.txt')), or a vocabulary "
             f"path. Received: tokenizer={tokenizer!r:.80} (missing: {missing})."
         )
-    return tokenizer
+    mask = tokenizer.mask_token_id
+    return tokenizer, {
+        "cls": int(tokenizer.cls_token_id),
+        "sep": int(tokenizer.sep_token_id),
+        "pad": int(tokenizer.pad_token_id),
+        "mask": None if mask is None else int(mask),
+    }
 
 
 def _token_count(token_ids):
@@ -456,19 +398,9 @@ def _random_token_ids(tokenizer, special, random_token_rate):
     return {"count": size - len(excluded), "excluded": excluded}
 
 
-def _special_ids(tokenizer):
-    return {
-        "cls": int(tokenizer.cls_token_id),
-        "sep": int(tokenizer.sep_token_id),
-        "pad": int(tokenizer.pad_token_id),
-        "mask": None if tokenizer.mask_token_id is None else int(tokenizer.mask_token_id),
-    }
-
-
 # === Pipeline ===
 def _tensorflow_ops():
-    """TensorFlow's operations under `keras.ops`' names: `select_tokens` in a
-    `tf.data` pipeline, whatever the Keras backend."""
+    """TensorFlow's ops under `keras.ops`' names, for `select_tokens` in `tf.data`."""
     import tensorflow as tf
 
     return types.SimpleNamespace(
@@ -491,9 +423,7 @@ def _key(seed, purpose, index):
 
 
 def _read_lines(paths, shuffle, seed, repeat, cycle):
-    """The files' lines: in sorted order without ``shuffle``; else each pass
-    in its own random file order, interleaved line by line over ``cycle``
-    files at once."""
+    """The files' lines, in order or (``shuffle``) interleaved in random file orders."""
     import tensorflow as tf
 
     names = tf.constant(paths)
@@ -551,12 +481,7 @@ def _block_shuffle(windows, size, seed):
 
 
 def _windows(token_ids, width):
-    """Each line's tokens cut into consecutive windows of at most ``width``.
-
-    ``token_ids`` is ragged ``(lines, None)``; the result is ragged
-    ``(windows, None)``, the windows of each line in order, none for an
-    empty line.
-    """
+    """Ragged ``(lines, None)`` tokens cut into ragged windows of at most ``width``."""
     import tensorflow as tf
 
     token_ids = tf.cast(token_ids, tf.int32)
@@ -587,76 +512,54 @@ def _pack(rows, special, batch_size, length):
     }
 
 
-class _BertMasking:
+def _bert_masking(masking, special, random_ids, seed, num_shards, shard_index):
     """BERT's masking of one batch, with stateless draws keyed by its index."""
+    special_ids = sorted(set(special.values()))
+    mask_token_rate, random_token_rate = masking["mask_token_rate"], masking["random_token_rate"]
 
-    def __init__(
-        self,
-        mask_rate,
-        mask_token_rate,
-        random_token_rate,
-        max_predictions,
-        special_ids,
-        mask_token_id,
-        random_ids,
-        seed,
-        num_shards,
-        shard_index,
-    ):
-        self.mask_rate = mask_rate
-        self.mask_token_rate = mask_token_rate
-        self.random_token_rate = random_token_rate
-        self.max_predictions = max_predictions
-        self.special_ids = special_ids
-        self.mask_token_id = mask_token_id
-        self.random_ids = random_ids
-        self.seed = seed
-        self.num_shards = num_shards
-        self.shard_index = shard_index
-
-    def __call__(self, index, inputs):
+    def mask(index, inputs):
         import tensorflow as tf
 
         token_ids, padding_mask = inputs["token_ids"], inputs["padding_mask"]
         shape = tf.shape(token_ids)
         length = token_ids.shape[1]
         # One stream of draws per batch and host, whatever runs before it.
-        stream = tf.cast(index, tf.int64) * self.num_shards + self.shard_index
+        stream = tf.cast(index, tf.int64) * num_shards + shard_index
         seeds = tf.random.experimental.stateless_split(
-            tf.stack([tf.constant(self.seed, tf.int64), stream]), num=4
+            tf.stack([tf.constant(seed, tf.int64), stream]), num=4
         )
         candidates = tf.cast(padding_mask, tf.bool)
-        for special_id in self.special_ids:
+        for special_id in special_ids:
             candidates &= token_ids != special_id
         picked = select_tokens(
             candidates,
-            self.mask_rate,
+            masking["mask_rate"],
             tf.random.stateless_uniform(shape, seeds[0]),
             min_count=1,
-            max_count=self.max_predictions,
+            max_count=masking["max_predictions"],
             backend_ops=_tensorflow_ops(),
         )
         # Picked positions first, in order, then the others.
         positions = tf.range(length, dtype=tf.int32)[None, :]
         order = tf.argsort(tf.where(picked, positions, positions + length), axis=1, stable=True)
-        mask_positions = order[:, : self.max_predictions]
+        mask_positions = order[:, : masking["max_predictions"]]
         weights = tf.gather(picked, mask_positions, batch_dims=1)
         mask_positions = tf.where(weights, mask_positions, 0)
         labels = tf.where(weights, tf.gather(token_ids, mask_positions, batch_dims=1), 0)
         draw = tf.random.stateless_uniform(shape, seeds[1])
         # Uniform over the non-special ids: draw in [0, count), then step
         # over each excluded id, in increasing order.
-        random_ids = tf.random.stateless_uniform(
-            shape, seeds[2], minval=0, maxval=max(1, self.random_ids["count"]), dtype=tf.int32
+        random_tokens = tf.random.stateless_uniform(
+            shape, seeds[2], minval=0, maxval=max(1, random_ids["count"]), dtype=tf.int32
         )
-        for excluded in self.random_ids["excluded"]:
-            random_ids += tf.cast(random_ids >= excluded, tf.int32)
-        replaced = tf.where(draw < self.mask_token_rate, self.mask_token_id, token_ids)
-        random_band = (draw >= self.mask_token_rate) & (
-            draw < self.mask_token_rate + self.random_token_rate
-        )
-        replaced = tf.where(random_band, random_ids, replaced)
+        for excluded in random_ids["excluded"]:
+            random_tokens += tf.cast(random_tokens >= excluded, tf.int32)
+        replaced = tf.where(draw < mask_token_rate, special["mask"], token_ids)
+        random_band = (draw >= mask_token_rate) & (draw < mask_token_rate + random_token_rate)
+        replaced = tf.where(random_band, random_tokens, replaced)
         x = dict(inputs)
         x["token_ids"] = tf.where(picked, replaced, token_ids)
         x["mask_positions"] = mask_positions
         return x, labels, tf.cast(weights, tf.float32)
+
+    return mask

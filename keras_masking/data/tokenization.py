@@ -69,7 +69,7 @@ def bert_tokenizer(vocabulary, lowercase=True, case_folding="bert", **kwargs):
 
     Example:
     ```python
-    tokenizer = bert_tokenizer("../shared/data/vocab/bert-base-chinese-vocab.txt")
+    tokenizer = bert_tokenizer("chinese_L-12_H-768_A-12/vocab.txt")  # Google's Chinese BERT
     tokenizer("今天天气很好，")  # the last id is the full-width comma's
     ```
     """

@@ -14,13 +14,10 @@ class AddFFN(FeedForward):
     """``f(x W1' + b1') W2' + b2'``: k extra hidden units for one FFN.
 
     A `FeedForward` with ``units`` hidden units whose output is added to the
-    frozen FFN's output before dropout, residual and LayerNorm
-    (`TransformerBlock.attach_feed_forward_branch`). With ``f`` equal to the
-    base FFN's activation, base FFN plus addFFN is exactly a plain FFN with
-    ``m + k`` hidden units (`TransformerBackbone.merge_fl`).
-
-    Kernels start from ``TruncatedNormal(0.02)`` (``W2'`` is not zero), biases
-    from zeros, as in the FL-tuning paper.
+    frozen FFN's output (`TransformerBlock.attach_feed_forward_branch`); with
+    the base FFN's activation the sum is exactly a plain FFN with ``m + k``
+    hidden units (`TransformerBackbone.merge_fl`). Kernels start from
+    ``TruncatedNormal(0.02)``, biases from zeros, as in the FL-tuning paper.
 
     Args:
         units: int >= 1, the number of added hidden units ``k`` (160 in the

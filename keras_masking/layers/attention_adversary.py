@@ -8,8 +8,9 @@ from keras import ops
 from keras_masking.distribution.random import batch_uniform
 from keras_masking.ops.gradient_reversal import reverse_gradient
 from keras_masking.ops.gradient_reversal import straight_through_step
+from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
-from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_seed
 
 #: The official code's mask value: masked logits become exactly this.
 MASK_VALUE = -10000.0
@@ -22,23 +23,16 @@ class AttentionAdversary(keras.layers.Layer):
     Wu et al. (2023), "Adversarial Self-Attention for Language
     Understanding", as the official code computes it (``AsaBert.Adversary``):
 
-    1. ``H = stop_gradient(hidden)``: the hidden states entering the layer
-       of the adversarial pass; the encoder gets no gradient from here.
-    2. One head of full width ``d``: ``Q = H W_q + b_q``, ``K = H W_k + b_k``
-       (init N(0, 0.02), biases 0), ``S = Q K^T / sqrt(d) + P`` with ``P`` the
-       padding bias over keys (0 / -10000); padded query rows are computed
-       too.
+    1. ``H = stop_gradient(hidden)``, the hidden states entering the layer.
+    2. One head of full width ``d``: ``S = (H W_q + b_q)(H W_k + b_k)^T /
+       sqrt(d) + P``, ``P`` the padding bias over keys (0 / -10000).
     3. ``M = 1[S > 0]`` forward, ``sigmoid(S)``'s gradient backward
-       (`keras_masking.ops.straight_through_step`); 1 keeps a query/key pair,
-       0 masks it.
-    4. A gradient reversal of strength ``alpha`` on ``M``, so the adversary
-       ascends what the model descends.
+       (`keras_masking.ops.straight_through_step`); 1 keeps a pair.
+    4. A gradient reversal of strength ``alpha`` on ``M``.
 
-    The layer returns ``M``, ``(batch, query, key)`` float32; `mask_bias`
-    turns it into the attention mask ``(1 - M) * -10000`` that replaces that
-    layer's padding mask (`TransformerBackbone.encode`'s
-    ``attention_mask_fn``). Everything is float32 whatever the dtype policy
-    (-10000 is not exact in bfloat16).
+    The layer returns ``M``, ``(batch, query, key)`` float32 (whatever the
+    dtype policy); `mask_bias` turns it into the mask ``(1 - M) * -10000``
+    that replaces that layer's padding mask.
 
     Args:
         alpha: float >= 0, strength of the gradient reversal (1 officially).
@@ -68,18 +62,12 @@ class AttentionAdversary(keras.layers.Layer):
     def __init__(self, alpha=1.0, noise=False, initializer_range=0.02, seed=None, **kwargs):
         kwargs.pop("dtype", None)
         super().__init__(dtype="float32", **kwargs)
-        alpha = check_float("alpha", alpha, minimum=0.0)
-        if not isinstance(noise, bool):
-            raise ValueError(f"Expected True or False for noise. Received: noise={noise!r}.")
-        initializer_range = check_float(
+        self.alpha = check_float("alpha", alpha, minimum=0.0)
+        self.noise = check_bool("noise", noise)
+        self.initializer_range = check_float(
             "initializer_range", initializer_range, minimum=0.0, open_minimum=True
         )
-        if seed is not None:
-            seed = check_int("seed", seed, minimum=0)
-        self.alpha = alpha
-        self.noise = noise
-        self.initializer_range = initializer_range
-        self.seed = seed
+        self.seed = check_seed("seed", seed)
         self.seed_generator = keras.random.SeedGenerator(seed) if noise else None
         self.query = None
         self.key = None
@@ -136,14 +124,8 @@ class AttentionAdversary(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "alpha": self.alpha,
-                "noise": self.noise,
-                "initializer_range": self.initializer_range,
-                "seed": self.seed,
-            }
-        )
+        names = ("alpha", "noise", "initializer_range", "seed")
+        config.update({name: getattr(self, name) for name in names})
         return config
 
 

@@ -4,19 +4,19 @@ import keras
 from keras import ops
 
 from keras_masking.layers.initializers import bert_initializer
+from keras_masking.utils.arguments import check_int
+
+_PROJECTIONS = ("query", "key", "value")
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
 class AttentionUnits(keras.layers.Layer):
     """``u`` extra query/key/value units per head, and their output rows.
 
-    FL-tuning's attention variant (MA-tuning): each head's query and key get
-    ``u`` more dimensions, so the logits gain ``(x W_q')(x W_k')^T`` (with the
-    base head's ``1/sqrt(head_dim)`` scale), and each head's value gets ``u``
-    more dimensions, mapped back to the hidden size by ``W_o'``. The frozen
-    attention is untouched; `SelfAttention` adds both terms when this layer is
-    passed as its ``extra_units`` (`TransformerBlock.attach_attention_units`).
-    The extra dimensions carry no rotary or relative position.
+    FL-tuning's attention variant (MA-tuning): the logits gain
+    ``(x W_q')(x W_k')^T`` (with the base head's ``1/sqrt(head_dim)`` scale)
+    and the output the extra values mapped back by ``W_o'``, when this layer
+    is `SelfAttention`'s ``extra_units``. No rotary or relative position.
 
     Args:
         units_per_head: int, the ``u`` extra units per head.
@@ -32,34 +32,23 @@ class AttentionUnits(keras.layers.Layer):
     """
 
     def __init__(self, units_per_head, num_heads, **kwargs):
+        units_per_head = check_int("units_per_head", units_per_head, minimum=1)
         super().__init__(**kwargs)
-        if not isinstance(units_per_head, int) or units_per_head < 1:
-            raise ValueError(
-                f"`units_per_head` must be a positive integer. Received: {units_per_head!r}"
-            )
         self.units_per_head = units_per_head
         self.num_heads = int(num_heads)
         width = self.units_per_head * self.num_heads
-        self.query = keras.layers.Dense(
-            width, kernel_initializer=bert_initializer(), dtype=self.dtype_policy, name="query"
-        )
-        self.key = keras.layers.Dense(
-            width, kernel_initializer=bert_initializer(), dtype=self.dtype_policy, name="key"
-        )
-        self.value = keras.layers.Dense(
-            width, kernel_initializer=bert_initializer(), dtype=self.dtype_policy, name="value"
-        )
+        self.query, self.key, self.value = (self._dense(width, name) for name in _PROJECTIONS)
         self.attention_output = None
+
+    def _dense(self, units, name):
+        return keras.layers.Dense(
+            units, kernel_initializer=bert_initializer(), dtype=self.dtype_policy, name=name
+        )
 
     def build(self, input_shape):
         for projection in (self.query, self.key, self.value):
             projection.build(input_shape)
-        self.attention_output = keras.layers.Dense(
-            input_shape[-1],
-            kernel_initializer=bert_initializer(),
-            dtype=self.dtype_policy,
-            name="attention_output",
-        )
+        self.attention_output = self._dense(input_shape[-1], "attention_output")
         self.attention_output.build((None, None, self.units_per_head * self.num_heads))
         self.built = True
 

@@ -26,14 +26,11 @@ class DAGTransition(keras.layers.Layer):
         log E_ij = logsumexp_c(log g_ic + log_softmax_j(q^c_i . k^c_j / sqrt(d/H)))
 
     with edges only forward (``j > i``) and only between valid vertices; every
-    other entry is ``-inf``. Computed in float32 whatever the dtype policy:
-    under ``"mixed_bfloat16"`` or ``"mixed_float16"`` the slot embedding, the
-    query, key and gate projections, the scores and both log-softmaxes still
-    run in float32 (their sublayers have a float32 policy), since the
-    log-probabilities feed the DAG loss's products over whole paths.
-    ``s_i`` is vertex ``i``'s slot: its position in the expanded sequence
-    when ``slot_index`` is given (the official code embeds that position),
-    else the vertex index ``i``.
+    other entry is ``-inf``. ``s_i`` is vertex ``i``'s slot: ``slot_index``
+    (the official code embeds the position in the expanded sequence), else
+    ``i``. Computed in float32 under every dtype policy (the sublayers have
+    a float32 policy), since the log-probabilities feed the DAG loss's
+    products over whole paths.
 
     Args:
         num_heads: int >= 1, transition heads ``H``; must divide the hidden
@@ -62,13 +59,11 @@ class DAGTransition(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, max_vertices, slot_dim=None, **kwargs):
-        num_heads = check_int("num_heads", num_heads, minimum=1)
-        max_vertices = check_int("max_vertices", max_vertices, minimum=1)
+        super().__init__(**kwargs)
+        self.num_heads = check_int("num_heads", num_heads, minimum=1)
+        self.max_vertices = check_int("max_vertices", max_vertices, minimum=1)
         if slot_dim is not None:
             slot_dim = check_int("slot_dim", slot_dim, minimum=1)
-        super().__init__(**kwargs)
-        self.num_heads = num_heads
-        self.max_vertices = max_vertices
         self.slot_dim = slot_dim
         self.width = None
 
@@ -102,17 +97,12 @@ class DAGTransition(keras.layers.Layer):
         )
         self.slot_embedding.build((None, None))
         feature_shape = (None, None, width + slot_dim)
-        self.query = keras.layers.Dense(
-            width, kernel_initializer=bert_initializer(), dtype="float32", name="query"
-        )
-        self.key = keras.layers.Dense(
-            width, kernel_initializer=bert_initializer(), dtype="float32", name="key"
-        )
-        self.gate = keras.layers.Dense(
-            self.num_heads, kernel_initializer=bert_initializer(), dtype="float32", name="gate"
-        )
-        for layer in (self.query, self.key, self.gate):
+        for name, units in (("query", width), ("key", width), ("gate", self.num_heads)):
+            layer = keras.layers.Dense(
+                units, kernel_initializer=bert_initializer(), dtype="float32", name=name
+            )
             layer.build(feature_shape)
+            setattr(self, name, layer)
         self.width = width
         self.built = True
 

@@ -17,13 +17,11 @@ from keras_masking.utils.arguments import check_int
 from keras_masking.utils.arguments import check_int_list
 from keras_masking.utils.arguments import check_seed
 from keras_masking.utils.arguments import pop_renamed_argument
+from keras_masking.utils.eager_checks import check_zero_one
 from keras_masking.utils.eager_checks import concrete_value
+from keras_masking.utils.eager_checks import dtype_name
 
 MODES = ("gather", "attention")
-
-
-def _dtype_kind(tensor):
-    return keras.backend.standardize_dtype(tensor.dtype)
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -35,30 +33,23 @@ class DropToken(keras.layers.Layer):
     keep their original positions (absolute embeddings were added before
     dropping; rotary and relative schemes read the returned position ids).
 
-    Per example, real unprotected tokens are dropped at ``rate`` (stochastic
-    rounding, by `keras_masking.ops.select_tokens`; one is kept when the
-    slots have room for it); padding is dropped before real tokens;
-    unselectable tokens ([CLS], [SEP]) and protected positions are never
-    dropped. The random scores that choose the tokens are
-    float32 under every dtype policy, so mixed precision keeps the same
-    tokens as float32.
+    Per example, real tokens are dropped at ``rate`` (stochastic rounding,
+    by `keras_masking.ops.select_tokens`; one is kept when the slots have
+    room for it); padding goes first; ``unselectable_token_ids`` and
+    ``protected_positions`` are never dropped. The random scores are float32
+    under every dtype policy, so mixed precision keeps the same tokens.
 
     * ``mode="gather"`` (fast): returns the kept tokens in their original
-      order, in ``keep_length = L - floor(rate * L)`` slots rounded up to a
-      multiple of ``slot_multiple`` and to at least the number of
-      ``protected_positions`` (static, so a step compiles once; spare slots
-      are masked), with their padding mask, original position ids, their
-      original indices and the full-length keep mask (to restore outputs).
-      When the protected tokens fill the slots, the row keeps just them.
-      A row whose protected tokens alone outnumber the slots (more than a
-      share ``1 - rate`` of the sequence, counting ``unselectable_token_ids``)
-      cannot be gathered: an eager call raises a ValueError; a compiled step,
-      which cannot raise, returns NaN hidden states for that row so that the
-      loss shows it (its ``keep_mask`` then marks only the tokens gathered).
+      order in ``keep_length`` static slots (`keep_length`; spare slots are
+      masked), with their padding mask, position ids, original indices and
+      the full-length keep mask (to restore outputs). A row whose protected
+      tokens alone outnumber the slots cannot be gathered: an eager call
+      raises a ValueError; a compiled step returns NaN hidden states for
+      that row so that the loss shows it.
     * ``mode="attention"`` (full length, for token-level tasks): returns the
       sequence unchanged and an additive ``attention_bias`` ``(batch, 1, 1,
-      sequence)`` that hides the dropped tokens' keys from every query, the
-      same set in every layer (the same tokens as gather mode drops).
+      sequence)`` that hides the dropped tokens' keys from every query (the
+      tokens gather mode drops).
 
     Args:
         rate: float in [0, 1), the share of droppable tokens to drop (numpy
@@ -70,10 +61,9 @@ class DropToken(keras.layers.Layer):
         mode: ``"gather"`` or ``"attention"``.
         seed: int >= 0 or None.
         slot_multiple: int >= 1. Gather mode rounds the kept slots up to a
-            multiple of it (8 by default: on CPU, 464 slots run about 8%
-            faster than 461 under XLA). 1 keeps exactly ``L - floor(rate L)``.
-        **kwargs: base `keras.layers.Layer` arguments (``name``, ``dtype``,
-            ``trainable``).
+            multiple of it (8: on CPU, 464 slots run about 8% faster than
+            461 under XLA). 1 keeps exactly ``L - floor(rate L)``.
+        **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
         hidden: float ``(batch, sequence, dim)``, embeddings after positions.
@@ -111,22 +101,18 @@ class DropToken(keras.layers.Layer):
         unselectable_token_ids = pop_renamed_argument(
             kwargs, "protected_token_ids", "unselectable_token_ids", unselectable_token_ids
         )
-        rate = check_drop_rate(rate)
-        unselectable_token_ids = check_int_list(
+        super().__init__(**kwargs)
+        self.rate = check_drop_rate(rate)
+        self.unselectable_token_ids = check_int_list(
             "unselectable_token_ids", unselectable_token_ids, minimum=0
         )
-        protected_positions = check_int_list("protected_positions", protected_positions, minimum=0)
-        mode = check_choice("mode", mode, MODES)
-        seed = check_seed("seed", seed)
-        slot_multiple = check_int("slot_multiple", slot_multiple, minimum=1)
-        super().__init__(**kwargs)
-        self.rate = rate
-        self.slot_multiple = slot_multiple
-        self.unselectable_token_ids = unselectable_token_ids
-        self.protected_positions = protected_positions
-        self.mode = mode
-        self.seed = seed
-        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.protected_positions = check_int_list(
+            "protected_positions", protected_positions, minimum=0
+        )
+        self.mode = check_choice("mode", mode, MODES)
+        self.seed = check_seed("seed", seed)
+        self.slot_multiple = check_int("slot_multiple", slot_multiple, minimum=1)
+        self.seed_generator = keras.random.SeedGenerator(self.seed)
 
     @property
     def protected_token_ids(self):
@@ -168,15 +154,12 @@ class DropToken(keras.layers.Layer):
         return static_keep_length(length, self.rate, self.slot_multiple, minimum=positions)
 
     def _protected(self, token_ids, real):
-        length = ops.shape(real)[1]
+        positions = ops.arange(ops.shape(real)[1], dtype="int32")[None, :]
         protected = ops.zeros_like(real)
-        if self.protected_positions:
-            positions = ops.arange(length, dtype="int32")[None, :]
-            for position in self.protected_positions:
-                protected = protected | (positions == position)
-        if self.unselectable_token_ids:
-            for token in self.unselectable_token_ids:
-                protected = protected | (token_ids == token)
+        for position in self.protected_positions:
+            protected = protected | (positions == position)
+        for token in self.unselectable_token_ids:
+            protected = protected | (token_ids == token)
         return protected & real
 
     def _check_inputs(self, hidden, padding_mask, token_ids, position_ids, training):
@@ -185,110 +168,79 @@ class DropToken(keras.layers.Layer):
                 "Expected hidden of shape (batch, sequence, dim). "
                 f"Received: hidden with shape {tuple(hidden.shape)}."
             )
-        batch_length = tuple(hidden.shape[:2])
-
-        def matches(shape, allow_one=False):
-            pairs = zip(shape, batch_length)
-            return all(
-                a is None or b is None or a == b or (allow_one and axis == 0 and a == 1)
-                for axis, (a, b) in enumerate(pairs)
-            )
-
-        shape = tuple(padding_mask.shape)
-        if len(shape) != 2 or not matches(shape):
+        batch, length = tuple(hidden.shape[:2])
+        for name, value, expected in (
+            ("padding_mask", padding_mask, "(batch, sequence)"),
+            ("token_ids", token_ids, "(batch, sequence)"),
+            ("position_ids", position_ids, "(batch or 1, sequence) or (batch or 1, sequence, 2)"),
+        ):
+            if value is None:
+                if name == "token_ids" and self.unselectable_token_ids and training and self.rate:
+                    raise ValueError(
+                        "DropToken needs token_ids to protect unselectable_token_ids="
+                        f"{self.unselectable_token_ids}. Received: token_ids=None."
+                    )
+                continue
+            shape = tuple(value.shape)
+            ranks = (2, 3) if name == "position_ids" else (2,)
+            batches = (batch, None, 1) if name == "position_ids" else (batch, None)
+            if (
+                len(shape) not in ranks
+                or (batch is not None and shape[0] not in batches)
+                or None not in (length, shape[1])
+                and shape[1] != length
+            ):
+                raise ValueError(
+                    f"Expected {name} of shape {expected} with (batch, sequence) = "
+                    f"{(batch, length)}, as hidden. Received: {name} with shape {shape}."
+                )
+            if name != "padding_mask" and "int" not in dtype_name(value):
+                raise ValueError(
+                    f"Expected integer {name}. Received: {name} of dtype {dtype_name(value)}."
+                )
+        check_zero_one("padding_mask", padding_mask)
+        if training and self.rate and length is None:
             raise ValueError(
-                f"Expected padding_mask of shape (batch, sequence) = {batch_length}, as hidden. "
-                f"Received: padding_mask with shape {shape}."
-            )
-        if token_ids is not None:
-            shape = tuple(token_ids.shape)
-            if len(shape) != 2 or not matches(shape):
-                raise ValueError(
-                    f"Expected token_ids of shape (batch, sequence) = {batch_length}, as hidden. "
-                    f"Received: token_ids with shape {shape}."
-                )
-            if "int" not in _dtype_kind(token_ids):
-                raise ValueError(
-                    f"Expected integer token_ids. Received: token_ids of dtype "
-                    f"{_dtype_kind(token_ids)}."
-                )
-        elif self.unselectable_token_ids and training and self.rate:
-            raise ValueError(
-                "DropToken needs token_ids to protect unselectable_token_ids="
-                f"{self.unselectable_token_ids}. Received: token_ids=None."
-            )
-        if position_ids is not None:
-            shape = tuple(position_ids.shape)
-            if len(shape) not in (2, 3) or not matches(shape[:2], allow_one=True):
-                raise ValueError(
-                    "Expected position_ids of shape (batch or 1, sequence) or (batch or 1, "
-                    f"sequence, 2) with sequence = {batch_length[1]}. Received: position_ids "
-                    f"with shape {shape}."
-                )
-            if "int" not in _dtype_kind(position_ids):
-                raise ValueError(
-                    "Expected integer position_ids. Received: position_ids of dtype "
-                    f"{_dtype_kind(position_ids)}."
-                )
-        values = concrete_value(padding_mask)
-        if values is not None and values.size and not np.isin(values, (0, 1)).all():
-            bad = sorted(set(np.unique(values[~np.isin(values, (0, 1))]).tolist()))[:5]
-            raise ValueError(
-                f"Expected a padding_mask of 0s and 1s. Received: padding_mask with values {bad}."
+                "DropToken needs a static sequence length in training. Received: hidden with "
+                f"shape {tuple(hidden.shape)}."
             )
 
     def call(self, hidden, padding_mask, token_ids=None, position_ids=None, training=None):
         self._check_inputs(hidden, padding_mask, token_ids, position_ids, training)
         length = hidden.shape[1]
         batch = ops.shape(hidden)[0]
-        if position_ids is None:
-            position_ids = ops.arange(ops.shape(hidden)[1], dtype="int32")[None, :]
-        position_ids = ops.cast(position_ids, "int32")
+        full_positions = ops.arange(ops.shape(hidden)[1], dtype="int32")[None, :]
+        position_ids = ops.cast(full_positions if position_ids is None else position_ids, "int32")
         position_ids = ops.broadcast_to(
             position_ids, (batch, ops.shape(hidden)[1]) + tuple(position_ids.shape[2:])
         )
         real = ops.cast(padding_mask, "bool")
-        if not training or self.rate == 0.0:
-            outputs = {
-                "hidden": hidden,
-                "padding_mask": padding_mask,
-                "position_ids": position_ids,
-                "keep_mask": ops.ones_like(real),
-            }
+        dropping = bool(training) and self.rate > 0.0
+        keep = ops.ones_like(real)
+        if dropping:
+            protected = self._protected(token_ids, real)
+            keep_length = self.keep_length(length)
             if self.mode == "gather":
-                outputs["kept_indices"] = ops.broadcast_to(
-                    ops.arange(ops.shape(hidden)[1], dtype="int32")[None, :],
-                    ops.shape(real),
-                )
-            else:
-                outputs["attention_bias"] = ops.zeros_like(
-                    ops.cast(real, hidden.dtype)[:, None, None, :]
-                )
-            return outputs
-        if length is None:
-            raise ValueError(
-                "DropToken needs a static sequence length in training. Received: hidden with "
-                f"shape {tuple(hidden.shape)}."
+                self._check_protected_fit(protected, length, keep_length)
+            # Per-example draws: replicas of a data-parallel step draw their own
+            # rows of the global batch's draws (see `batch_uniform`).
+            noise = batch_uniform((batch, length), self.seed_generator)
+            rounding = batch_uniform((batch,), self.seed_generator)
+            keep = sample_keep_mask(
+                real, real & ~protected, self.rate, keep_length, noise, rounding
             )
-        protected = self._protected(token_ids, real)
-        keep_length = self.keep_length(length)
-        if self.mode == "gather":
-            self._check_protected_fit(protected, length, keep_length)
-        # Per-example draws: replicas of a data-parallel step draw their own
-        # rows of the global batch's draws (see `batch_uniform`).
-        noise = batch_uniform((batch, length), self.seed_generator)
-        rounding = batch_uniform((batch,), self.seed_generator)
-        keep = sample_keep_mask(real, real & ~protected, self.rate, keep_length, noise, rounding)
+        outputs = {
+            "hidden": hidden,
+            "padding_mask": padding_mask,
+            "position_ids": position_ids,
+            "keep_mask": keep,
+        }
         if self.mode == "attention":
             dtype = keras.backend.standardize_dtype(hidden.dtype)
             bias = (1.0 - ops.cast(keep, dtype)) * large_negative(dtype)
-            return {
-                "hidden": hidden,
-                "padding_mask": padding_mask,
-                "position_ids": position_ids,
-                "keep_mask": keep,
-                "attention_bias": bias[:, None, None, :],
-            }
+            return {**outputs, "attention_bias": bias[:, None, None, :]}
+        if not dropping:
+            return {**outputs, "kept_indices": ops.broadcast_to(full_positions, ops.shape(real))}
         indices = kept_indices(keep, keep_length)
         # A row whose protected tokens outnumber the slots (only possible in a
         # compiled call: eager calls refused it above) keeps its first
@@ -326,11 +278,6 @@ class DropToken(keras.layers.Layer):
     ):
         self._check_inputs(hidden, padding_mask, token_ids, position_ids, training)
         batch, length = hidden.shape[0], hidden.shape[1]
-        if training and self.rate and length is None:
-            raise ValueError(
-                "DropToken needs a static sequence length in training. Received: hidden with "
-                f"shape {tuple(hidden.shape)}."
-            )
         kept = length
         if training and self.mode == "gather" and self.rate and length is not None:
             kept = self.keep_length(length)

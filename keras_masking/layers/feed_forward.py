@@ -66,11 +66,6 @@ class FeedForward(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "intermediate_dim": self.intermediate_dim,
-                "activation": self.activation,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            }
-        )
+        config.update(intermediate_dim=self.intermediate_dim, activation=self.activation)
+        config["kernel_initializer"] = keras.initializers.serialize(self.kernel_initializer)
         return config

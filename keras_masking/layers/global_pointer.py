@@ -6,6 +6,8 @@ import keras
 from keras import ops
 
 from keras_masking.ops.rotary import apply_interleaved_rotary
+from keras_masking.utils.arguments import check_bool
+from keras_masking.utils.arguments import check_int
 
 #: The score of a pair that cannot be an entity (end before start, padding).
 MASKED_SCORE = -1e12
@@ -23,12 +25,11 @@ class GlobalPointer(keras.layers.Layer):
 
         ``s[t, i, j] = q_t(i) . k_t(j) / sqrt(head_size)``.
 
-    Pairs with ``j < i`` and pairs touching padding get `MASKED_SCORE`
-    (``-1e12`` as a float32). A span is predicted when its score is > 0; train with
+    Pairs with ``j < i`` and pairs touching padding get `MASKED_SCORE`. A
+    span is predicted when its score is > 0; train with
     `keras_masking.losses.MultilabelCategoricalCrossentropy`. The scores are
-    float32 under every dtype policy (the projection runs in the compute
-    dtype, RoPE and the products in float32), so the mask value and the loss
-    keep their precision under ``mixed_bfloat16`` / ``mixed_float16``.
+    float32 under every dtype policy (only the projection runs in the
+    compute dtype), so the mask value and the loss keep their precision.
 
     Args:
         num_types: int >= 1, the number of entity types (heads).
@@ -62,21 +63,14 @@ class GlobalPointer(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for name, value in (("num_types", num_types), ("head_size", head_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Expected an int >= 1 for {name}. Received: {name}={value!r}.")
+        self.num_types = check_int("num_types", num_types, minimum=1)
+        self.head_size = check_int("head_size", head_size, minimum=1)
         if head_size % 2:
             raise ValueError(
                 f"Expected an even head_size (RoPE rotates feature pairs). "
                 f"Received: head_size={head_size}."
             )
-        if not isinstance(use_rotary, bool):
-            raise ValueError(
-                f"Expected a bool for use_rotary. Received: use_rotary={use_rotary!r}."
-            )
-        self.num_types = num_types
-        self.head_size = head_size
-        self.use_rotary = use_rotary
+        self.use_rotary = check_bool("use_rotary", use_rotary)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.projection = None
 

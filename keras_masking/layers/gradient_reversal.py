@@ -11,13 +11,9 @@ class GradientReversal(keras.layers.Layer):
     """The gradient reversal layer (GRL).
 
     Passes its input through unchanged and multiplies the gradient flowing
-    back through it by ``-alpha``, so that whatever sits before it ascends the
-    loss that whatever sits after it descends, in one backward pass and with
-    one optimizer. ASA puts one after each attention adversary; it is also the
-    usual building block of domain-adversarial training (Ganin & Lempitsky,
-    2015). Backend-agnostic (`keras_masking.ops.reverse_gradient`): exact
-    forward for any ``alpha`` on TensorFlow, JAX and PyTorch, and compiles
-    under XLA. No weights.
+    back by ``-alpha``, so that what sits before it ascends the loss that
+    what sits after it descends (ASA's adversaries; domain-adversarial
+    training, Ganin & Lempitsky, 2015). No weights.
 
     Args:
         alpha: float >= 0, the strength of the reversal (0 stops the gradient,

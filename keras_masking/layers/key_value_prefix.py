@@ -16,14 +16,9 @@ class PrefixEncoder(keras.layers.Layer):
 
     ``Embedding(length, d) -> Dense(hidden_units) -> tanh ->
     Dense(num_layers * 2 * d)``, as P-tuning v2's ``PrefixEncoder`` with
-    ``prefix_projection=True``. Row ``p`` of the output holds, for each layer
-    ``l`` in turn, that layer's key (``d`` columns) then its value (``d``
-    columns): columns ``[2 l d, (2 l + 1) d)`` are layer ``l``'s key, the next
-    ``d`` its value, each read as ``(heads, head_dim)``. The layers'
-    `KeyValuePrefix` share one encoder and each reads its own columns.
-
-    The embedding and kernels start from ``TruncatedNormal(0.02)``, biases
-    from zeros.
+    ``prefix_projection=True``: columns ``[2 l d, (2 l + 1) d)`` are layer
+    ``l``'s keys, the next ``d`` its values. The layers' `KeyValuePrefix`
+    share one encoder and each reads its own columns.
 
     Args:
         length: int >= 0, the prefix length ``P``.
@@ -84,14 +79,8 @@ class PrefixEncoder(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "length": self.length,
-                "hidden_dim": self.hidden_dim,
-                "num_layers": self.num_layers,
-                "hidden_units": self.hidden_units,
-            }
-        )
+        names = ("length", "hidden_dim", "num_layers", "hidden_units")
+        config.update({name: getattr(self, name) for name in names})
         return config
 
 
@@ -100,16 +89,10 @@ class KeyValuePrefix(keras.layers.Layer):
     """``length`` trainable keys and values that every query may attend to.
 
     The pair it returns is `SelfAttention`'s ``kv_prefix``: keys and values of
-    shape ``(1, length, heads, head_dim)``, concatenated after the key/value
-    projections, with no position and no mask (the padding mask is extended
-    with ones). Dropout (0.1 in P-tuning v2) applies to the prefixes in
-    training.
-
-    With ``reparameterize=True`` the prefixes come from P-tuning v2's MLP
-    (`PrefixEncoder`) instead of free tables. As in P-tuning v2, one MLP
-    serves all layers: pass the same ``encoder`` to each layer's prefix with
-    its ``layer_index`` (`key_value_prefixes` does this). Without an
-    ``encoder`` the layer makes its own one-layer encoder.
+    shape ``(1, length, heads, head_dim)``, with no position and no mask.
+    With ``reparameterize=True`` they come from P-tuning v2's MLP
+    (`PrefixEncoder`), shared by all layers as ``key_value_prefixes`` builds
+    them (without an ``encoder`` the layer makes its own).
 
     Args:
         length: int >= 0, the prefix length ``P`` (160 in the FL-tuning paper's
@@ -194,44 +177,25 @@ class KeyValuePrefix(keras.layers.Layer):
             return
         if not self.reparameterize:
             shape = (self.length, self.num_heads, self.head_dim)
-            self.keys = self.add_weight(
-                name="keys", shape=shape, initializer=bert_initializer(), dtype=self.variable_dtype
-            )
-            self.values = self.add_weight(
-                name="values",
-                shape=shape,
-                initializer=bert_initializer(),
-                dtype=self.variable_dtype,
-            )
+            for name in ("keys", "values"):
+                table = self.add_weight(name=name, shape=shape, initializer=bert_initializer())
+                setattr(self, name, table)
         self.built = True
 
     def call(self, training=None):
         shape = (1, self.length, self.num_heads, self.head_dim)
         if self.reparameterize:
-            pair = self.encoder(layer_index=self.layer_index)
-            keys, values = ops.split(pair, 2, axis=-1)
+            pair = ops.split(self.encoder(layer_index=self.layer_index), 2, axis=-1)
         else:
-            keys, values = self.keys, self.values
-        keys = self.prefix_dropout(ops.reshape(keys, shape), training=training)
-        values = self.prefix_dropout(ops.reshape(values, shape), training=training)
-        return keys, values
+            pair = (self.keys, self.values)
+        return tuple(self.prefix_dropout(ops.reshape(x, shape), training=training) for x in pair)
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "length": self.length,
-                "num_heads": self.num_heads,
-                "head_dim": self.head_dim,
-                "dropout": self.dropout,
-                "reparameterize": self.reparameterize,
-                "hidden_units": self.hidden_units,
-                "encoder": None
-                if self.encoder is None
-                else keras.saving.serialize_keras_object(self.encoder),
-                "layer_index": self.layer_index,
-            }
-        )
+        names = ("length", "num_heads", "head_dim", "dropout", "reparameterize", "hidden_units")
+        config.update({name: getattr(self, name) for name in names})
+        config["encoder"] = keras.saving.serialize_keras_object(self.encoder)
+        config["layer_index"] = self.layer_index
         return config
 
 
@@ -248,16 +212,12 @@ def key_value_prefixes(
     """One `KeyValuePrefix` per tuned layer, as P-tuning v2 builds them.
 
     Free tables are separate per layer; reparameterised prefixes share one
-    `PrefixEncoder` whose output holds every layer's keys and values.
+    `PrefixEncoder`.
 
     Args:
-        length: int >= 0, the prefix length.
+        length, num_heads, head_dim, dropout, reparameterize, hidden_units:
+            see `KeyValuePrefix`.
         num_layers: int >= 1, how many layers get a prefix.
-        num_heads: int >= 1, attention heads per layer.
-        head_dim: int >= 1, per-head size.
-        dropout: float in [0, 1), dropout on the prefixes.
-        reparameterize: bool, use the shared MLP.
-        hidden_units: int >= 1, the MLP's hidden width.
         dtype: dtype or `keras.DTypePolicy` of the layers.
 
     Returns:
@@ -269,13 +229,11 @@ def key_value_prefixes(
     >>> prefixes[0].encoder is prefixes[1].encoder
     True
     """
-    length = check_int("length", length, minimum=0)
+    # The layers check the other arguments.
     num_layers = check_int("num_layers", num_layers, minimum=1)
     num_heads = check_int("num_heads", num_heads, minimum=1)
     head_dim = check_int("head_dim", head_dim, minimum=1)
-    dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
     reparameterize = check_bool("reparameterize", reparameterize)
-    hidden_units = check_int("hidden_units", hidden_units, minimum=1)
     encoder = None
     if reparameterize:
         encoder = PrefixEncoder(

@@ -17,24 +17,18 @@ class MaskedLMHead(keras.layers.Layer):
     ``cls/predictions``). Only the positions in ``mask_positions`` are
     projected, as in keras-hub, so the cost scales with the masked count.
 
-    The logits are float32 under every dtype policy: under
-    ``"mixed_bfloat16"`` or ``"mixed_float16"`` the dense transform runs in
-    the 16-bit compute dtype, but the LayerNorm output, the product with the
-    (float32) embedding matrix and the bias are computed in float32, so a
-    softmax over a large vocabulary keeps its precision.
+    The logits are float32 under every dtype policy (only the dense
+    transform runs in a 16-bit compute dtype), so a softmax over a large
+    vocabulary keeps its precision.
 
     When the input embedding is corrected in place by an affine map of some
-    rows (``E_i -> a E_i + c``, the MLM embedding correction), the head can
-    keep predicting with the original rows through
-    `keep_original_output_rows`: logits of those rows become
-    ``(h . E'_i - h . c) / a``, which equals ``h . E_i``. The three small
-    non-trainable variables this uses (per-row scale and shift weight, shift
-    vector) hold the identity until then.
+    rows (``E_i -> a E_i + c``, the MLM embedding correction),
+    `keep_original_output_rows` makes those rows' logits ``(h . E'_i - h .
+    c) / a = h . E_i``: the head keeps predicting with the original rows.
 
-    In a model, the head shares its embedding with the backbone
-    (`TransformerMaskedLM` rebuilds it that way when loaded). Its config
-    holds the embedding's config, so ``MaskedLMHead.from_config`` alone gives
-    a head with a new embedding of the same shape.
+    Its config holds the embedding's config, so ``from_config`` alone gives a
+    head with a new embedding of the same shape (`TransformerMaskedLM`
+    shares the backbone's when loaded).
 
     Args:
         token_embedding: the backbone's `keras.layers.ReversibleEmbedding` (or
@@ -73,8 +67,8 @@ class MaskedLMHead(keras.layers.Layer):
         super().__init__(**kwargs)
         if not isinstance(token_embedding, keras.layers.Embedding):
             raise ValueError(
-                "`token_embedding` must be a `keras.layers.ReversibleEmbedding` (the "
-                f"backbone's token embedding). Received: {token_embedding!r}"
+                "Expected a keras.layers.ReversibleEmbedding (the backbone's token embedding) "
+                f"for token_embedding. Received: token_embedding={token_embedding!r}."
             )
         self.token_embedding = token_embedding
         self.activation = activation
@@ -201,11 +195,7 @@ class MaskedLMHead(keras.layers.Layer):
 
 
 class _TiedLogits(keras.layers.Layer):
-    """``hidden E^T`` with the token embedding's own (unrounded) weights.
-
-    Built with a float32 policy by `MaskedLMHead`, so the product is float32
-    under mixed precision.
-    """
+    """``hidden E^T`` with the token embedding's own (unrounded) weights."""
 
     def __init__(self, token_embedding, **kwargs):
         super().__init__(**kwargs)

@@ -13,16 +13,15 @@ from keras_masking.ops.relative_position import relative_position_embeddings
 from keras_masking.ops.relative_position import relative_position_table
 from keras_masking.ops.rotary import apply_interleaved_rotary
 from keras_masking.ops.rotary import apply_rotary_2d
+from keras_masking.utils.arguments import check_choice
+from keras_masking.utils.arguments import check_float
 
 POSITION_SCHEMES = ("absolute", "rotary", "relative", "rotary2d")
 
 
 def validate_position_scheme(position):
     """Raises a ValueError unless ``position`` is a known scheme name."""
-    if position not in POSITION_SCHEMES:
-        raise ValueError(
-            f"`position` must be one of {POSITION_SCHEMES}. Received: position={position!r}"
-        )
+    check_choice("position", position, POSITION_SCHEMES)
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -37,24 +36,10 @@ class SelfAttention(keras.layers.Layer):
     ``"relative"`` adds NEZHA's clipped sinusoidal relative embeddings to
     the logits and to the values.
 
-    Two public hooks let methods change attention without touching this
-    layer's internals:
-
-    * ``attention_bias``: a float tensor added to the logits, broadcastable
-      to ``(batch, heads, query, key)`` (ASA, DropToken's attention mode);
-    * ``kv_prefix``: a pair ``(keys, values)`` of shape
-      ``(batch or 1, prefix, heads, head_dim)`` that every query may attend
-      to, with no position and no bias (P-tuning v2).
-
-    * ``extra_units``: an `AttentionUnits` layer whose extra query/key
-      dimensions add to the logits and whose extra value dimensions add to
-      the output (MA-tuning);
-    * ``attention_mask_bias``: a mask bias (0 keep, negative drop) that
-      takes the place of the padding mask, with ``mask_semantics``
-      ``"replace"``, ``"additive"`` or ``"guarded"`` (see
-      `keras_masking.ops.apply_replacing_mask`; ASA's adversarial masks).
-
-    All cost nothing when left as ``None``.
+    Public hooks (call arguments, free when None) let methods change
+    attention without touching this layer's internals: ``attention_bias``
+    (DropToken's attention mode), ``kv_prefix`` (P-tuning v2),
+    ``extra_units`` (MA-tuning) and ``attention_mask_bias`` (ASA).
 
     Args:
         num_heads: int. Number of attention heads.
@@ -75,12 +60,19 @@ class SelfAttention(keras.layers.Layer):
             that no query may attend to.
         position_ids: optional int tensor ``(batch or 1, sequence)``; defaults
             to ``0 .. sequence - 1``. Used by the rotary and relative schemes.
-        attention_bias: optional additive float bias (see above).
-        kv_prefix: optional ``(keys, values)`` pair (see above).
-        extra_units: optional `AttentionUnits` layer (see above).
-        attention_mask_bias: optional float tensor broadcastable to
-            ``(batch, heads, query, key)`` replacing the padding mask.
-        mask_semantics: how ``attention_mask_bias`` applies (see above).
+        attention_bias: optional float tensor added to the logits,
+            broadcastable to ``(batch, heads, query, key)``.
+        kv_prefix: optional pair ``(keys, values)`` of shape ``(batch or 1,
+            prefix, heads, head_dim)`` that every query may attend to, with no
+            position and no bias.
+        extra_units: optional `AttentionUnits` layer whose extra query/key
+            dimensions add to the logits and extra values to the output.
+        attention_mask_bias: optional mask bias (0 keep, negative drop)
+            broadcastable to ``(batch, heads, query, key)`` that replaces the
+            padding mask.
+        mask_semantics: how ``attention_mask_bias`` applies: ``"replace"``,
+            ``"additive"`` or ``"guarded"`` (see
+            `keras_masking.ops.apply_replacing_mask`).
         training: bool, whether dropout is active.
 
     Example:
@@ -112,14 +104,12 @@ class SelfAttention(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         validate_position_scheme(position)
-        if not 0 <= dropout < 1:
-            raise ValueError(f"`dropout` must be a float in [0, 1). Received: dropout={dropout}")
         self.num_heads = int(num_heads)
         self.head_dim = int(head_dim)
         self.position = position
         self.max_relative_position = int(max_relative_position)
         self.rotary_base = float(rotary_base)
-        self.dropout = float(dropout)
+        self.dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         width = self.num_heads * self.head_dim
 
@@ -201,7 +191,7 @@ class SelfAttention(keras.layers.Layer):
                 ops.cast(self.relative_table, query.dtype),
                 self.max_relative_position,
             )
-            logits = logits + self._relative_logits(query, relative)
+            logits = logits + _einsum_table("bqhd,bqkd->bhqk", query, relative)
         if attention_mask_bias is not None:
             logits = apply_replacing_mask(logits, attention_mask_bias, padding_mask, mask_semantics)
         elif padding_mask is not None:
@@ -212,7 +202,8 @@ class SelfAttention(keras.layers.Layer):
         if kv_prefix is not None:
             prefix_key, prefix_value = kv_prefix
             prefix_key = ops.cast(prefix_key, query.dtype)
-            prefix_logits = ops.cast(self._prefix_logits(query, prefix_key), logits.dtype)
+            prefix_logits = _einsum_table("bqhd,bphd->bhqp", query, prefix_key)
+            prefix_logits = ops.cast(prefix_logits, logits.dtype)
             logits = ops.concatenate([prefix_logits, logits], axis=-1)
         probabilities = ops.softmax(ops.cast(logits, "float32"), axis=-1)
         probabilities = ops.cast(probabilities, value.dtype)
@@ -223,11 +214,10 @@ class SelfAttention(keras.layers.Layer):
             probabilities = probabilities[..., prefix_length:]
         context = ops.einsum("bhqk,bkhd->bqhd", probabilities, value)
         if relative is not None:
-            context = context + self._relative_values(probabilities, relative)
+            context = context + _einsum_table("bhqk,bqkd->bqhd", probabilities, relative)
         if prefix_logits is not None:
-            context = context + self._prefix_values(
-                prefix_probabilities, ops.cast(prefix_value, value.dtype)
-            )
+            prefix_value = ops.cast(prefix_value, value.dtype)
+            context = context + _einsum_table("bhqp,bphd->bqhd", prefix_probabilities, prefix_value)
         batch = ops.shape(hidden)[0]
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_dim))
         output = self.attention_output(context)
@@ -236,44 +226,21 @@ class SelfAttention(keras.layers.Layer):
             output = output + extra_units.project_output(extra_context)
         return output
 
-    @staticmethod
-    def _relative_logits(query, relative):
-        if relative.shape[0] == 1:
-            return ops.einsum("bqhd,qkd->bhqk", query, relative[0])
-        return ops.einsum("bqhd,bqkd->bhqk", query, relative)
-
-    @staticmethod
-    def _relative_values(probabilities, relative):
-        if relative.shape[0] == 1:
-            return ops.einsum("bhqk,qkd->bqhd", probabilities, relative[0])
-        return ops.einsum("bhqk,bqkd->bqhd", probabilities, relative)
-
-    @staticmethod
-    def _prefix_logits(query, prefix_key):
-        if prefix_key.shape[0] == 1:
-            return ops.einsum("bqhd,phd->bhqp", query, prefix_key[0])
-        return ops.einsum("bqhd,bphd->bhqp", query, prefix_key)
-
-    @staticmethod
-    def _prefix_values(probabilities, prefix_value):
-        if prefix_value.shape[0] == 1:
-            return ops.einsum("bhqp,phd->bqhd", probabilities, prefix_value[0])
-        return ops.einsum("bhqp,bphd->bqhd", probabilities, prefix_value)
-
     def compute_output_shape(self, input_shape):
         return input_shape
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "head_dim": self.head_dim,
-                "position": self.position,
-                "max_relative_position": self.max_relative_position,
-                "rotary_base": self.rotary_base,
-                "dropout": self.dropout,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            }
-        )
+        names = ("num_heads", "head_dim", "position", "max_relative_position", "rotary_base")
+        config.update({name: getattr(self, name) for name in names + ("dropout",)})
+        config["kernel_initializer"] = keras.initializers.serialize(self.kernel_initializer)
         return config
+
+
+def _einsum_table(equation, tensor, table):
+    """``einsum(equation, tensor, table)``; a table of batch 1 is used without a batch axis."""
+    if table.shape[0] != 1:
+        return ops.einsum(equation, tensor, table)
+    operands, output = equation.split("->")
+    first, second = operands.split(",")
+    return ops.einsum(f"{first},{second[1:]}->{output}", tensor, table[0])

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_masking.layers.multiple_choice import MASKED_LOGIT
+from keras_masking.utils.arguments import check_int
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -34,12 +35,7 @@ class MaskedSpanLogits(keras.layers.Layer):
 
     def __init__(self, context_segment=1, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(context_segment, bool) or not isinstance(context_segment, int):
-            raise ValueError(
-                "Expected an int for context_segment. "
-                f"Received: context_segment={context_segment!r}."
-            )
-        self.context_segment = context_segment
+        self.context_segment = check_int("context_segment", context_segment)
         self.built = True
 
     def call(self, logits, segment_ids, padding_mask):

@@ -14,8 +14,7 @@ from keras_masking.utils.eager_checks import static_shape
 
 
 def _check_inputs(token_ids, padding_mask, expand_mask):
-    """Integer ``(batch, L)`` ids with a static ``L``, a 0/1 mask (and an
-    expand mask) of their shape; values when concrete."""
+    """Integer ``(batch, L)`` ids with a static ``L``; masks of their shape."""
     check_integer_ids("token_ids", token_ids)
     shape = static_shape(token_ids)
     if len(shape) != 2 or shape[1] is None:
@@ -47,18 +46,13 @@ class StateExpansion(keras.layers.Layer):
     single tokens). For ``[CLS] a M M b [SEP]`` and ``k = 4``:
     ``pos1 = 0000 1 2222 3333 4 5555``, ``pos2 = 1234 0 1234 1234 0 1234``.
 
-    Padding may sit anywhere (left, right or inside the row): the expanded
-    sequence holds the real tokens' slots first, then padding, and is the
-    same for every layout of the same real tokens; ``source_index`` and
-    ``first_slot`` lead back to the input's positions.
+    Padding may sit anywhere in the row: the expanded sequence holds the
+    real tokens' slots first, then padding, whatever the layout.
 
-    The output length is static, ``L + (k - 1) * max_expanded``, so a step
-    compiles once. ``max_expanded`` is ``max_expanded_tokens`` if given, else
-    ``ceil(mask_rate * L) + 3`` ([CLS] and two [SEP]s) if ``mask_rate`` is
-    given, else ``L``: with neither, every input fits (the output is then
-    ``k * L`` long). An example that needs more slots is cut at the static
-    length and flagged in ``overflow``; read it (`ExLMPretrainer` and
-    `ExLMEncoder` do).
+    The output length is static, ``L + (k - 1) * max_expanded``
+    (`output_length`), so a step compiles once. An example that needs more
+    slots is cut at that length and flagged in ``overflow``; read it
+    (`ExLMPretrainer` and `ExLMEncoder` do).
 
     Args:
         k: int >= 1, copies per expanded token (4 in ExLM).
@@ -66,8 +60,9 @@ class StateExpansion(keras.layers.Layer):
         expand_token_ids: other ids to expand, e.g. ``(cls_id, sep_id)``.
         max_expanded_tokens: int >= 0 or None, the most expanded tokens an
             example may hold.
-        mask_rate: float in (0, 1] or None, sizes the output when
-            ``max_expanded_tokens`` is None. Give at most one of the two.
+        mask_rate: float in (0, 1] or None. Give at most one of the two:
+            ``max_expanded`` is ``max_expanded_tokens``, else ``ceil(mask_rate
+            * L) + 3`` ([CLS] and two [SEP]s), else ``L`` (every input fits).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -102,23 +97,20 @@ class StateExpansion(keras.layers.Layer):
         mask_rate=None,
         **kwargs,
     ):
-        k = check_int("k", k, minimum=1)
-        mask_token_id = check_int("mask_token_id", mask_token_id, minimum=0)
-        expand_token_ids = check_int_list("expand_token_ids", expand_token_ids, minimum=0)
-        if max_expanded_tokens is not None:
-            max_expanded_tokens = check_int("max_expanded_tokens", max_expanded_tokens, minimum=0)
-        if mask_rate is not None:
-            mask_rate = check_float("mask_rate", mask_rate, 0.0, 1.0, open_minimum=True)
+        super().__init__(**kwargs)
         if max_expanded_tokens is not None and mask_rate is not None:
             raise ValueError(
                 "Expected at most one of max_expanded_tokens and mask_rate. Received: "
                 f"max_expanded_tokens={max_expanded_tokens}, mask_rate={mask_rate}."
             )
-        super().__init__(**kwargs)
-        self.k = k
-        self.mask_token_id = mask_token_id
-        self.expand_token_ids = expand_token_ids
+        self.k = check_int("k", k, minimum=1)
+        self.mask_token_id = check_int("mask_token_id", mask_token_id, minimum=0)
+        self.expand_token_ids = check_int_list("expand_token_ids", expand_token_ids, minimum=0)
+        if max_expanded_tokens is not None:
+            max_expanded_tokens = check_int("max_expanded_tokens", max_expanded_tokens, minimum=0)
         self.max_expanded_tokens = max_expanded_tokens
+        if mask_rate is not None:
+            mask_rate = check_float("mask_rate", mask_rate, 0.0, 1.0, open_minimum=True)
         self.mask_rate = mask_rate
 
     def max_expanded(self, length):

@@ -5,6 +5,7 @@ import keras
 from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.feed_forward import FeedForward
 from keras_masking.layers.self_attention import SelfAttention
+from keras_masking.utils.arguments import check_float
 
 
 def _training(training):
@@ -24,27 +25,13 @@ class TransformerBlock(keras.layers.Layer):
     ``h = LN(x + Dropout(Attention(x)))`` then
     ``y = LN(h + Dropout(FFN(h) + extra))``.
 
-    The two halves are public methods so that methods of this package can
-    compose them in new functional graphs that reuse this layer's weights:
-
-    * `attention_sublayer(x, padding_mask, position_ids, attention_bias,
-      kv_prefix)`: the attention half, with the attention hooks of
-      `SelfAttention` (additive bias, key/value prefixes);
-    * `feed_forward_sublayer(h, extra_output=None)`: the FFN half; a branch
-      computed from ``h`` (FL-tuning's addFFN) is passed as ``extra_output``
-      and summed with the FFN output before dropout, residual and LayerNorm.
-
-    Parameter-efficient methods attach trainable parts to a built block in
-    place, so every graph that calls the block (the backbone's own, a
-    DropToken encoder, a task) uses them:
-
-    * `attach_feed_forward_branch(layer)`: ``layer(h)`` is added to the FFN
-      output in every call (FL-tuning's `AddFFN`);
-    * `attach_key_value_prefix(layer)`: ``layer(training=...)`` gives the
-      ``kv_prefix`` used when a call passes none (P-tuning v2's
-      `KeyValuePrefix`);
-    * `attach_attention_units(layer)`: extra query/key/value units in every
-      head (MA-tuning's `AttentionUnits`).
+    The two halves are public (`attention_sublayer`, with the hooks of
+    `SelfAttention`, and `feed_forward_sublayer`) so that methods compose
+    them in new graphs that reuse this layer's weights. Parameter-efficient
+    methods attach trainable parts to a built block in place, so every graph
+    that calls it uses them: `attach_feed_forward_branch` (FL-tuning's
+    `AddFFN`), `attach_key_value_prefix` (P-tuning v2's `KeyValuePrefix`) and
+    `attach_attention_units` (MA-tuning's `AttentionUnits`).
 
     Args:
         num_heads: int. Number of attention heads.
@@ -63,9 +50,10 @@ class TransformerBlock(keras.layers.Layer):
 
     Call arguments:
         hidden: float tensor ``(batch, sequence, hidden)``.
-        padding_mask, position_ids, attention_bias, kv_prefix,
-            attention_mask_bias, mask_semantics: see `SelfAttention`.
+        padding_mask, mask_semantics: see `SelfAttention`.
         training: bool, whether dropout is active.
+        **hooks: `SelfAttention`'s tensor hooks (``position_ids``,
+            ``attention_bias``, ``kv_prefix``, ``attention_mask_bias``).
 
     Example:
     >>> block = TransformerBlock(num_heads=4, intermediate_dim=64)
@@ -88,27 +76,28 @@ class TransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not 0 <= dropout < 1:
-            raise ValueError(f"`dropout` must be a float in [0, 1). Received: dropout={dropout}")
         self.num_heads = int(num_heads)
         self.intermediate_dim = int(intermediate_dim)
         self.head_dim = head_dim
         self.activation = activation
         self.position = position
         self.max_relative_position = int(max_relative_position)
-        self.dropout = float(dropout)
+        self.dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
         self.attention_dropout = attention_dropout
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+        def dropout_layer(name):
+            return ReplicaDropout(self.dropout, dtype=self.dtype_policy, name=name)
+
+        def layer_norm(name):
+            return keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+            )
+
         self.self_attention = None
-        self.attention_output_dropout = ReplicaDropout(
-            self.dropout, dtype=self.dtype_policy, name="attention_dropout"
-        )
-        self.attention_layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon,
-            dtype=self.dtype_policy,
-            name="attention_layer_norm",
-        )
+        self.attention_output_dropout = dropout_layer("attention_dropout")
+        self.attention_layer_norm = layer_norm("attention_layer_norm")
         self.feed_forward = FeedForward(
             self.intermediate_dim,
             activation=activation,
@@ -116,14 +105,8 @@ class TransformerBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="feed_forward",
         )
-        self.feed_forward_dropout = ReplicaDropout(
-            self.dropout, dtype=self.dtype_policy, name="feed_forward_dropout"
-        )
-        self.feed_forward_layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon,
-            dtype=self.dtype_policy,
-            name="feed_forward_layer_norm",
-        )
+        self.feed_forward_dropout = dropout_layer("feed_forward_dropout")
+        self.feed_forward_layer_norm = layer_norm("feed_forward_layer_norm")
         self.feed_forward_branch = None
         self.key_value_prefix = None
         self.attention_units = None
@@ -133,17 +116,16 @@ class TransformerBlock(keras.layers.Layer):
         head_dim = self.head_dim or hidden_dim // self.num_heads
         if self.head_dim is None and hidden_dim % self.num_heads:
             raise ValueError(
-                f"hidden_dim ({hidden_dim}) must be divisible by num_heads ({self.num_heads})."
+                "Expected hidden_dim divisible by num_heads. "
+                f"Received: hidden_dim={hidden_dim}, num_heads={self.num_heads}."
             )
         attention_dropout = self.attention_dropout
-        if attention_dropout is None:
-            attention_dropout = self.dropout
         self.self_attention = SelfAttention(
             num_heads=self.num_heads,
             head_dim=head_dim,
             position=self.position,
             max_relative_position=self.max_relative_position,
-            dropout=attention_dropout,
+            dropout=self.dropout if attention_dropout is None else attention_dropout,
             kernel_initializer=self.kernel_initializer,
             dtype=self.dtype_policy,
             name="self_attention",
@@ -206,29 +188,19 @@ class TransformerBlock(keras.layers.Layer):
             self._tracker.lock()
         return previous
 
-    def attention_sublayer(
-        self,
-        hidden,
-        padding_mask=None,
-        position_ids=None,
-        attention_bias=None,
-        kv_prefix=None,
-        attention_mask_bias=None,
-        mask_semantics="replace",
-        training=None,
-    ):
-        """``LN(x + Dropout(Attention(x)))``, the first half of the layer."""
-        if kv_prefix is None and self.key_value_prefix is not None:
-            kv_prefix = self.key_value_prefix(**_training(training))
+    def attention_sublayer(self, hidden, padding_mask=None, training=None, **hooks):
+        """``LN(x + Dropout(Attention(x)))``, the first half of the layer.
+
+        ``hooks`` are `SelfAttention`'s other call arguments; an attached
+        key/value prefix is the default ``kv_prefix``.
+        """
+        if hooks.get("kv_prefix") is None and self.key_value_prefix is not None:
+            hooks["kv_prefix"] = self.key_value_prefix(**_training(training))
         attended = self.self_attention(
             hidden,
-            padding_mask=padding_mask,
-            position_ids=position_ids,
-            attention_bias=attention_bias,
-            kv_prefix=kv_prefix,
+            padding_mask,
             extra_units=self.attention_units,
-            attention_mask_bias=attention_mask_bias,
-            mask_semantics=mask_semantics,
+            **hooks,
             **_training(training),
         )
         attended = self.attention_output_dropout(attended, **_training(training))
@@ -247,26 +219,11 @@ class TransformerBlock(keras.layers.Layer):
         transformed = self.feed_forward_dropout(transformed, **_training(training))
         return self.feed_forward_layer_norm(hidden + transformed)
 
-    def call(
-        self,
-        hidden,
-        padding_mask=None,
-        position_ids=None,
-        attention_bias=None,
-        kv_prefix=None,
-        attention_mask_bias=None,
-        mask_semantics="replace",
-        training=None,
-    ):
+    def call(self, hidden, padding_mask=None, mask_semantics="replace", training=None, **hooks):
+        # `mask_semantics` (a string) stays apart: Keras refuses a call
+        # argument that mixes tensors and other values.
         hidden = self.attention_sublayer(
-            hidden,
-            padding_mask=padding_mask,
-            position_ids=position_ids,
-            attention_bias=attention_bias,
-            kv_prefix=kv_prefix,
-            attention_mask_bias=attention_mask_bias,
-            mask_semantics=mask_semantics,
-            training=training,
+            hidden, padding_mask, mask_semantics=mask_semantics, training=training, **hooks
         )
         return self.feed_forward_sublayer(hidden, training=training)
 
@@ -275,18 +232,19 @@ class TransformerBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "intermediate_dim": self.intermediate_dim,
-                "head_dim": self.head_dim,
-                "activation": self.activation,
-                "position": self.position,
-                "max_relative_position": self.max_relative_position,
-                "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            }
-        )
+        config.update({name: getattr(self, name) for name in _CONFIG_NAMES})
+        config["kernel_initializer"] = keras.initializers.serialize(self.kernel_initializer)
         return config
+
+
+_CONFIG_NAMES = (
+    "num_heads",
+    "intermediate_dim",
+    "head_dim",
+    "activation",
+    "position",
+    "max_relative_position",
+    "dropout",
+    "attention_dropout",
+    "layer_norm_epsilon",
+)

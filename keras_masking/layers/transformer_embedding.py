@@ -14,9 +14,8 @@ class TransformerEmbedding(keras.layers.Layer):
     """Token + segment (+ absolute position) embeddings, LayerNorm, dropout.
 
     Absolute position embeddings are looked up by ``position_ids``, so a
-    shortened or expanded sequence can keep its original positions. Rotary
-    and relative schemes have no position table here
-    (``use_position_embedding=False``); their positions act inside attention.
+    shortened sequence keeps its original positions; rotary and relative
+    schemes have none here (``use_position_embedding=False``).
 
     Args:
         vocabulary_size: int. Rows of the token embedding.
@@ -65,30 +64,28 @@ class TransformerEmbedding(keras.layers.Layer):
         self.dropout = float(dropout)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
-        self.token_embedding = keras.layers.ReversibleEmbedding(
-            self.vocabulary_size,
-            self.hidden_dim,
-            embeddings_initializer=clone_initializer(self.embeddings_initializer),
-            dtype=self.dtype_policy,
-            name="token_embedding",
+
+        def table(layer_class, rows, name):
+            return layer_class(
+                rows,
+                self.hidden_dim,
+                embeddings_initializer=clone_initializer(self.embeddings_initializer),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        self.token_embedding = table(
+            keras.layers.ReversibleEmbedding, self.vocabulary_size, "token_embedding"
         )
         self.segment_embedding = None
         if self.num_segments > 0:
-            self.segment_embedding = keras.layers.Embedding(
-                self.num_segments,
-                self.hidden_dim,
-                embeddings_initializer=clone_initializer(self.embeddings_initializer),
-                dtype=self.dtype_policy,
-                name="segment_embedding",
+            self.segment_embedding = table(
+                keras.layers.Embedding, self.num_segments, "segment_embedding"
             )
         self.position_embedding = None
         if self.use_position_embedding:
-            self.position_embedding = keras.layers.Embedding(
-                self.max_sequence_length,
-                self.hidden_dim,
-                embeddings_initializer=clone_initializer(self.embeddings_initializer),
-                dtype=self.dtype_policy,
-                name="position_embedding",
+            self.position_embedding = table(
+                keras.layers.Embedding, self.max_sequence_length, "position_embedding"
             )
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon,
@@ -153,19 +150,20 @@ class TransformerEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "vocabulary_size": self.vocabulary_size,
-                "hidden_dim": self.hidden_dim,
-                "num_segments": self.num_segments,
-                "max_sequence_length": self.max_sequence_length,
-                "use_position_embedding": self.use_position_embedding,
-                "dropout": self.dropout,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
-            }
-        )
+        config.update({name: getattr(self, name) for name in _CONFIG_NAMES})
+        config["embeddings_initializer"] = keras.initializers.serialize(self.embeddings_initializer)
         return config
+
+
+_CONFIG_NAMES = (
+    "vocabulary_size",
+    "hidden_dim",
+    "num_segments",
+    "max_sequence_length",
+    "use_position_embedding",
+    "dropout",
+    "layer_norm_epsilon",
+)
 
 
 def _in_range(ids, upper):

@@ -2,6 +2,8 @@
 
 from keras import ops
 
+from keras_masking.utils.arguments import check_choice
+
 #: The task kinds `asa_divergence` knows, with the official normaliser of each.
 ASA_TASKS = ("classification", "multiple_choice", "regression", "token_classification")
 
@@ -118,8 +120,6 @@ def asa_divergence(clean, adversarial, task="classification", weights=None):
     Returns:
         A float32 scalar.
     """
-    if task not in ASA_TASKS:
-        raise ValueError(f"`task` must be one of {ASA_TASKS}. Received: task={task!r}")
-    if task == "regression":
+    if check_choice("task", task, ASA_TASKS) == "regression":
         return batch_softmax_divergence(clean, adversarial)
     return symmetric_kl_divergence(clean, adversarial, weights)

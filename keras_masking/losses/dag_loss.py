@@ -65,35 +65,15 @@ def dag_alignment_feasible(output_length, target_length):
     >>> keras.ops.convert_to_numpy(feasible).tolist()
     [True, False, True, False]
     """
-    output_length = _length_tensor("output_length", output_length)
-    target_length = _length_tensor("target_length", target_length)
-    if len(output_length.shape) != 1 or len(target_length.shape) != 1:
-        raise ValueError(
-            "Expected output_length and target_length of shape (batch,). Received: "
-            f"output_length.shape={tuple(output_length.shape)}, "
-            f"target_length.shape={tuple(target_length.shape)}."
-        )
-    _check_same_batch(("output_length", output_length), ("target_length", target_length))
-    for name, value in (("output_length", output_length), ("target_length", target_length)):
-        _check_length_values(name, value, None)
-    whole = ops.ones_like(ops.cast(output_length, "bool"))
-    for value in (output_length, target_length):
-        value = ops.cast(value, "float32")
-        whole &= ops.isfinite(value) & (value == ops.floor(value))
-    output_length = ops.cast(ops.where(whole, output_length, 0), "int32")
-    target_length = ops.cast(ops.where(whole, target_length, 0), "int32")
-    return _feasible(output_length, target_length)
+    output_length, target_length, lengths_ok = _lengths(output_length, target_length)
+    return _feasible(output_length, target_length) & lengths_ok
 
 
 def dag_loss(match, log_transitions, output_length, target_length):
     """Each example's DAG alignment log-likelihood, summed over all paths.
 
-    Computed in float32 whatever the inputs' dtype (so also under a
-    ``mixed_float16`` or ``mixed_bfloat16`` policy), and exact to float32
-    precision for scores of any size. A fast probability-space pass serves
-    most batches; when scores within a step (or edges into a vertex) are
-    hundreds of nats apart and it cannot vouch for its result, an exact
-    log-space pass takes over, several times slower (see the module notes).
+    Computed in float32 whatever the inputs' dtype, and exact to float32
+    precision for scores of any size (see the module notes).
 
     Args:
         match: float ``(B, T, N)``, ``match[b, i, u] = log P_u(y_i)``; ``-inf``
@@ -165,23 +145,16 @@ def dag_alignment_posterior(match, log_transitions, output_length, target_length
 
 
 # === Checks and preparation ===
-def _length_tensor(name, value):
+_LENGTH_DTYPE = "an integer tensor (or floats holding whole numbers)"
+
+
+def _number_tensor(name, value, expected):
+    """``value`` as a tensor of a numeric (not bool) dtype, else a ValueError."""
     value = ops.convert_to_tensor(value)
     dtype = keras.backend.standardize_dtype(value.dtype)
     if dtype == "bool" or not ("int" in dtype or "float" in dtype):
-        raise ValueError(
-            f"Expected an integer tensor (or floats holding whole numbers) for {name}. "
-            f"Received: {name} of dtype {dtype}."
-        )
+        raise ValueError(f"Expected {expected} for {name}. Received: {name} of dtype {dtype}.")
     return value
-
-
-def _float_tensor(name, value):
-    value = ops.convert_to_tensor(value)
-    dtype = keras.backend.standardize_dtype(value.dtype)
-    if dtype == "bool" or not ("int" in dtype or "float" in dtype):
-        raise ValueError(f"Expected a float tensor for {name}. Received: {name} of dtype {dtype}.")
-    return ops.cast(value, "float32")
 
 
 def _check_same_batch(*named):
@@ -210,12 +183,37 @@ def _check_length_values(name, value, upper):
         )
 
 
+def _lengths(output_length, target_length, vertices=None, steps=None):
+    """The lengths, checked, as int32 in range, and a flag of the valid ones."""
+    named = (("output_length", output_length, vertices), ("target_length", target_length, steps))
+    named = [
+        (name, _number_tensor(name, value, _LENGTH_DTYPE), upper) for name, value, upper in named
+    ]
+    for name, value, _ in named:
+        if len(value.shape) != 1:
+            raise ValueError(
+                f"Expected {name} of shape (batch,). Received: {name}.shape={tuple(value.shape)}."
+            )
+    _check_same_batch(*[(name, value) for name, value, _ in named])
+    lengths_ok = ops.ones_like(ops.cast(named[0][1], "bool"))
+    clipped = []
+    for name, value, upper in named:
+        _check_length_values(name, value, upper)
+        value = ops.cast(value, "float32")
+        lengths_ok &= ops.isfinite(value) & (value == ops.floor(value)) & (value >= 0)
+        value = ops.maximum(ops.where(ops.isfinite(value), value, 0.0), 0.0)
+        if upper is not None:
+            lengths_ok &= value <= upper
+            value = ops.minimum(value, upper)
+        clipped.append(ops.cast(value, "int32"))
+    return clipped[0], clipped[1], lengths_ok
+
+
 def _prepare(match, log_transitions, output_length, target_length):
     """Checks the arguments; returns float32 inputs, int32 lengths and flags."""
-    match = _float_tensor("match", match)
-    log_transitions = _float_tensor("log_transitions", log_transitions)
-    output_length = _length_tensor("output_length", output_length)
-    target_length = _length_tensor("target_length", target_length)
+    match = ops.cast(_number_tensor("match", match, "a float tensor"), "float32")
+    log_transitions = _number_tensor("log_transitions", log_transitions, "a float tensor")
+    log_transitions = ops.cast(log_transitions, "float32")
     if len(match.shape) != 3:
         raise ValueError(
             "Expected match of shape (batch, targets, vertices). "
@@ -237,36 +235,17 @@ def _prepare(match, log_transitions, output_length, target_length):
             f"Expected log_transitions of shape (batch, {vertices}, {vertices}) (match has "
             f"{vertices} vertices). Received: log_transitions.shape={tuple(log_transitions.shape)}."
         )
-    for name, value in (("output_length", output_length), ("target_length", target_length)):
-        if len(value.shape) != 1:
-            raise ValueError(
-                f"Expected {name} of shape (batch,). Received: {name}.shape={tuple(value.shape)}."
-            )
-    _check_same_batch(
-        ("match", match),
-        ("log_transitions", log_transitions),
-        ("output_length", output_length),
-        ("target_length", target_length),
+    _check_same_batch(("match", match), ("log_transitions", log_transitions))
+    output_length, target_length, lengths_ok = _lengths(
+        output_length, target_length, vertices, steps
     )
+    _check_same_batch(("match", match), ("output_length", output_length))
     if match.shape[0] == 0:
         # TensorFlow's reductions fail on an empty batch and JAX returns an
         # empty loss whose mean is NaN: neither says what happened.
         raise ValueError(
             f"Expected a batch of at least one example. Received: match.shape={tuple(match.shape)}."
         )
-    _check_length_values("output_length", output_length, vertices)
-    _check_length_values("target_length", target_length, steps)
-
-    # Values that only a compiled call can carry: flagged, shown as NaN.
-    lengths_ok = ops.ones_like(ops.cast(output_length, "bool"))
-    clipped = []
-    for value, upper in ((output_length, vertices), (target_length, steps)):
-        value = ops.cast(value, "float32")
-        lengths_ok &= ops.isfinite(value) & (value == ops.floor(value))
-        lengths_ok &= (value >= 0) & (value <= upper)
-        value = ops.where(ops.isfinite(value), value, 0.0)
-        clipped.append(ops.cast(ops.clip(value, 0, upper), "int32"))
-    output_length, target_length = clipped
 
     # NaN or +inf where the example reads its inputs: NaN out, and computed
     # on sanitised values so it cannot spread.
@@ -328,11 +307,7 @@ def _dag_log_likelihood(inputs):
 
 
 def _choose(exact, fast_result, exact_result):
-    """``fast_result()`` when ``exact`` holds, else ``exact_result()``.
-
-    A Python branch when ``exact`` is concrete (eager calls), else
-    `keras.ops.cond`, which runs one branch only.
-    """
+    """``fast_result()`` when ``exact`` holds, else ``exact_result()`` (one branch runs)."""
     value = concrete_value(exact)
     if value is not None:
         return fast_result() if bool(value) else exact_result()
@@ -394,12 +369,7 @@ def _safe_max(x, axis):
 
 
 def _fast_pass(graph):
-    """The fast forward and backward passes, and whether they are exact.
-
-    Returns ``log Z``, its gradients with respect to ``match`` and
-    ``log_transitions``, and a scalar: True when every example's result is
-    exact to float32 precision.
-    """
+    """``log Z``, its gradients, and whether every example's result is exact."""
     fast = _fast_forward(graph)
     occupancy, d_transitions, exact = _fast_backward(graph, fast)
     exact = ops.all(exact | fast["zero"] | ~graph["considered"])
@@ -523,12 +493,8 @@ def _logsumexp(x, axis):
 
 
 def _log_space(graph, with_gradients):
-    """The exact recursion in log space: ``log Z`` (and its gradients).
-
-    Used when the fast pass cannot vouch for its result; ``O(B T N^2)``
-    exponentials, in loops (not unrolled), so that it adds little to the
-    compiled program.
-    """
+    """The exact recursion in log space: ``log Z`` (and its gradients)."""
+    # In loops, not unrolled, so that it adds little to the compiled program.
     steps, vertices = graph["steps"], graph["vertices"]
     match, log_transitions = graph["match"], graph["log_transitions"]
     target_length = graph["target_length"]

@@ -23,7 +23,6 @@ from keras_masking.methods.fl_tuning import merge_fl
 from keras_masking.methods.fl_tuning import model_backbone
 from keras_masking.methods.fl_tuning import prefix_tune
 from keras_masking.methods.fl_tuning import unmerge_fl
-from keras_masking.methods.mlm_embedding_correction import MLMEmbeddingCorrection
 from keras_masking.methods.mlm_embedding_correction import correct_mlm_embeddings
 from keras_masking.methods.mlm_embedding_correction import correction_record
 from keras_masking.methods.mlm_embedding_correction import masking_configuration
@@ -33,3 +32,12 @@ from keras_masking.methods.mlm_model_average import sample_mlm_maskings
 from keras_masking.methods.parameter_report import ParameterReport
 from keras_masking.methods.parameter_report import parameter_report
 from keras_masking.methods.token_embedding_lookup import find_token_embedding
+
+
+def __getattr__(name):
+    # The deprecated record name warns where it is used, not when the package loads.
+    if name == "MLMEmbeddingCorrection":
+        from keras_masking.methods import mlm_embedding_correction
+
+        return getattr(mlm_embedding_correction, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,11 +1,8 @@
 """Adapter files: only the tuned weights (addFFN / prefixes) plus the task head.
 
 An adapter file is a ``.npz`` archive: one array per tuned or head variable
-and a JSON ``__adapter__`` entry describing the method (units, prefix length,
-layers), the backbone it fits (layers, hidden size, heads, FFN size) and the
-variables' names and shapes. Loading reads and checks the whole file before
-it changes the model, and puts the model back if assigning fails, so a file
-either loads completely or not at all.
+and a JSON ``__adapter__`` entry describing the method, the backbone it fits
+and the variables' names and shapes. A file loads completely or not at all.
 """
 
 import json
@@ -28,10 +25,7 @@ _BACKBONE_KEYS = ("num_layers", "hidden_dim", "num_heads", "intermediate_dim", "
 def save_adapter(model, path, name=None):
     """Writes the tuned weights and the task head of ``model`` to ``path``.
 
-    The file is written under a temporary name in the same folder and then
-    renamed, so an interrupted save never leaves a partial adapter at
-    ``path`` (an existing file there is replaced only once the new one is
-    complete).
+    The file is written under a temporary name, then renamed.
 
     Args:
         model: an FL-tuned or prefix-tuned model (see `keras_masking.fl_tune`,
@@ -58,12 +52,9 @@ def load_adapter(model, path):
     """Loads an adapter file into ``model``, attaching the branches if needed.
 
     A backbone without attachments gets the file's addFFN / prefixes attached
-    and its base frozen (compile afterwards); a backbone that already has the
-    same attachments just has their weights replaced (no recompile).
-
-    All or nothing: the file is read and checked completely (format, the
-    backbone and head it fits, every array's shape) before the model is
-    changed, and if anything fails the model is put back as it was.
+    and its base frozen (compile afterwards); one with the same attachments
+    has their weights replaced. The file is checked completely before the
+    model changes, and the model is put back if anything fails.
 
     Args:
         model: the model the adapter was trained on, rebuilt from the same
@@ -164,10 +155,8 @@ class AdapterSet:
     """Several named adapters for one model, switched in place.
 
     Each adapter is a snapshot of the tuned and head weights; switching
-    assigns them, so a compiled model keeps running without recompiling. All
-    adapters in a set share the attachment layout (units, prefix length,
-    layers) and head architecture. Each switch is all or nothing, as
-    `load_adapter` is.
+    assigns them (no recompile), all or nothing. The adapters of a set share
+    the attachment layout and head architecture.
 
     Args:
         model: a tuned model (see `keras_masking.fl_tune`), or a fresh one

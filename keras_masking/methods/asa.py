@@ -35,41 +35,28 @@ class ASATrainer(ASAObjective, keras.Model):
 
         L = task_loss(clean) + D(clean, adversarial) + tau^2 * sum_l sum_ij M^l_ij / rows
 
-    in one backward pass with one optimizer. The adversaries see their input
-    with the gradient stopped, and a gradient reversal makes them ascend
-    ``D + tau^2 * kept units`` (they mask what hurts the model most, paying
-    ``tau^2`` per masked unit) while the encoder and head descend
-    ``task_loss + D``. ``rows`` is the encoder's batch (``B x choices`` for
-    multiple choice); padded query rows count, as in the official code.
+    in one backward pass with one optimizer. A gradient reversal makes the
+    adversaries ascend ``D + tau^2 * kept units`` while the encoder and head
+    descend ``task_loss + D``. ``rows`` is the encoder's batch (``B x
+    choices`` for multiple choice).
 
     This is how a user's own head on a `TransformerBackbone` trains with
-    ASA: turn it on with ``backbone.enable_asa(tau=...)`` (the backbone
-    holds the setting and the adversaries, so the task model saves and
-    loads with them), then ``ASATrainer(task_model)`` is the model to
-    ``compile`` and ``fit``; its settings come from the backbone. A
-    `TransformerTextClassifier` needs no trainer: it trains with ASA itself.
-    On a backbone without ``enable_asa`` the trainer makes its own
-    adversaries from its arguments (and ``task_model.save`` then holds
-    none). ``training=False`` calls (``predict``, ``evaluate``) are the
-    task model itself. The adversarial pass is a second functional graph
-    built once from the task model's own layers (``keras.models.clone_model``
-    with the layers shared), so the user's head, pooling and reshapes
-    (multiple choice) are reused as they are.
+    ASA: ``backbone.enable_asa(tau=...)`` (the backbone holds the setting
+    and the adversaries, so the task model saves with them), then
+    ``ASATrainer(task_model)`` is the model to ``compile`` and ``fit``. A
+    `TransformerTextClassifier` needs no trainer. On a backbone without
+    ``enable_asa`` the trainer makes its own adversaries from its
+    arguments. ``training=False`` calls are the task model itself; the
+    adversarial pass is a second graph built from the task model's own
+    layers (``keras.models.clone_model``, layers shared).
 
-    The ``loss`` in the progress bar is ``task_loss + D``, the value the
-    official scripts log; ``mask_term`` is ``tau^2 * kept units / rows``;
-    ``divergence`` is ``D``; and ``masked_fraction_<layer>`` is the share of
-    real query/key pairs the adversary of that layer masked (see
-    `plot_masked_fractions`). Evaluation reports the compiled metrics only.
-
-    The divergence ``D`` follows the task kind, as the official scripts:
-    symmetric KL of the softmaxes with PyTorch's ``batchmean``: per example
-    for classification and multiple choice, SUMMED over positions for token
-    classification; for regression (one output) the softmax is over the
-    (global) batch (`keras_masking.losses.batch_softmax_divergence`); a
-    batch of one row makes it 0 and logs a warning. A head with no official
-    divergence (span or pointer logits, several outputs) needs
-    ``divergence=``.
+    The progress bar shows ``loss`` (``task_loss + D``, as the official
+    scripts log), ``mask_term``, ``divergence`` and
+    ``masked_fraction_<layer>`` (see `plot_masked_fractions`). ``D`` follows
+    the task kind, as the official scripts (symmetric KL with ``batchmean``;
+    summed over positions for token classification; a softmax over the
+    batch for regression, see `keras_masking.losses.batch_softmax_divergence`).
+    A span or pointer head, or several outputs, needs ``divergence=``.
 
     Args:
         task_model: a functional Keras model (``keras.Model(inputs, outputs)``
@@ -257,8 +244,7 @@ def _attacked_encoder(task_model):
             f"{sorted({type(layer).__name__ for layer in layers})})."
         )
     encoder = encoders[0]
-    drop = encoder.drop_token
-    if drop is not None and drop.mode == "gather":
+    if encoder.drop_token is not None and encoder.drop_token.mode == "gather":
         raise ValueError(
             "ASA cannot attack an encoder that drops tokens in gather mode: the clean and "
             "adversarial passes would run on different sequences. Use mode='attention'."
@@ -333,17 +319,10 @@ _UNCONFIGURED_OPTIMIZER_SETTINGS = (
 def _compile_like(trainer, task_model):
     """Compiles ``trainer`` with the arguments ``task_model`` was compiled with.
 
-    The objects themselves, not a copy rebuilt from their configs: an
-    optimizer holds settings that its config does not (the variables
-    ``exclude_from_weight_decay`` keeps from decay, a loss scale's inner
-    optimizer), and a loss may be a function with no config. The trainer
-    takes over the task model's optimizer when it has not been built yet (it
-    is then built on the trainer's variables, adversaries included). A built
-    one (the task model trained already) tracks the task model's variables
-    only: the trainer gets a new optimizer from its config with the
-    weight-decay exclusions carried over, and its moments start afresh.
-    Compiled metric objects are copied (the two models must not share their
-    state).
+    The objects themselves (an optimizer holds settings its config does not,
+    a loss may have no config). A built optimizer tracks the task model's
+    variables only, so the trainer gets an unbuilt copy; metric objects are
+    copied so the two models share no state.
     """
     config = getattr(task_model, "_compile_config", None)
     if config is None:  # a compile that Keras' did not record

@@ -1,8 +1,11 @@
 """ASA's diagnostic: the masked fraction per layer, from a training history."""
 
+import os
 import re
 
 import numpy as np
+
+from keras_masking.utils.files import write_atomically
 
 _METRIC = re.compile(r"^masked_fraction_(\d+)$")
 
@@ -66,8 +69,6 @@ def plot_masked_fractions(history, path=None, title="ASA: masked share of real a
         raise ImportError(
             "plot_masked_fractions needs matplotlib: pip install 'keras-masking[plot]'."
         ) from error
-    import os
-
     layers, fractions = masked_fractions_by_layer(history)
     epochs = np.arange(1, fractions.shape[0] + 1)
     figure, (left, right) = pyplot.subplots(1, 2, figsize=(10, 4))
@@ -87,9 +88,6 @@ def plot_masked_fractions(history, path=None, title="ASA: masked share of real a
     figure.suptitle(title)
     figure.tight_layout()
     if path is not None:
-        path = os.fspath(path)
-        root, extension = os.path.splitext(path)
-        temporary = f"{root}.partial{extension}"
-        figure.savefig(temporary)
-        os.replace(temporary, path)
+        image_format = os.path.splitext(os.fspath(path))[1].lstrip(".") or None
+        write_atomically(path, lambda file: figure.savefig(file, format=image_format), "wb")
     return figure

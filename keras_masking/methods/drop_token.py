@@ -10,8 +10,8 @@ import warnings
 
 import keras
 
-from keras_masking.layers.drop_token import DropToken
 from keras_masking.models.transformer_backbone import TransformerBackbone
+from keras_masking.models.transformer_backbone import encoder_drop_token
 from keras_masking.utils.arguments import pop_renamed_argument
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import check_backbone_features
@@ -23,12 +23,10 @@ class DropTokenEncoder(ConcreteInputChecks, keras.Model):
     """A backbone that drops tokens after its embedding stage in training.
 
     The graph of `TransformerBackbone.forward_stages` with a `DropToken`
-    (weights shared with the backbone): positions stay right in every
-    scheme, [CLS] (position 0) is always kept, and at inference nothing is
-    dropped. Outputs: ``sequence_output`` at full length (zeros where a
-    token was dropped), ``pooled_output``, and ``token_mask`` (1 for real
-    tokens that were kept). A keras-hub BERT/RoBERTa backbone is converted
-    at the door (`TransformerBackbone.from_keras_hub`).
+    (weights shared with the backbone); at inference nothing is dropped.
+    Outputs: ``sequence_output`` at full length, ``pooled_output``, and
+    ``token_mask`` (1 for real tokens that were kept). A keras-hub backbone
+    is converted at the door (`TransformerBackbone.from_keras_hub`).
 
     Args:
         backbone: `TransformerBackbone`, or keras-hub `BertBackbone` /
@@ -67,16 +65,8 @@ class DropTokenEncoder(ConcreteInputChecks, keras.Model):
         if not isinstance(backbone, TransformerBackbone):
             backbone = TransformerBackbone.from_keras_hub(backbone)
         policy = backbone.dtype_policy if dtype is None else keras.dtype_policies.get(dtype)
-        drop = DropToken(
-            rate,
-            unselectable_token_ids=unselectable_token_ids,
-            protected_positions=(0,),
-            mode=mode,
-            seed=seed,
-            slot_multiple=slot_multiple,
-            dtype=policy,
-            name="drop_token",
-        )
+        options = dict(unselectable_token_ids=unselectable_token_ids, mode=mode, seed=seed)
+        drop = encoder_drop_token(rate, policy, slot_multiple=slot_multiple, **options)
         inputs = dict(backbone.input)
         outputs = backbone.forward_stages(inputs, drop_token=drop)
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
@@ -152,13 +142,9 @@ def with_drop_token(
     )
     if protected_token_ids is not None:
         unselectable_token_ids = protected_token_ids
+    options = dict(mode=mode, seed=seed, slot_multiple=slot_multiple)
     encoder = DropTokenEncoder(
-        backbone,
-        rate,
-        unselectable_token_ids=unselectable_token_ids,
-        mode=mode,
-        seed=seed,
-        slot_multiple=slot_multiple,
+        backbone, rate, unselectable_token_ids=unselectable_token_ids, **options
     )
     if encoder.mode == "gather" and encoder.rate:
         warn_if_slow_token_dropping_under_xla()

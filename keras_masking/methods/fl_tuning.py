@@ -70,9 +70,11 @@ def model_backbone(model):
     return next(iter(found.values()))
 
 
-def _deprecated(old, new):
+def _deprecated(old, new, stacklevel=3):
     warnings.warn(
-        f"keras_masking.{old} is deprecated; call {new} instead.", DeprecationWarning, stacklevel=3
+        f"keras_masking.{old} is deprecated; call {new} instead.",
+        DeprecationWarning,
+        stacklevel=stacklevel,
     )
 
 
@@ -83,16 +85,18 @@ def _at_the_door(model):
     return model
 
 
-def _verbose(verbose):
-    """``verbose`` as a bool: True, False, or the ints 0 / 1 as Keras takes them."""
-    if isinstance(verbose, int) and not isinstance(verbose, bool) and verbose in (0, 1):
-        return bool(verbose)
-    return check_bool("verbose", verbose)
-
-
-def _report(model, verbose, method):
+def _enable(model, verbose, old, method, **arguments):
+    """The deprecated ``fl_tune`` / ``prefix_tune``: ``enable_<method>`` on the model's backbone."""
+    _deprecated(old, f"model.enable_{method}(...)", stacklevel=4)  # the caller of fl_tune
+    # Keras' verbose: True, False or the ints 0 / 1.
+    if not (isinstance(verbose, int) and not isinstance(verbose, bool) and verbose in (0, 1)):
+        verbose = check_bool("verbose", verbose)
+    model = _at_the_door(model)
+    getattr(model_backbone(model), f"enable_{method}")(**arguments)
     if verbose:
-        sys.stdout.write(f"{method}: {parameter_report(model)}\n")
+        name = {"fl_tuning": "FL-tuning", "prefix_tuning": "P-tuning v2"}[method]
+        sys.stdout.write(f"{name}: {parameter_report(model)}\n")
+    return model
 
 
 def fl_tune(model, units=160, layers=None, attention_units=0, verbose=False):
@@ -106,12 +110,8 @@ def fl_tune(model, units=160, layers=None, attention_units=0, verbose=False):
     backbone.enable_fl_tuning(units=160)  # instead
     ```
     """
-    _deprecated("fl_tune", "model.enable_fl_tuning(units)")
-    verbose = _verbose(verbose)
-    model = _at_the_door(model)
-    model_backbone(model).enable_fl_tuning(units, layers, attention_units)
-    _report(model, verbose, "FL-tuning")
-    return model
+    arguments = dict(units=units, layers=layers, attention_units=attention_units)
+    return _enable(model, verbose, "fl_tune", "fl_tuning", **arguments)
 
 
 def prefix_tune(
@@ -125,14 +125,10 @@ def prefix_tune(
     backbone.enable_prefix_tuning(length=160)  # instead
     ```
     """
-    _deprecated("prefix_tune", "model.enable_prefix_tuning(length)")
-    verbose = _verbose(verbose)
-    model = _at_the_door(model)
-    model_backbone(model).enable_prefix_tuning(
-        length, layers, dropout, reparameterize, hidden_units
+    arguments = dict(length=length, layers=layers, dropout=dropout, hidden_units=hidden_units)
+    return _enable(
+        model, verbose, "prefix_tune", "prefix_tuning", reparameterize=reparameterize, **arguments
     )
-    _report(model, verbose, "P-tuning v2")
-    return model
 
 
 def merge_fl(model, placement="suffix"):

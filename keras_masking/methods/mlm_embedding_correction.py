@@ -77,9 +77,8 @@ def _owner_backbone(model, layer):
 def correction_record(model, embedding=None):
     """The `MLMEmbeddingCorrectionRecord` applied to ``model``, or None.
 
-    The record lives in a `TransformerBackbone`'s config (so it survives
-    `save` / `load_model` / presets, and `from_tf_checkpoint` reads it back
-    from a corrected checkpoint's folder) and, for other models, on the
+    A `TransformerBackbone` keeps the record in its config (so it survives
+    saving, presets and corrected checkpoints); other models keep it on the
     embedding layer for the life of the process.
 
     Args:
@@ -115,18 +114,14 @@ def check_correction_settings(mask_token_id, vocabulary_size=None, **settings):
     Args:
         mask_token_id: see `correct_mlm_embeddings`.
         vocabulary_size: optional int; ids must then lie below it.
-        **settings: some of `DEFAULT_SETTINGS` (``mask_rate``,
-            ``mask_token_rate``, ``random_token_rate``,
-            ``unselectable_token_ids``, ``tied_output``: see
-            `correct_mlm_embeddings`); the others take BERT's defaults.
+        **settings: some of the other arguments of `correct_mlm_embeddings`
+            (the keys of `DEFAULT_SETTINGS`); the others take BERT's defaults.
 
     Returns:
-        A dict with ``mask_token_id`` and every key of `DEFAULT_SETTINGS`
-        (ids as ints, rates as floats).
+        A dict with ``mask_token_id`` and every key of `DEFAULT_SETTINGS`.
 
     Raises:
-        ValueError: naming the argument, what was expected and what was
-            received.
+        ValueError: a bad value.
         TypeError: an unknown setting.
 
     Example:
@@ -154,8 +149,7 @@ def check_correction_settings(mask_token_id, vocabulary_size=None, **settings):
 def correct_embedding_table(table, embedding="embeddings", mask_token_id=None, **settings):
     """The corrected copy of a bare ``(vocabulary_size, dim)`` table, and its record.
 
-    The one computation behind `correct_mlm_embeddings` (a model),
-    `correct_checkpoint_embeddings` (a TF checkpoint) and the callback.
+    The one computation behind the correction of models and of files.
 
     Args:
         table: the token embedding table (numpy).
@@ -166,9 +160,6 @@ def correct_embedding_table(table, embedding="embeddings", mask_token_id=None, *
         ``(corrected, record)``: a new table with the dtype of ``table`` and
         an `MLMEmbeddingCorrectionRecord`.
 
-    Raises:
-        ValueError: bad settings, or a table with NaN or inf.
-
     Example:
     ```python
     corrected, record = correct_embedding_table(np.eye(4), mask_token_id=3)
@@ -176,13 +167,9 @@ def correct_embedding_table(table, embedding="embeddings", mask_token_id=None, *
     ```
     """
     settings = check_correction_settings(mask_token_id, len(table), **settings)
-    scale, shift = correction_coefficients(
-        check_embedding_table(table, embedding),
-        settings["mask_token_id"],
-        settings["mask_rate"],
-        settings["mask_token_rate"],
-        settings["random_token_rate"],
-    )
+    rates = [settings[name] for name in ("mask_rate", "mask_token_rate", "random_token_rate")]
+    checked = check_embedding_table(table, embedding)
+    scale, shift = correction_coefficients(checked, settings["mask_token_id"], *rates)
     rows = selectable_rows(len(table), settings["unselectable_token_ids"])
     record = MLMEmbeddingCorrectionRecord(
         **settings,
@@ -196,12 +183,8 @@ def correct_embedding_table(table, embedding="embeddings", mask_token_id=None, *
 
 
 def _plan_correction(model, embedding, mask_token_id, **settings):
-    """Every check of `correct_mlm_embeddings`; changes nothing.
-
-    Returns:
-        ``(layer, corrected table, record, tied heads)``, with None for the
-        last three when the model is already corrected.
-    """
+    """``(layer, corrected table, record, tied heads)``, or the layer and Nones when
+    already corrected: every check of `correct_mlm_embeddings`, changing nothing."""
     layer = find_token_embedding(model, embedding)
     check_correction_settings(mask_token_id, layer.input_dim, **settings)
     if correction_record(model, layer) is not None:
@@ -222,8 +205,7 @@ def _plan_correction(model, embedding, mask_token_id, **settings):
 def check_mlm_correction(model, mask_token_id, *, embedding=None, **settings):
     """Runs every check of `correct_mlm_embeddings` without changing anything.
 
-    Use it before a long run whose end applies the correction (the
-    `MLMEmbeddingCorrection` callback does, at the start of `fit`).
+    For a long run whose end applies the correction.
 
     Args:
         model, mask_token_id, embedding: see `correct_mlm_embeddings`.
@@ -232,9 +214,6 @@ def check_mlm_correction(model, mask_token_id, *, embedding=None, **settings):
     Returns:
         True if `correct_mlm_embeddings` would correct the model, False if it
         is already corrected.
-
-    Raises:
-        ValueError, TypeError: what `correct_mlm_embeddings` would raise.
 
     Example:
     ```python
@@ -360,16 +339,12 @@ def masking_configuration(mask_generator):
 
 
 def _correct_from_mask_generator(model, mask_generator, **kwargs):
-    """`correct_mlm_embeddings` with the masker's own configuration.
+    """`correct_mlm_embeddings` with the configuration of the masker pretraining ran with.
 
     Args:
         model: as in `correct_mlm_embeddings`.
-        mask_generator: a keras-hub `MaskedLMMaskGenerator` or masked-LM
-            preprocessor, the one pretraining ran with.
+        mask_generator: see `masking_configuration`.
         **kwargs: ``tied_output``, ``embedding``.
-
-    Returns:
-        As `correct_mlm_embeddings`.
 
     Example:
     ```python
@@ -386,9 +361,8 @@ def undo_mlm_embedding_correction(model, embedding=None):
     """Restores the token embedding from before `correct_mlm_embeddings`.
 
     Exact (bit for bit) in the process that corrected, while the table is
-    unchanged; otherwise (after a reload, or training) the record's
-    coefficients invert the correction to within float32 rounding. Tied-head
-    compensation is reset.
+    unchanged; otherwise to within float32 rounding. Tied-head compensation
+    is reset.
 
     Args:
         model: the corrected model.

@@ -50,28 +50,22 @@ def correct_checkpoint_embeddings(
     drop_mlm_head=False,
     **settings,
 ):
-    """Writes a corrected copy of a Google-layout TF checkpoint.
+    """Writes a corrected copy of a Google-layout TF checkpoint, atomically.
 
-    Every variable is copied unchanged except
-    ``bert/embeddings/word_embeddings``; files beside the checkpoint
-    (``bert_config.json``, ``vocab.txt``) are copied too, and a
-    ``mlm_embedding_correction.json`` record is added, which
-    `from_tf_checkpoint` reads (the loaded model counts as corrected). The
-    result loads with `from_tf_checkpoint` and bert4keras-style loaders. The
-    output is written to a temporary folder and renamed when complete.
+    Every variable but ``bert/embeddings/word_embeddings`` and every file
+    beside the checkpoint (``bert_config.json``, ``vocab.txt``) is copied
+    unchanged, and a ``mlm_embedding_correction.json`` record is added, so
+    that `from_tf_checkpoint` loads the model as corrected.
 
     Args:
         checkpoint_path: prefix, folder or ``.index`` of the input checkpoint.
         output_dir: new (or empty) folder for the output.
         mask_token_id: see `keras_masking.correct_mlm_embeddings`.
         drop_mlm_head: bool. Leave ``cls/predictions/*`` out of the output.
-        **settings: ``mask_rate``, ``mask_token_rate``,
-            ``random_token_rate``, ``unselectable_token_ids`` and
-            ``tied_output`` (see `keras_masking.correct_mlm_embeddings`).
-            Google checkpoints tie the MLM output to ``word_embeddings``, so
-            the original output rows cannot be kept in the file: with
-            ``tied_output="keep"`` (the default), a checkpoint that has an MLM
-            head (``cls/predictions``) is refused unless ``drop_mlm_head``.
+        **settings: the other arguments of `keras_masking.correct_mlm_embeddings`.
+            With ``tied_output="keep"`` (the default), a checkpoint with an
+            MLM head (``cls/predictions``, tied to ``word_embeddings``, so its
+            original rows cannot be kept) is refused unless ``drop_mlm_head``.
 
     Returns:
         The output checkpoint prefix.
@@ -136,18 +130,16 @@ def correct_checkpoint_embeddings(
 def correct_preset_embeddings(
     preset_dir, output_dir, tied_output="keep", *, mask_token_id, **settings
 ):
-    """Writes a corrected copy of a keras-hub preset folder.
+    """Writes a corrected copy of a keras-hub preset folder, atomically.
 
-    Loads the task (if the folder holds one) or the backbone, applies
-    `keras_masking.correct_mlm_embeddings`, and saves a preset to
-    ``output_dir``, keeping the input's other files (tokenizer assets). The
-    output is written to a temporary folder and renamed when complete.
+    The task (if the folder holds one) or the backbone is loaded, corrected
+    with `keras_masking.correct_mlm_embeddings` and saved, with the input's
+    other files (tokenizer assets).
 
     Args:
         preset_dir: a local preset folder (ours or keras-hub's).
         output_dir: new (or empty) folder for the output.
-        tied_output: see `keras_masking.correct_mlm_embeddings`.
-        mask_token_id: see `keras_masking.correct_mlm_embeddings`.
+        tied_output, mask_token_id: see `keras_masking.correct_mlm_embeddings`.
         **settings: the masking rates and ``unselectable_token_ids``.
 
     Returns:
@@ -192,9 +184,6 @@ def is_preset_folder(path):
 
     Args:
         path: a path.
-
-    Returns:
-        bool.
 
     Example:
     ```python

@@ -17,6 +17,7 @@ from keras_masking.utils.eager_checks import check_zero_one
 
 
 def _check_token_array(token_ids, vocabulary_size):
+    """``token_ids`` as a non-empty 2-D numpy array of ids in range."""
     array = np.asarray(token_ids)
     if array.ndim != 2 or not array.size:
         raise ValueError(
@@ -73,12 +74,10 @@ def sample_mlm_maskings(
     """Draws ``samples`` maskings of every sequence, BERT style, at once.
 
     In each row, ``floor(mask_rate * n + u)`` of its ``n`` selectable,
-    non-padding tokens are selected at random (`keras_masking.ops.
-    select_tokens`, ``u`` uniform in [0, 1)), so each is selected with
-    probability ``mask_rate``, as the pretraining masker's rate says; a
+    non-padding tokens are selected (`keras_masking.ops.select_tokens`,
+    ``u`` uniform in [0, 1)), so each with probability ``mask_rate``; a
     selected token becomes ``mask_token_id`` with ``mask_token_rate``, a
-    uniform random id in ``[0, vocabulary_size)`` with ``random_token_rate``,
-    and stays itself otherwise.
+    uniform random id with ``random_token_rate``, and stays itself otherwise.
 
     Args:
         token_ids: int array ``(batch, sequence)``.
@@ -110,7 +109,7 @@ def sample_mlm_maskings(
     vocabulary_size = check_int("vocabulary_size", vocabulary_size, minimum=1)
     mask_token_id = check_token_id("mask_token_id", mask_token_id, vocabulary_size)
     token_ids = _check_token_array(token_ids, vocabulary_size)
-    rows = selectable_rows(vocabulary_size, unselectable_token_ids)
+    selectable = selectable_rows(vocabulary_size, unselectable_token_ids)[token_ids]
     if padding_mask is not None:
         padding_mask = np.asarray(padding_mask)
         if padding_mask.shape != token_ids.shape:
@@ -119,11 +118,9 @@ def sample_mlm_maskings(
                 f"Received: padding_mask.shape={padding_mask.shape}."
             )
         check_zero_one("padding_mask", padding_mask)
+        selectable &= padding_mask.astype(bool)
     rng = np.random.default_rng(check_seed("seed", seed))
     shape = (samples,) + token_ids.shape
-    selectable = rows[token_ids]
-    if padding_mask is not None:
-        selectable &= padding_mask.astype(bool)
     rows_shape = (samples * token_ids.shape[0], token_ids.shape[1])
     selected = select_tokens(
         np.broadcast_to(selectable, shape).reshape(rows_shape),
@@ -148,31 +145,21 @@ def mlm_model_average(
     inputs,
     mask_token_id,
     samples=8,
-    mask_rate=0.15,
-    mask_token_rate=0.8,
-    random_token_rate=0.1,
+    *,
     unselectable_token_ids=None,
+    tokenizer=None,
     from_logits=False,
     seed=None,
     batch_size=None,
-    tokenizer=None,
+    **masking,
 ):
     """Predictions averaged over ``samples`` random MLM maskings of the inputs.
 
     The alternative to `correct_mlm_embeddings` that the dropout view calls
-    optimal: rather than feeding the expected embedding, average the model's
-    predictions over maskings drawn from the pretraining distribution. The
-    ``samples x batch`` masked copies go through the model in one batched
-    ``predict`` call, not a loop of predicts.
-
-    As in BERT's pretraining, the tokenizer's special tokens ([CLS], [SEP],
-    [PAD], [MASK]) are never masked: by default ``unselectable_token_ids``
-    are the ``special_token_ids`` of ``tokenizer``, or of the model's
-    preprocessor's tokenizer (a keras-hub task such as
-    `keras_masking.models.TransformerTextClassifier` or
-    ``keras_hub.models.BertTextClassifier``). A model with a preprocessor is
-    accepted: ``inputs`` are its token features, fed to the model as they
-    are (the preprocessor, which takes strings, is not run).
+    optimal: average the model's predictions over maskings drawn from the
+    pretraining distribution (`sample_mlm_maskings`), in one batched
+    ``predict`` call. A model with a preprocessor (a keras-hub task) is fed
+    the token features as they are (its preprocessor is not run).
 
     Args:
         model: a Keras model taking a dict with ``token_ids`` (and usually
@@ -181,20 +168,22 @@ def mlm_model_average(
         inputs: that dict of arrays (token features, not strings).
         mask_token_id: int. The [MASK] id.
         samples: int ``K`` >= 1.
-        mask_rate, mask_token_rate, random_token_rate: the pretraining
-            masker's rates.
         unselectable_token_ids: ids never masked. None (the default): the
-            tokenizer's special tokens; a model with no tokenizer (neither
-            ``tokenizer`` nor a preprocessor's) then raises a ValueError.
-            ``()`` makes every non-padding token selectable.
+            ``special_token_ids`` of ``tokenizer``, or of the model's
+            preprocessor's tokenizer, as BERT's pretraining never masks
+            [CLS], [SEP], [PAD], [MASK]; a model with no tokenizer then
+            raises a ValueError. ``()`` makes every non-padding token
+            selectable.
+        tokenizer: optional keras-hub tokenizer whose ``special_token_ids``
+            (or ``cls_token_id``, ``sep_token_id``, ``pad_token_id``,
+            ``mask_token_id``) give the default ``unselectable_token_ids``.
         from_logits: bool. Apply a softmax over the last axis before
             averaging (average probabilities, not logits).
         seed: int or None, for reproducible maskings.
         batch_size: predict batch size (default: all ``K x batch`` rows).
-        tokenizer: optional keras-hub tokenizer whose ``special_token_ids``
-            (or ``cls_token_id``, ``sep_token_id``, ``pad_token_id``,
-            ``mask_token_id``) give the default ``unselectable_token_ids``;
-            default: the model's ``preprocessor.tokenizer``.
+        **masking: the pretraining masker's ``mask_rate`` (0.15),
+            ``mask_token_rate`` (0.8) and ``random_token_rate`` (0.1), as in
+            `sample_mlm_maskings`.
 
     Returns:
         The averaged outputs, with the structure of the model's outputs.
@@ -252,12 +241,10 @@ def mlm_model_average(
         samples,
         mask_token_id,
         vocabulary_size,
-        mask_rate,
-        mask_token_rate,
-        random_token_rate,
-        unselectable_token_ids,
-        inputs.get("padding_mask"),
-        seed,
+        unselectable_token_ids=unselectable_token_ids,
+        padding_mask=inputs.get("padding_mask"),
+        seed=seed,
+        **masking,
     )
     tiled = {
         key: np.concatenate([np.asarray(value)] * samples, axis=0) for key, value in inputs.items()

@@ -2,9 +2,10 @@
 
 import dataclasses
 import math
-import numbers
 
 import keras
+
+from keras_masking.utils.arguments import check_int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,12 +29,7 @@ class ParameterReport:
 
     def __post_init__(self):
         for name in ("trainable", "total"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-                raise ValueError(
-                    f"Expected an integer >= 0 for {name}. Received: {name}={value!r}."
-                )
-            object.__setattr__(self, name, int(value))
+            object.__setattr__(self, name, check_int(name, getattr(self, name), minimum=0))
         if self.trainable > self.total:
             raise ValueError(
                 "Expected trainable <= total. "

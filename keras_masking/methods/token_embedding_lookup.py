@@ -1,7 +1,9 @@
 """Finding a model's token embedding and the MLM heads tied to it."""
 
 import keras
+import keras_hub
 
+from keras_masking.layers.masked_lm_head import MaskedLMHead
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.layer_walk import walk_layers
 
@@ -20,10 +22,7 @@ def _input_name(layer):
 
 
 def _distinct(layers):
-    unique = {}
-    for layer in layers:
-        unique.setdefault(id(layer), layer)
-    return list(unique.values())
+    return list({id(layer): layer for layer in layers}.values())
 
 
 def _token_embedding_of(owner):
@@ -32,19 +31,8 @@ def _token_embedding_of(owner):
 
 
 def _evidence(model, layers):
-    """Token-embedding candidates, from the strongest evidence to the weakest.
-
-    1. the ``token_embedding`` of a backbone (keras-masking's
-       `TransformerBackbone`, any keras-hub `Backbone`) in the model, nested
-       at any depth;
-    2. the ``token_embedding`` of any layer (embedding layers of backbones
-       whose layers were inlined into the functional model, MLM heads);
-    3. embeddings applied directly to an input named ``token_ids`` (keras-hub
-       backbones inlined through ``backbone.output``);
-    4. every `keras.layers.Embedding`.
-    """
-    import keras_hub
-
+    """Token-embedding candidates, from the strongest evidence to the weakest (see
+    `find_token_embedding`)."""
     backbones = [layer for layer in layers if isinstance(layer, keras_hub.models.Backbone)]
     embeddings = [layer for layer in layers if isinstance(layer, keras.layers.Embedding)]
     yield "backbone", _distinct(filter(None, map(_token_embedding_of, backbones)))
@@ -74,10 +62,8 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
         A `keras.layers.Embedding` (keras' `ReversibleEmbedding` included).
 
     Raises:
-        ValueError: when none or several candidates fit; the message names
-            the candidates.
-        TypeError: ``model`` is not a Keras layer, or ``embedding`` is
-            neither a layer, a name nor None.
+        ValueError: none or several candidates fit (they are named).
+        TypeError: ``model`` or ``embedding`` of the wrong type.
 
     Example:
     ```python
@@ -155,16 +141,11 @@ def find_tied_heads(model, token_embedding):
     assert heads == [masked_lm.masked_lm_head]
     ```
     """
-    import keras_hub
-
     if not isinstance(token_embedding, keras.layers.Embedding):
         raise TypeError(
             "Expected a keras.layers.Embedding for token_embedding. "
             f"Received: token_embedding of type {type(token_embedding).__name__}."
         )
-
-    from keras_masking.layers.masked_lm_head import MaskedLMHead
-
     head_types = (MaskedLMHead, keras_hub.layers.MaskedLMHead)
     return [
         layer

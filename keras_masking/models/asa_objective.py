@@ -45,13 +45,10 @@ class ASAObjective:
     """Mixin: a model whose training step minimises ASA's objective.
 
     ``L = task_loss(clean) + D(clean, adversarial) + tau^2 * sum_l sum_ij
-    M^l_ij / rows`` (Wu et al. 2023, as the official code trains; see
-    `keras_masking.methods.ASATrainer`). A model's ``call`` in training
-    returns `asa_training_outputs` (the clean and adversarial outputs, the
-    adversaries' masks and the padding mask); `compute_loss` and
-    `compute_metrics` then add the divergence and the mask penalty, and log
-    ``divergence``, ``mask_term`` and ``masked_fraction_<layer>``. Any other
-    output (inference, evaluation) goes to the base class unchanged.
+    M^l_ij / rows`` (Wu et al. 2023; see `keras_masking.methods.ASATrainer`).
+    A model's ``call`` in training returns `asa_training_outputs`;
+    `compute_loss` and `compute_metrics` then add the divergence and the mask
+    penalty and log them. Any other output goes to the base class unchanged.
 
     The class using it sets ``asa_tau``, ``asa_task`` (one of
     `keras_masking.losses.ASA_TASKS` or ``"custom"``), ``divergence_fn``
@@ -84,12 +81,9 @@ class ASAObjective:
         """``D(clean, adversarial)`` of this model's task kind (float32).
 
         Always over the global batch: under `tf.distribute` every replica
-        gathers the outputs of all replicas first (`gather_replicas`), so
-        ``D`` is what one device computes on the whole batch whatever its
-        form, the regression divergence's softmax over the batch and a
-        custom ``divergence=`` included. A regression batch of one row has
-        ``D = 0`` exactly (the softmax of one value is 1): that is logged
-        as a warning, once per model.
+        gathers the outputs of all replicas first (`gather_replicas`). A
+        regression batch of one row has ``D = 0`` exactly: that is logged as
+        a warning, once per model.
         """
         clean, adversarial = gather_replicas((y_pred["clean"], y_pred["adversarial"]))
         if self.divergence_fn is not None:

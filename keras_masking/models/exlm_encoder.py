@@ -45,14 +45,8 @@ def plain_position_ids(token_ids, padding_mask=None):
 
 
 class ExLMModel(ConcreteInputChecks, keras.Model):
-    """What `ExLMEncoder` and `ExLMPretrainer` share.
-
-    A ``rotary2d`` `TransformerBackbone`, the states per expanded token
-    ``k``, the [MASK] id and the ids never masked and always expanded
-    (``unselectable_token_ids``); inputs checked at the backbone's door
-    (`TransformerBackbone.check_inputs`: ``token_ids`` and ``padding_mask``
-    required, ``segment_ids`` optional, ids in range, a 0/1 mask) with a
-    static length; the config.
+    """What `ExLMEncoder` and `ExLMPretrainer` share: the backbone, ``k``,
+    the ids, the input checks and the config.
 
     Args:
         backbone: a `TransformerBackbone` with ``position="rotary2d"`` and
@@ -75,17 +69,14 @@ class ExLMModel(ConcreteInputChecks, keras.Model):
                 f"{type(self).__name__} needs a TransformerBackbone with position='rotary2d' and "
                 f"custom_position_ids=True. Received: backbone={backbone!r}."
             )
+        super().__init__(**kwargs)
         top = backbone.vocabulary_size - 1
-        k = check_int("k", k, minimum=1)
-        mask_token_id = check_int("mask_token_id", mask_token_id, minimum=0, maximum=top)
-        unselectable_token_ids = check_int_list(
+        self.backbone = backbone
+        self.k = check_int("k", k, minimum=1)
+        self.mask_token_id = check_int("mask_token_id", mask_token_id, minimum=0, maximum=top)
+        self.unselectable_token_ids = check_int_list(
             "unselectable_token_ids", unselectable_token_ids, minimum=0, maximum=top
         )
-        super().__init__(**kwargs)
-        self.backbone = backbone
-        self.k = k
-        self.mask_token_id = mask_token_id
-        self.unselectable_token_ids = unselectable_token_ids
 
     @property
     def special_token_ids(self):
@@ -138,21 +129,15 @@ class ExLMModel(ConcreteInputChecks, keras.Model):
 class ExLMEncoder(ExLMModel):
     """Runs an ExLM-pretrained backbone on fine-tuning inputs.
 
-    Fine-tuning data has no [MASK], so, as in the official code, only the
-    tokens that were always expanded in pretraining ([CLS] and [SEP]) become
-    ``k`` copies with 2D positions ``(index, 1..k)``; every other token keeps
-    one slot at ``(index, 0)``. The backbone runs on the expanded sequence,
-    the transition head is not used, and the outputs come back in the input's
-    layout: ``pooled_output`` is the backbone's pooler on the first [CLS]
-    copy, and ``sequence_output`` ``(batch, L, hidden)`` holds each input
-    token's first slot, so heads written for the backbone work unchanged
-    (its values at padding positions have no meaning). ``k = 1`` expands
-    nothing and feeds ``(index, 0)`` everywhere: the inputs an
-    MLM-pretrained ``rotary2d`` backbone saw.
-
-    Padding may sit anywhere in a row (left, right, inside): ``index`` counts
-    real tokens only, so every layout of the same real tokens gives the same
-    outputs at those tokens.
+    As in the official code, only the tokens always expanded in pretraining
+    ([CLS] and [SEP]) become ``k`` copies with 2D positions ``(index,
+    1..k)``; every other token keeps one slot at ``(index, 0)``, ``index``
+    counting real tokens only. The outputs come back in the input's layout:
+    ``pooled_output`` is the backbone's pooler on the first [CLS] copy, and
+    ``sequence_output`` ``(batch, L, hidden)`` holds each input token's
+    first slot, so heads written for the backbone work unchanged. ``k = 1``
+    feeds ``(index, 0)`` everywhere: the inputs an MLM-pretrained
+    ``rotary2d`` backbone saw.
 
     Args:
         backbone: a `TransformerBackbone` with ``position="rotary2d"`` and
@@ -163,11 +148,9 @@ class ExLMEncoder(ExLMModel):
         unselectable_token_ids: ids expanded in pretraining, ``(cls_id,
             sep_id)`` (formerly ``special_token_ids``).
         max_expanded_tokens: int >= 0 or None, the most expanded tokens in
-            one example (3: [CLS] and two [SEP]s); fixes the static expanded
-            length ``L + (k - 1) * max_expanded_tokens``. None sizes it for
-            any input (``k * L``). A row with more: eager calls raise and
-            name the rows; in compiled calls (where values cannot be read)
-            that row's outputs are NaN, never a silently cut sequence.
+            one example (3: [CLS] and two [SEP]s); None sizes the expansion
+            for any input. A row with more: eager calls raise; in compiled
+            calls that row's outputs are NaN, never a silently cut sequence.
         **kwargs: `keras.Model` arguments.
 
     Example:

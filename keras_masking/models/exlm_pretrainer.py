@@ -45,12 +45,6 @@ def state_entropy(logits):
     return -ops.sum(ops.exp(log_p) * log_p, axis=-1)
 
 
-def _real_rank(padding_mask):
-    """int32 ``(B, L)``: each token's position among the row's real tokens."""
-    real = ops.cast(ops.cast(padding_mask, "bool"), "int32")
-    return ops.maximum(ops.cumsum(real, axis=1) - 1, 0)
-
-
 def _weighted_mean(values, weights):
     weights = ops.cast(weights, "float32")
     return ops.sum(values * weights) / ops.maximum(ops.sum(weights), 1.0)
@@ -67,54 +61,43 @@ class ExLMPretrainer(ExLMModel):
 
     In each step: pick ``mask_rate`` of the real, non-special tokens (at
     most ``ceil(mask_rate * L)``); replace them by [MASK] (the official
-    recipe) or by BERT's 80/10/10; expand every picked token and every
-    special token into ``k`` states (`StateExpansion`, 2D positions); run the
-    backbone (``position="rotary2d"``); on the expanded states only, compute
-    the LM head's emission log-probs of the targets ``[CLS], the picked tokens
-    in order, [SEP]...`` and the `DAGTransition` log transition matrix; the
+    recipe) or by BERT's 80/10/10; expand every picked and every special
+    token into ``k`` states (`StateExpansion`, 2D positions); run the
+    ``rotary2d`` backbone; on the expanded states only, compute the LM
+    head's emission log-probs of the targets ``[CLS], the picked tokens in
+    order, [SEP]...`` and the `DAGTransition` log transition matrix; the
     loss is ``-mean_b(log P(Y_b) / |Y_b|)`` from `dag_loss`. With
     ``objective="mlm"`` the same masking trains a plain MLM (no expansion,
-    ``pos2 = 0``), for comparison.
+    ``pos2 = 0``), for comparison. Padding may sit anywhere in a row: the
+    positions and the masking draws count the real tokens only.
 
-    Padding may sit anywhere in a row (left, right, inside): positions count
-    the real tokens only, and the masking draws are made per real token, so
-    a row gives the same outputs and loss whatever its padding layout.
-
-    **Static sizes.** A step compiles once, for static shapes: the expanded
-    sequence has ``L + (k - 1) * E`` slots, with room for
-    ``E = min(ceil(mask_rate * L) + max_special_tokens, L)`` expanded tokens
-    (targets) and ``k * E`` DAG vertices. ``max_special_tokens`` (3: [CLS]
-    and two [SEP]s) bounds the tokens of a row that are always expanded:
-    those in ``unselectable_token_ids`` and any [MASK] already in the input.
-    Packed rows with more [SEP]s need a larger value, or None: room for
-    every token (``E = L``; the expanded sequence is then ``k * L`` long), so
-    that no input can overflow. A row with more special tokens than
-    ``max_special_tokens`` raises in eager calls (``pretrainer(x)``); in
-    compiled steps (``fit``) it is left out of the loss (as an impossible
-    alignment is) and counted in the ``overflow`` metric: nothing is cut
-    silently.
+    **Static sizes.** A step compiles once: the expanded sequence has
+    ``L + (k - 1) * E`` slots, with room for ``E = min(ceil(mask_rate * L) +
+    max_special_tokens, L)`` expanded tokens (targets) and ``k * E`` DAG
+    vertices. ``max_special_tokens`` (3: [CLS] and two [SEP]s) bounds the
+    always-expanded tokens of a row (``unselectable_token_ids`` and any
+    [MASK] already in the input); None gives room for every token (``E =
+    L``). A row with more raises in eager calls; in compiled steps it is
+    left out of the loss and counted in the ``overflow`` metric: nothing is
+    cut silently.
 
     Metrics: ``entropy`` (mean entropy of the predicted distributions at the
     masked positions; for ExLM over every [MASK] state), ``aligned_entropy``
-    (for ExLM, each masked target's state entropy weighted by the alignment
-    posterior, see `aligned_entropy`; for MLM equal to ``entropy``),
-    ``impossible`` (share of examples whose alignment cannot exist, by
+    (see `aligned_entropy`; for MLM equal to ``entropy``), ``impossible``
+    (share of examples whose alignment cannot exist, by
     `dag_alignment_feasible`; their loss is 0, as in the official code) and
-    ``overflow`` (share of examples left out because they hold more than
-    ``max_special_tokens`` special tokens; 0 for MLM). Each is weighted by
-    what it averages over (masked states, masked targets, examples), so an
-    epoch's value is the mean over all of them, and a data-parallel step
-    reports what one device reports on the same global batch.
+    ``overflow`` (share of examples left out, see above). Each is weighted by
+    what it averages over, so a data-parallel step reports what one device
+    reports on the same global batch.
 
     Outputs of a call (ExLM): ``match`` ``(B, T, N)`` (the emission
     log-probs ``log P_u(y_i)``), ``log_transitions`` ``(B, N, N)``,
-    ``output_length`` and ``target_length`` ``(B,)``, ``targets`` ``(B, T)``
-    (the target ids), ``vertex_slots`` ``(B, N)`` (each vertex's slot in the
-    expanded sequence), ``picked`` ``(B, L)`` (the tokens masked in this
-    call), ``target_is_mask`` ``(B, T)``, ``overflow`` ``(B,)``,
-    ``state_entropy`` ``(B, N)``, ``state_is_mask`` ``(B, N)`` (the states
-    of picked tokens, which ``entropy`` averages) and ``entropy``. MLM: ``logits``,
-    ``labels``, ``label_mask``, ``picked`` and ``overflow``.
+    ``output_length`` and ``target_length`` ``(B,)``, ``targets`` ``(B, T)``,
+    ``vertex_slots`` ``(B, N)`` (each vertex's slot in the expanded
+    sequence), ``picked`` ``(B, L)``, ``target_is_mask`` ``(B, T)``,
+    ``overflow`` ``(B,)``, ``state_entropy`` ``(B, N)``, ``state_is_mask``
+    ``(B, N)`` and ``entropy``. MLM: ``logits``, ``labels``, ``label_mask``,
+    ``picked`` and ``overflow``.
 
     Args:
         backbone: a `TransformerBackbone` with ``position="rotary2d"`` and
@@ -246,7 +229,8 @@ class ExLMPretrainer(ExLMModel):
         # rows of the global batch's draws (see `batch_uniform`).
         rounding = batch_uniform((batch,), self.seed_generator)
         noise = batch_uniform(ops.shape(token_ids), self.seed_generator)
-        noise = ops.take_along_axis(noise, _real_rank(padding_mask), axis=1)
+        rank = plain_position_ids(token_ids, padding_mask)[..., 0]
+        noise = ops.take_along_axis(noise, rank, axis=1)
         return select_tokens(
             candidates,
             self.mask_rate,
@@ -265,7 +249,7 @@ class ExLMPretrainer(ExLMModel):
         vocabulary = self.backbone.vocabulary_size
         random_ids = batch_randint(ops.shape(token_ids), 0, vocabulary, self.seed_generator)
         if padding_mask is not None:  # per real token, as the picks
-            rank = _real_rank(padding_mask)
+            rank = plain_position_ids(token_ids, padding_mask)[..., 0]
             draw = ops.take_along_axis(draw, rank, axis=1)
             random_ids = ops.take_along_axis(random_ids, rank, axis=1)
         replaced = ops.where(draw < 0.8, self.mask_token_id, token_ids)
@@ -285,12 +269,14 @@ class ExLMPretrainer(ExLMModel):
             return self._mlm_outputs(*args)
         return self._exlm_outputs(*args)
 
+    def _special_count(self, token_ids, padding_mask):
+        return ops.sum(ops.cast(self.special_mask(token_ids, padding_mask), "int32"), axis=1)
+
     def _special_overflow(self, token_ids, padding_mask):
         """bool ``(B,)``: rows with more than ``max_special_tokens`` special tokens."""
         if self.max_special_tokens is None:
             return ops.zeros((ops.shape(token_ids)[0],), "bool")
-        count = ops.sum(ops.cast(self.special_mask(token_ids, padding_mask), "int32"), axis=1)
-        return count > self.max_special_tokens
+        return self._special_count(token_ids, padding_mask) > self.max_special_tokens
 
     def _check_expanded_length(self, length):
         expanded = self.expansion(length).output_length(length)
@@ -302,15 +288,10 @@ class ExLMPretrainer(ExLMModel):
             )
 
     def _check_special_count(self, token_ids, padding_mask):
-        if self.max_special_tokens is None:
+        if self.max_special_tokens is None or concrete_value(token_ids) is None:
             return
-        ids, mask = concrete_value(token_ids), concrete_value(padding_mask)
-        if ids is None or mask is None:
-            return
-        count = concrete_value(
-            ops.sum(ops.cast(self.special_mask(token_ids, padding_mask), "int32"), axis=1)
-        )
-        rows = np.flatnonzero(count > self.max_special_tokens).tolist()
+        count = concrete_value(self._special_count(token_ids, padding_mask))
+        rows = [] if count is None else np.flatnonzero(count > self.max_special_tokens).tolist()
         if rows:
             raise ValueError(
                 f"Rows {rows} hold {count[rows].tolist()} special tokens (ids "
@@ -504,12 +485,10 @@ class ExLMPretrainer(ExLMModel):
     def fit(self, *args, **kwargs):
         """`keras.Model.fit`, stopped with an error at the first non-finite loss.
 
-        A NaN or infinite weight makes every later step NaN: training on
-        would spend the run and overwrite checkpoints with NaN. So ``fit``
+        A NaN or infinite weight makes every later step NaN, so ``fit``
         refuses a model that already holds one (naming the weight), and
-        stops at the first batch whose loss is not finite, raising a
-        `FloatingPointError` that names the epoch and batch (Keras'
-        `TerminateOnNaN` would stop silently, and only when it is passed).
+        raises a `FloatingPointError` naming the epoch and batch at the first
+        non-finite loss (Keras' `TerminateOnNaN` would stop silently).
 
         Args:
             *args, **kwargs: `keras.Model.fit` arguments.
@@ -517,7 +496,12 @@ class ExLMPretrainer(ExLMModel):
         Returns:
             The `keras.callbacks.History`.
         """
-        _check_finite_variables(self)
+        for path, count in non_finite_variables(self.variables)[:1]:
+            raise ValueError(
+                f"Expected finite weights to train {type(self).__name__}. Received: "
+                f"{path!r} holds {count} NaN or infinite value(s); a step on it gives "
+                "NaN everywhere. Reload the weights from a good checkpoint."
+            )
         if len(args) > 5:  # callbacks passed by position
             args = list(args)
             args[5] = [*(args[5] or []), StopOnNonFiniteLoss(type(self).__name__)]
@@ -538,16 +522,6 @@ class ExLMPretrainer(ExLMModel):
             "seed": self.seed,
             "max_special_tokens": self.max_special_tokens,
         }
-
-
-def _check_finite_variables(model):
-    """Refuses a model holding a NaN or infinite variable, naming it."""
-    for path, count in non_finite_variables(model.variables)[:1]:
-        raise ValueError(
-            f"Expected finite weights to train {type(model).__name__}. Received: "
-            f"{path!r} holds {count} NaN or infinite value(s); a step on it gives "
-            "NaN everywhere. Reload the weights from a good checkpoint."
-        )
 
 
 class StopOnNonFiniteLoss(keras.callbacks.Callback):

@@ -45,20 +45,15 @@ def backbone_variables_by_name(backbone):
     names.update(_layer_norm(f"{EMBEDDINGS}/LayerNorm", embeddings.layer_norm))
     for i, block in enumerate(backbone.transformer_layers):
         prefix = f"bert/encoder/layer_{i}"
-        attention = block.self_attention
+        attention, feed_forward = block.self_attention, block.feed_forward
         for part in ("query", "key", "value"):
             names.update(_dense(f"{prefix}/attention/self/{part}", getattr(attention, part)))
         names.update(_dense(f"{prefix}/attention/output/dense", attention.attention_output))
         names.update(
             _layer_norm(f"{prefix}/attention/output/LayerNorm", block.attention_layer_norm)
         )
-        names.update(
-            _dense(
-                f"{prefix}/intermediate/dense",
-                block.feed_forward.intermediate_dense,
-            )
-        )
-        names.update(_dense(f"{prefix}/output/dense", block.feed_forward.output_dense))
+        names.update(_dense(f"{prefix}/intermediate/dense", feed_forward.intermediate_dense))
+        names.update(_dense(f"{prefix}/output/dense", feed_forward.output_dense))
         names.update(_layer_norm(f"{prefix}/output/LayerNorm", block.feed_forward_layer_norm))
     if backbone.pooled_dense is not None:
         names.update(_dense(POOLER, backbone.pooled_dense))

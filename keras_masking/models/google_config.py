@@ -8,6 +8,7 @@ import os
 
 from keras_masking.layers.activations import resolve_activation
 from keras_masking.models.transformer_backbone import FAMILY_POSITIONS
+from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 
@@ -31,6 +32,25 @@ OPTIONAL_KEYS = {
     "max_relative_position": 64,
     "initializer_range": 0.02,
     "embedding_size": None,
+}
+_SIZE = {"check": check_int, "minimum": 1}
+_RATE = {"check": check_float, "minimum": 0.0, "maximum": 1.0, "open_maximum": True}
+_POSITIVE = {"check": check_float, "minimum": 0.0}
+# The numeric keys, in the order they are checked: the `TransformerBackbone`
+# argument each one is (None: only checked) and the check of its value.
+NUMERIC_KEYS = {
+    "vocab_size": ("vocabulary_size", _SIZE),
+    "hidden_size": ("hidden_dim", _SIZE),
+    "num_hidden_layers": ("num_layers", _SIZE),
+    "num_attention_heads": ("num_heads", _SIZE),
+    "intermediate_size": ("intermediate_dim", _SIZE),
+    "max_position_embeddings": ("max_sequence_length", _SIZE),
+    "type_vocab_size": ("num_segments", {"check": check_int, "minimum": 0}),
+    "max_relative_position": ("max_relative_position", _SIZE),
+    "hidden_dropout_prob": ("dropout", _RATE),
+    "attention_probs_dropout_prob": ("attention_dropout", _RATE),
+    "layer_norm_eps": ("layer_norm_epsilon", {**_POSITIVE, "open_minimum": True}),
+    "initializer_range": (None, _POSITIVE),
 }
 # Keys found in released configs that change nothing for an encoder.
 IGNORED_KEYS = (
@@ -104,23 +124,20 @@ def read_google_config(config_path):
     return config
 
 
+# The JSON type of a value, for messages; the first that fits.
+_JSON_KINDS = ((bool, "a boolean"), (str, "a string"), (numbers.Integral, "an integer"))
+_JSON_KINDS += ((numbers.Real, "a number"), (list, "a list"), (dict, "an object"))
+_JSON_KINDS += ((type(None), "null"), (object, None))
+
+
 def _described(value):
     """``value`` as the JSON file spells it, and its JSON type."""
-    kinds = ((bool, "a boolean"), (str, "a string"), (numbers.Integral, "an integer"))
-    kinds += ((numbers.Real, "a number"), (list, "a list"), (dict, "an object"))
-    kind = next((name for cls, name in kinds if isinstance(value, cls)), None)
-    if value is None:
-        kind = "null"
-    kind = kind or f"a {type(value).__name__}"
-    return f"{json.dumps(value) if _jsonable(value) else repr(value)} ({kind})"
-
-
-def _jsonable(value):
+    kind = next(name for cls, name in _JSON_KINDS if isinstance(value, cls))
     try:
-        json.dumps(value)
+        spelled = json.dumps(value)
     except (TypeError, ValueError):
-        return False
-    return True
+        spelled = repr(value)
+    return f"{spelled} ({kind or 'a ' + type(value).__name__})"
 
 
 def _config_value(settings, key, source, check, **bounds):
@@ -160,10 +177,7 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
     backbone = keras_masking.models.TransformerBackbone(**kwargs)  # position="relative"
     ```
     """
-    if model not in FAMILY_POSITIONS:
-        raise ValueError(
-            f"`model` must be one of {tuple(FAMILY_POSITIONS)}. Received: model={model!r}"
-        )
+    check_choice("model", model, tuple(FAMILY_POSITIONS))
     if not isinstance(config, dict):
         raise ValueError(
             f"{source}: expected a dict of settings. Received: {type(config).__name__}."
@@ -185,28 +199,10 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
     if unknown:
         logger.warning("%s: ignoring unrecognised config keys %s", source, unknown)
     settings = {**OPTIONAL_KEYS, **{k: config[k] for k in config if k in known}}
-    sizes = {
-        key: _config_value(settings, key, source, check_int, minimum=minimum)
-        for key, minimum in (
-            ("vocab_size", 1),
-            ("hidden_size", 1),
-            ("num_hidden_layers", 1),
-            ("num_attention_heads", 1),
-            ("intermediate_size", 1),
-            ("max_position_embeddings", 1),
-            ("type_vocab_size", 0),
-            ("max_relative_position", 1),
-        )
+    values = {
+        key: _config_value(settings, key, source, **check)
+        for key, (_, check) in NUMERIC_KEYS.items()
     }
-    rate = dict(check=check_float, minimum=0.0, maximum=1.0, open_maximum=True)
-    rates = {
-        key: _config_value(settings, key, source, **rate)
-        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob")
-    }
-    layer_norm_eps = _config_value(
-        settings, "layer_norm_eps", source, check_float, minimum=0.0, open_minimum=True
-    )
-    _config_value(settings, "initializer_range", source, check_float, minimum=0.0)
     activation = settings["hidden_act"]
     if not isinstance(activation, str):
         raise ValueError(
@@ -217,48 +213,32 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
         resolve_activation(activation)
     except ValueError as error:
         raise ValueError(f"{source}: 'hidden_act': {error}") from error
-    if sizes["hidden_size"] % sizes["num_attention_heads"]:
+    if values["hidden_size"] % values["num_attention_heads"]:
         raise ValueError(
             f"{source}: expected 'hidden_size' divisible by 'num_attention_heads'. Received: "
-            f"'hidden_size': {sizes['hidden_size']}, "
-            f"'num_attention_heads': {sizes['num_attention_heads']}."
+            f"'hidden_size': {values['hidden_size']}, "
+            f"'num_attention_heads': {values['num_attention_heads']}."
         )
     embedding_size = settings["embedding_size"]
     if embedding_size is not None:
         embedding_size = _config_value(settings, "embedding_size", source, check_int, minimum=1)
-    if embedding_size not in (None, sizes["hidden_size"]):
+    if embedding_size not in (None, values["hidden_size"]):
         raise ValueError(
             f"{source}: embedding_size={embedding_size} differs from "
-            f"hidden_size={sizes['hidden_size']}; factorised embeddings "
+            f"hidden_size={values['hidden_size']}; factorised embeddings "
             "(ALBERT, small RoFormer/ELECTRA variants) are not supported."
         )
-    if config.get("use_relative_position") and model != "nezha":
+    relative = "use_relative_position" if config.get("use_relative_position") else None
+    relative = relative or ("max_relative_position" if "max_relative_position" in config else None)
+    if relative and model != "nezha":
         raise ValueError(
-            f"{source}: `use_relative_position` is set, a NEZHA setting, but "
-            f"model={model!r}. Is this a NEZHA config (model='nezha')?"
+            f"{source}: `{relative}` is a NEZHA setting, but model={model!r}. "
+            "Is this a NEZHA config (model='nezha')?"
         )
-    if "max_relative_position" in config and model != "nezha":
-        raise ValueError(
-            f"{source}: `max_relative_position` is a NEZHA setting, but "
-            f"model={model!r}. Is this a NEZHA config (model='nezha')?"
-        )
-    kwargs = {
-        "vocabulary_size": sizes["vocab_size"],
-        "num_layers": sizes["num_hidden_layers"],
-        "num_heads": sizes["num_attention_heads"],
-        "hidden_dim": sizes["hidden_size"],
-        "intermediate_dim": sizes["intermediate_size"],
-        "dropout": rates["hidden_dropout_prob"],
-        "attention_dropout": rates["attention_probs_dropout_prob"],
-        "max_sequence_length": sizes["max_position_embeddings"],
-        "num_segments": sizes["type_vocab_size"],
-        "position": FAMILY_POSITIONS[model],
-        "activation": activation,
-        "layer_norm_epsilon": layer_norm_eps,
-    }
-    if model == "nezha":
-        kwargs["max_relative_position"] = sizes["max_relative_position"]
-    return kwargs
+    kwargs = {argument: values[key] for key, (argument, _) in NUMERIC_KEYS.items() if argument}
+    if model != "nezha":
+        del kwargs["max_relative_position"]
+    return {**kwargs, "position": FAMILY_POSITIONS[model], "activation": activation}
 
 
 def google_config_from_backbone(backbone):
@@ -277,25 +257,14 @@ def google_config_from_backbone(backbone):
     config["num_hidden_layers"] == backbone.num_layers  # True
     ```
     """
-    attention_dropout = backbone.attention_dropout
-    if attention_dropout is None:
-        attention_dropout = backbone.dropout
     config = {
-        "vocab_size": backbone.vocabulary_size,
-        "hidden_size": backbone.hidden_dim,
-        "num_hidden_layers": backbone.num_layers,
-        "num_attention_heads": backbone.num_heads,
-        "intermediate_size": backbone.intermediate_dim,
-        "hidden_act": backbone.activation,
-        "hidden_dropout_prob": backbone.dropout,
-        "attention_probs_dropout_prob": attention_dropout,
-        "max_position_embeddings": backbone.max_sequence_length,
-        "type_vocab_size": backbone.num_segments,
-        "layer_norm_eps": backbone.layer_norm_epsilon,
-        "initializer_range": 0.02,
+        key: getattr(backbone, argument) for key, (argument, _) in NUMERIC_KEYS.items() if argument
     }
-    if backbone.position == "relative":
-        config["max_relative_position"] = backbone.max_relative_position
+    config.update(hidden_act=backbone.activation, initializer_range=0.02)
+    if backbone.attention_dropout is None:
+        config["attention_probs_dropout_prob"] = backbone.dropout
+    if backbone.position != "relative":
+        del config["max_relative_position"]
     return config
 
 

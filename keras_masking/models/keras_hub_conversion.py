@@ -1,15 +1,10 @@
 """Converting between keras-hub's BERT / RoBERTa backbones and ours.
 
-Users call `TransformerBackbone.from_keras_hub(hub_backbone)` (or
-`keras_masking.models.from_keras_hub`) and `backbone.to_keras_hub()`. This
-module knows keras-hub's layouts and never imports `TransformerBackbone`: the
-backbone imports it, not the other way round.
-
-Both directions go through the Google checkpoint names of
-`google_checkpoint_layout`: keras-hub's weights are found by their public
-variable paths (``transformer_layer_0/self_attention_layer/query/kernel``)
-and reshaped between keras-hub's per-head ``EinsumDense`` shapes and the
-checkpoint's 2D ones.
+Behind `TransformerBackbone.from_keras_hub` and `backbone.to_keras_hub()`
+(this module never imports `TransformerBackbone`). Both directions pair the
+weights by their Google checkpoint names (`google_checkpoint_layout`),
+keras-hub's found by their variable paths, and reshape them between
+keras-hub's per-head ``EinsumDense`` shapes and the checkpoint's 2D ones.
 """
 
 import itertools
@@ -40,10 +35,9 @@ _HUB_SETTINGS = {
 
 
 def _hub_kind(backbone):
-    if isinstance(backbone, keras_hub.models.RobertaBackbone):
-        return "RobertaBackbone"
-    if isinstance(backbone, keras_hub.models.BertBackbone):
-        return "BertBackbone"
+    for kind in ("RobertaBackbone", "BertBackbone"):
+        if isinstance(backbone, getattr(keras_hub.models, kind)):
+            return kind
     raise TypeError(
         "TransformerBackbone.from_keras_hub converts a keras_hub.models.BertBackbone or "
         f"RobertaBackbone. Received: backbone of type {type(backbone).__name__}"
@@ -204,11 +198,10 @@ def copy_keras_hub_weights(source, target):
 def to_keras_hub(backbone):
     """A keras-hub backbone with the weights of a `TransformerBackbone`.
 
-    A model with a pooler and segments becomes a `BertBackbone`; one with
-    neither (and LayerNorm epsilon 1e-5) a `RobertaBackbone`. Only absolute
-    positions exist in those classes. keras-hub fixes the activation per
-    class (tanh GELU for BERT); converting a model that uses another one
-    changes its outputs slightly, and a warning says so.
+    A model with a pooler and segments becomes a `BertBackbone`, one with
+    neither a `RobertaBackbone` (absolute positions only). keras-hub fixes
+    the activation and LayerNorm epsilon per class: a model with others
+    converts with a warning that its outputs change slightly.
 
     Args:
         backbone: a `keras_masking.models.TransformerBackbone`.
@@ -265,8 +258,6 @@ def to_keras_hub(backbone):
     kwargs = _shared_arguments(backbone)
     if kind == "BertBackbone":
         kwargs["num_segments"] = backbone.num_segments
-        hub = keras_hub.models.BertBackbone(**kwargs)
-    else:
-        hub = keras_hub.models.RobertaBackbone(**kwargs)
+    hub = getattr(keras_hub.models, kind)(**kwargs)
     _copy(backbone_variables_by_name(backbone), _hub_variables_by_name(hub, kind))
     return hub

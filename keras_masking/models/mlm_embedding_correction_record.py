@@ -1,13 +1,9 @@
 """The record of an MLM embedding correction, as a corrected model carries it.
 
-`keras_masking.correct_mlm_embeddings` rewrites a token embedding in place and
-says what it did in a record: in a `TransformerBackbone`'s config (so `save`,
-`load_model` and presets keep it) and, beside files, in
-``mlm_embedding_correction.json`` (a TF checkpoint's folder, a preset folder).
-The models read the record back when they load such files, so that a
-corrected model counts as corrected and is never corrected twice. The record
-lives here, with the models that read it; the correction itself (in
-`keras_masking.methods`) writes it.
+`keras_masking.correct_mlm_embeddings` says what it did in a record, kept in a
+`TransformerBackbone`'s config and, beside files, in
+``mlm_embedding_correction.json``. The models read it back when they load such
+files, so that a corrected model is never corrected twice.
 """
 
 import dataclasses
@@ -68,7 +64,7 @@ class MLMEmbeddingCorrectionRecord:
             An `MLMEmbeddingCorrectionRecord`.
 
         Raises:
-            ValueError: not a dict, or missing or unknown keys (named).
+            ValueError: not a dict, or missing or unknown keys.
         """
         if not isinstance(config, dict):
             raise ValueError(
@@ -78,9 +74,8 @@ class MLMEmbeddingCorrectionRecord:
         fields = [field.name for field in dataclasses.fields(cls)]
         missing = [name for name in fields if name not in config]
         unknown = sorted(set(config) - set(fields))
-        problems = [f"missing {missing}"] * bool(missing) + [f"unknown keys {unknown}"] * bool(
-            unknown
-        )
+        problems = [f"missing {missing}", f"unknown keys {unknown}"]
+        problems = [problem for problem, found in zip(problems, (missing, unknown)) if found]
         if problems:
             raise ValueError(f"Not an MLM embedding correction record: {'; '.join(problems)}.")
         return cls(**config)
@@ -99,12 +94,10 @@ def read_correction_record(folder):
 
     Returns:
         The record as a dict (the keys of `MLMEmbeddingCorrectionRecord`,
-        ``embedding`` optional, plus ``source``), or None when the folder has
-        none.
+        ``embedding`` optional, plus ``source``), or None.
 
     Raises:
-        ValueError: the record file is not a JSON object with those keys;
-            the message names the file.
+        ValueError: not a JSON object with those keys (the file is named).
 
     Example:
     ```python
@@ -163,8 +156,7 @@ def load_folder_record(folder, embedding, table_shape):
         A record config, or None when the folder holds no record.
 
     Raises:
-        ValueError: an unreadable record, or one that does not fit the table;
-            the message names the file.
+        ValueError: a bad record, or one that does not fit the table.
 
     Example:
     ```python
@@ -190,11 +182,9 @@ def load_folder_record(folder, embedding, table_shape):
 
 
 def mark_loaded_record(model, config):
-    """Sets the record of a model whose token embedding was just loaded.
+    """Sets (or clears) the record of a model whose token embedding was just loaded.
 
-    After loading a table from files, the model is corrected exactly when the
-    files were: the record is set (or cleared), and the compensation of its
-    tied MLM head is reset.
+    The compensation of its tied MLM head is reset.
 
     Args:
         model: a `TransformerBackbone` or `TransformerMaskedLM`.

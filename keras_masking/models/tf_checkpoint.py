@@ -76,10 +76,9 @@ def resolve_checkpoint_prefix(checkpoint_path):
                     f"{path}: expected one TF checkpoint (a '*.index' file), "
                     f"found {indexes or 'none'}."
                 )
-            latest = os.path.join(path, indexes[0][: -len(".index")])
+            latest = os.path.join(path, indexes[0].removesuffix(".index"))
         path = latest
-    if path.endswith(".index"):
-        path = path[: -len(".index")]
+    path = path.removesuffix(".index")
     if not os.path.exists(path + ".index"):
         raise FileNotFoundError(
             f"No TF checkpoint at {checkpoint_path!r} (looked for {path}.index)."
@@ -88,18 +87,12 @@ def resolve_checkpoint_prefix(checkpoint_path):
 
 
 def _data_files(prefix):
-    """The ``.data-XXXXX-of-NNNNN`` shards beside an index, and any missing."""
-    pattern = re.compile(re.escape(os.path.basename(prefix)) + r"\.data-(\d{5})-of-(\d{5})$")
-    folder = os.path.dirname(os.path.abspath(prefix))
-    found = sorted(
-        name for name in os.listdir(folder) if pattern.match(name) and not name.endswith(".tmp")
-    )
-    counts = {int(pattern.match(name).group(2)) for name in found}
-    expected = {
-        f"{os.path.basename(prefix)}.data-{i:05d}-of-{count:05d}"
-        for count in counts or {1}
-        for i in range(count)
-    }
+    """The paths of the ``.data-XXXXX-of-NNNNN`` shards beside an index, and of any missing."""
+    base, folder = os.path.basename(prefix), os.path.dirname(os.path.abspath(prefix))
+    pattern = re.compile(re.escape(base) + r"\.data-(\d{5})-of-(\d{5})$")
+    found = sorted(name for name in os.listdir(folder) if pattern.match(name))
+    counts = {int(pattern.match(name).group(2)) for name in found} or {1}
+    expected = {f"{base}.data-{i:05d}-of-{count:05d}" for count in counts for i in range(count)}
     missing = sorted(expected - set(found))
     return [os.path.join(folder, name) for name in found], [
         os.path.join(folder, name) for name in missing
@@ -117,9 +110,8 @@ def read_tf_checkpoint(checkpoint_path):
         A dict ``{name: np.ndarray}``.
 
     Raises:
-        FileNotFoundError: no index, or a missing data shard (named).
-        ValueError: an unreadable index, or a truncated or corrupt data file
-            (the file and the variable are named).
+        FileNotFoundError: no index, or a missing data shard.
+        ValueError: an unreadable index, or a truncated or corrupt data file.
 
     Example:
     ```python
@@ -202,13 +194,9 @@ def _declared_family(config):
 
 
 def _check_family(values, config, model, source, overrides=()):
-    """Refuses a family that the checkpoint and its config contradict.
-
-    The position table tells BERT/RoBERTa (absolute) from RoFormer and NEZHA;
-    those two hold the same variables, so the config must say which: NEZHA's
-    configs carry ``max_relative_position`` / ``use_relative_position``,
-    RoFormer's (Hugging Face) ``model_type: roformer`` or ``rotary_value``.
-    """
+    """Refuses a family that the checkpoint and its config contradict."""
+    # The position table tells BERT/RoBERTa (absolute) from RoFormer and NEZHA,
+    # which hold the same variables: only the config can tell those two apart.
     has_table = f"{layout.EMBEDDINGS}/position_embeddings" in values
     declared = _declared_family(config)
     if declared == "roformer" and model != "roformer":
@@ -231,17 +219,9 @@ def _check_family(values, config, model, source, overrides=()):
 
 
 def _check_folder_configs(prefix, backbone, skip=None):
-    """Refuses a backbone whose head count differs from the checkpoint's own config.
-
-    The head count cannot be read from the weights' shapes (8 heads of 4
-    and 4 heads of 8 have the same kernels), so a ``bert_config.json`` or
-    Hugging Face ``config.json`` beside the checkpoint is compared with it.
-
-    Args:
-        prefix: the checkpoint prefix.
-        backbone: the `TransformerBackbone` being loaded.
-        skip: a config path already used to build ``backbone`` (not re-read).
-    """
+    """Refuses a backbone whose head count differs from a config beside the checkpoint."""
+    # The head count cannot be read from the weights' shapes (8 heads of 4 and
+    # 4 heads of 8 have the same kernels). ``skip``: the config that built ``backbone``.
     folder = os.path.dirname(os.path.abspath(prefix))
     for name in _FOLDER_CONFIGS:
         path = os.path.join(folder, name)
@@ -338,9 +318,7 @@ def _load_values(model, values, strict, source, folder):
         name
         for name in extras
         if layout.is_training_state(name)
-        or name.startswith(layout.KNOWN_EXTRA_PREFIXES)
-        or name.startswith(layout.MLM + "/")
-        or name.startswith(layout.POOLER + "/")
+        or name.startswith((*layout.KNOWN_EXTRA_PREFIXES, layout.MLM + "/", layout.POOLER + "/"))
     ]
     unexpected = sorted(set(extras) - set(tolerated))
     problems = []
@@ -353,12 +331,10 @@ def _load_values(model, values, strict, source, folder):
             f"not used by a {family} model: {unexpected} (pass strict=False to skip them)"
         )
     if problems:
+        hint = _family_hint(missing, unexpected, family)
         raise ValueError(
-            f"{source}: cannot load into {type(model).__name__} "
-            f"(nothing was loaded); "
-            + "; ".join(problems)
-            + "."
-            + _family_hint(missing, unexpected, family)
+            f"{source}: cannot load into {type(model).__name__} (nothing was loaded); "
+            f"{'; '.join(problems)}.{hint}"
         )
     converted = _convert_values(values, expected, source)
     _check_finite(converted, source)
@@ -378,11 +354,9 @@ def _load_values(model, values, strict, source, folder):
 def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None):
     """Assigns a Google-layout checkpoint to a model, all or nothing.
 
-    The model's MLM embedding correction record follows the files: when the
+    The model counts as MLM-corrected afterwards exactly when the
     checkpoint's folder holds a ``mlm_embedding_correction.json`` record
-    (written by `correct_checkpoint_embeddings`), the model counts as
-    corrected afterwards, so no second correction is applied; otherwise (and
-    for a dict) it counts as not corrected.
+    (written by `correct_checkpoint_embeddings`).
 
     Args:
         model: a `TransformerBackbone` or `TransformerMaskedLM`.
@@ -448,12 +422,8 @@ def from_tf_checkpoint(
             ``dropout=0.0``, ``custom_position_ids=True``, ``dtype``.
 
     Returns:
-        A `TransformerBackbone`, or a `TransformerMaskedLM` when ``with_mlm``.
-        A checkpoint written by `correct_checkpoint_embeddings` (its folder
-        holds ``mlm_embedding_correction.json``) gives a model whose
-        ``mlm_embedding_correction`` record is set, so
-        `correct_mlm_embeddings` and the `MLMEmbeddingCorrection` callback
-        leave it as it is.
+        A `TransformerBackbone`, or a `TransformerMaskedLM` when ``with_mlm``;
+        corrected when the files are (see `load_tf_checkpoint_weights`).
 
     Raises:
         FileNotFoundError: a missing config, index or data file (named).
@@ -493,10 +463,9 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
     """Writes a model as a Google-layout TF checkpoint (+ ``bert_config.json``).
 
     The result is what `from_tf_checkpoint` and bert4keras-style loaders
-    read: the ``bert/...`` names (and ``cls/predictions/...`` for a
-    `TransformerMaskedLM`). A model with an MLM embedding correction record
-    also gets ``mlm_embedding_correction.json`` beside it, so that it loads
-    as corrected. Each file is written under a temporary name and renamed.
+    read (``cls/predictions/...`` too for a `TransformerMaskedLM`). A
+    corrected model also gets ``mlm_embedding_correction.json`` beside it, so
+    that it loads as corrected. Each file is written atomically.
 
     Args:
         model: a `TransformerBackbone` or `TransformerMaskedLM`.
@@ -526,13 +495,13 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
     if config_path is not None:
         config_path = check_path("config_path", config_path)
     record = backbone.mlm_embedding_correction
-    if record and record.get("tied_output") == "keep" and model is not backbone:
-        if getattr(model, "masked_lm_head", None) is not None:
-            raise ValueError(
-                "This model's MLM head keeps the original output rows of a corrected "
-                "embedding (tied_output='keep'), which a Google checkpoint cannot hold: "
-                "save `model.backbone`, or correct with tied_output='correct'."
-            )
+    head = getattr(model, "masked_lm_head", None)
+    if record and record.get("tied_output") == "keep" and head is not None:
+        raise ValueError(
+            "This model's MLM head keeps the original output rows of a corrected "
+            "embedding (tied_output='keep'), which a Google checkpoint cannot hold: "
+            "save `model.backbone`, or correct with tied_output='correct'."
+        )
     variables = layout.model_variables_by_name(model)
     values = {name: keras.ops.convert_to_numpy(variable) for name, variable in variables.items()}
     write_tf_checkpoint(values, checkpoint_prefix)
@@ -544,10 +513,7 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
 
 
 def write_tf_checkpoint(values, checkpoint_prefix):
-    """Writes ``{name: array}`` as a TF checkpoint with exactly those names.
-
-    The files are written in a temporary folder beside the output and then
-    renamed into place, so a failure leaves no partial checkpoint.
+    """Writes ``{name: array}`` as a TF checkpoint with exactly those names, atomically.
 
     Args:
         values: dict of numpy arrays.

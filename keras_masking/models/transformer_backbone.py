@@ -65,26 +65,15 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
     class is a `keras_hub.models.Backbone`, so `save_to_preset` and
     `from_preset` work from a local folder.
 
-    The functional graph is ``embed -> transformer_layers -> pool``. Each stage
-    is public so that methods can build new graphs from the same layers
-    (weights shared):
-
-    * `embed(token_ids, segment_ids, position_ids)` -> hidden states;
-    * `encode(hidden, padding_mask, position_ids, attention_bias,
-      kv_prefixes, attention_mask_fn)` -> the last layer's hidden states,
-      with an additive attention bias (one for all layers or one per layer),
-      per-layer key/value prefixes, and per-layer masks computed from each
-      layer's own input that replace the padding mask (ASA);
-    * ``transformer_layers[i]`` (`TransformerBlock`), whose
-      `attention_sublayer` and `feed_forward_sublayer(h, extra_output)` expose
-      the inside of a layer (FL-tuning adds its branch there);
-    * `pool(hidden)` -> the pooled [CLS] vector;
-    * `forward_stages(inputs, attention_mask_fn)` -> the three in a row, the
-      backbone's own graph on any input dict.
+    The functional graph is ``embed -> transformer_layers -> pool``; each
+    stage is public so that methods build new graphs from the same layers:
+    `embed`, `encode` (with per-layer attention biases, key/value prefixes
+    and ASA's mask hook), ``transformer_layers[i]`` (`TransformerBlock`, with
+    its two public halves), `pool`, and `forward_stages` (the three in a row
+    on any input dict).
 
     Each fine-tuning method is turned on with one call, as keras-hub's
-    `enable_lora(rank)` (the same calls exist on `TransformerTextClassifier`;
-    a keras-hub backbone converts once with `from_keras_hub`):
+    `enable_lora(rank)` (the same calls exist on `TransformerTextClassifier`):
     `enable_drop_token`, `enable_asa`, `enable_fl_tuning` (then `merge_fl` /
     `unmerge_fl`), `enable_prefix_tuning` and `enable_lora`. The config
     records what is on, so saving and presets round-trip.
@@ -114,26 +103,21 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         use_pooler: bool. Whether ``pooled_output`` goes through BERT's tanh
             dense pooler; when False it is the [CLS] hidden state itself.
         mlm_embedding_correction: dict or None. The record of an MLM
-            embedding correction applied to this backbone's token embedding
-            (written by `keras_masking.correct_mlm_embeddings`; kept in the
-            config so it survives saving, and a second correction is refused).
+            embedding correction applied to the token embedding (written by
+            `keras_masking.correct_mlm_embeddings`; a second one is refused).
         custom_position_ids: bool. Adds a ``position_ids`` input ``(batch,
             sequence)`` so a shortened or expanded sequence keeps its
             original positions in every scheme; when False positions are
             ``0 .. sequence - 1``.
         add_ffn: dict or None, ``{"units": k, "layers": [...]}``: FL-tuning's
-            `AddFFN` branches attached to those layers (written by
-            `enable_fl_tuning`, kept so saving round-trips).
-        key_value_prefix: dict or None, the `KeyValuePrefix` arguments and
-            ``layers`` of P-tuning v2 prefixes (`enable_prefix_tuning`).
+            `AddFFN` branches (`enable_fl_tuning`).
+        key_value_prefix: dict or None, the `attach_key_value_prefixes`
+            arguments (`enable_prefix_tuning`).
         add_attention_units: dict or None, ``{"units_per_head": u, "layers":
-            [...]}``: MA-tuning's `AttentionUnits`
-            (``enable_fl_tuning(attention_units=u)``).
-        frozen_base: bool. When True every weight except the attached
-            branches and prefixes is frozen (see `freeze_base`).
-        merged_add_ffn: dict or None. The record `merge_fl` leaves on a
-            merged backbone (units, layers, placement) so that `unmerge_fl`
-            can split it again; informational.
+            [...]}``: MA-tuning's `AttentionUnits`.
+        frozen_base: bool. Whether every base weight is frozen (`freeze_base`).
+        merged_add_ffn: dict or None. The record `merge_fl` leaves for
+            `unmerge_fl`.
         drop_token: dict or None, the `enable_drop_token` arguments.
         asa: dict or None, the `enable_asa` arguments.
         dtype: dtype or `keras.DTypePolicy` of computations and weights.
@@ -183,55 +167,18 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         **kwargs,
     ):
         # Everything is checked before the first layer is built.
-        sizes = _validate_backbone_arguments(
-            vocabulary_size=vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            dropout=dropout,
-            max_sequence_length=max_sequence_length,
-            num_segments=num_segments,
-            position=position,
-            max_relative_position=max_relative_position,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-            attention_dropout=attention_dropout,
-            use_pooler=use_pooler,
-            custom_position_ids=custom_position_ids,
-            mlm_embedding_correction=mlm_embedding_correction,
-            add_ffn=add_ffn,
-            key_value_prefix=key_value_prefix,
-            add_attention_units=add_attention_units,
-            frozen_base=frozen_base,
-            merged_add_ffn=merged_add_ffn,
-            drop_token=drop_token,
-            asa=asa,
-        )
-        vocabulary_size = sizes["vocabulary_size"]
-        num_layers = sizes["num_layers"]
-        num_heads = sizes["num_heads"]
-        hidden_dim = sizes["hidden_dim"]
-        intermediate_dim = sizes["intermediate_dim"]
-        dropout = sizes["dropout"]
-        max_sequence_length = sizes["max_sequence_length"]
-        num_segments = sizes["num_segments"]
-        max_relative_position = sizes["max_relative_position"]
-        layer_norm_epsilon = sizes["layer_norm_epsilon"]
-        attention_dropout = sizes["attention_dropout"]
-        use_pooler = sizes["use_pooler"]
-        custom_position_ids = sizes["custom_position_ids"]
-        frozen_base = sizes["frozen_base"]
-        activation = activation_name(activation)
+        checked = _checked_arguments(locals())
+        for name in _CONFIG_NAMES:
+            setattr(self, name, checked[name])
         # === Layers ===
         self.embeddings = TransformerEmbedding(
-            vocabulary_size=vocabulary_size,
-            hidden_dim=hidden_dim,
-            num_segments=num_segments,
-            max_sequence_length=max_sequence_length,
+            vocabulary_size=self.vocabulary_size,
+            hidden_dim=self.hidden_dim,
+            num_segments=self.num_segments,
+            max_sequence_length=self.max_sequence_length,
             use_position_embedding=position == "absolute",
-            dropout=dropout,
-            layer_norm_epsilon=layer_norm_epsilon,
+            dropout=self.dropout,
+            layer_norm_epsilon=self.layer_norm_epsilon,
             embeddings_initializer=bert_initializer(),
             dtype=dtype,
             name="embeddings",
@@ -239,24 +186,24 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         self.token_embedding = self.embeddings.token_embedding
         self.transformer_layers = [
             TransformerBlock(
-                num_heads=num_heads,
-                intermediate_dim=intermediate_dim,
-                activation=activation,
+                num_heads=self.num_heads,
+                intermediate_dim=self.intermediate_dim,
+                activation=self.activation,
                 position=position,
-                max_relative_position=max_relative_position,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                layer_norm_epsilon=layer_norm_epsilon,
+                max_relative_position=self.max_relative_position,
+                dropout=self.dropout,
+                attention_dropout=self.attention_dropout,
+                layer_norm_epsilon=self.layer_norm_epsilon,
                 kernel_initializer=bert_initializer(),
                 dtype=dtype,
                 name=f"transformer_layer_{i}",
             )
-            for i in range(num_layers)
+            for i in range(self.num_layers)
         ]
         self.pooled_dense = None
-        if use_pooler:
+        if self.use_pooler:
             self.pooled_dense = keras.layers.Dense(
-                hidden_dim,
+                self.hidden_dim,
                 activation="tanh",
                 kernel_initializer=bert_initializer(),
                 dtype=dtype,
@@ -265,10 +212,10 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
 
         # === Functional model ===
         inputs = {"token_ids": keras.Input((None,), dtype="int32", name="token_ids")}
-        if num_segments > 0:
+        if self.num_segments > 0:
             inputs["segment_ids"] = keras.Input((None,), dtype="int32", name="segment_ids")
         inputs["padding_mask"] = keras.Input((None,), dtype="int32", name="padding_mask")
-        if custom_position_ids:
+        if self.custom_position_ids:
             position_shape = (None, 2) if position == "rotary2d" else (None,)
             inputs["position_ids"] = keras.Input(position_shape, dtype="int32", name="position_ids")
         super().__init__(
@@ -279,31 +226,13 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         )
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.num_segments = num_segments
-        self.position = position
-        self.max_relative_position = max_relative_position
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.attention_dropout = attention_dropout
-        self.use_pooler = use_pooler
-        self.custom_position_ids = custom_position_ids
         self.mlm_embedding_correction = mlm_embedding_correction
         self.merged_add_ffn = _plain(merged_add_ffn)
         self.cls_token_index = 0
-        self.add_ffn = None
-        self.key_value_prefix = None
-        self.add_attention_units = None
         self.frozen_base = False
-        self.drop_token = None
-        self.restore_dropped_tokens = None
-        self.asa = None
+        # What the attach_* / enable_* calls below (or later) set.
+        for name in (*_RECORDS[:-1], "drop_token", "restore_dropped_tokens", "asa"):
+            setattr(self, name, None)
         self.attention_adversaries = None
         if add_ffn:
             self.attach_add_ffn(**add_ffn)
@@ -311,7 +240,7 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
             self.attach_attention_units(**add_attention_units)
         if key_value_prefix:
             self.attach_key_value_prefixes(**key_value_prefix)
-        if frozen_base:
+        if checked["frozen_base"]:
             self.freeze_base()
         if drop_token:
             self.enable_drop_token(**drop_token)
@@ -365,17 +294,12 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
                 None) per layer; see `SelfAttention`.
             training: bool, whether dropout is active.
             attention_mask_fn: None or a callable ``(layer_index,
-                hidden_entering_layer) -> mask bias or None``, called before
-                each layer: a mask that depends on the layer's own input (ASA's
-                adversaries). A returned bias (0 keep, negative drop, shape
-                broadcastable to ``(batch, heads, query, key)``) takes the
-                place of that layer's padding mask.
-            mask_semantics: how a mask from ``attention_mask_fn`` applies:
-                ``"replace"``, ``"additive"`` or ``"guarded"`` (see
-                `keras_masking.ops.apply_replacing_mask`).
+                hidden_entering_layer) -> mask bias or None`` whose bias takes
+                the place of that layer's padding mask (ASA's adversaries).
+            mask_semantics: how that mask applies (see `SelfAttention`).
         """
-        biases = _per_layer(attention_bias, self.num_layers_built, "attention_bias")
-        prefixes = _per_layer(kv_prefixes, self.num_layers_built, "kv_prefixes", shared=False)
+        biases = _per_layer(attention_bias, self.num_layers, "attention_bias")
+        prefixes = _per_layer(kv_prefixes, self.num_layers, "kv_prefixes", shared=False)
         for index, (layer, bias, prefix) in enumerate(
             zip(self.transformer_layers, biases, prefixes)
         ):
@@ -402,13 +326,10 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
     ):
         """``embed [-> DropToken] -> encode -> pool`` on an input dict.
 
-        The backbone's functional graph is this call on its `keras.Input`s;
-        methods call it on their own tensors with `encode`'s per-layer mask
-        hook (ASA's adversarial pass) or a `DropToken` layer. Dropped tokens
-        keep their original positions: absolute embeddings are added before
-        dropping, rotary and relative attention read the kept tokens'
-        original position ids; gather mode restores ``sequence_output`` to
-        full length (zeros where a token was dropped).
+        The backbone's functional graph is this call on its `keras.Input`s.
+        Dropped tokens keep their original positions, and gather mode
+        restores ``sequence_output`` to full length (zeros where a token was
+        dropped).
 
         Args:
             inputs: dict with ``token_ids``, ``padding_mask`` and, as the
@@ -427,34 +348,34 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         hidden = self.embed(
             inputs["token_ids"], inputs.get("segment_ids"), position_ids, training=training
         )
-        hooks = {"attention_mask_fn": attention_mask_fn, "mask_semantics": mask_semantics}
-        if drop_token is None:
-            hidden = self.encode(hidden, padding_mask, position_ids, training=training, **hooks)
-            return {"sequence_output": hidden, "pooled_output": self.pool(hidden)}
-        flag = {} if training is None else {"training": training}
-        dropped = drop_token(
-            hidden, padding_mask, token_ids=inputs["token_ids"], position_ids=position_ids, **flag
-        )
-        positions = dropped["position_ids"] if self.position != "absolute" else None
-        if drop_token.mode == "gather":
-            sequence = self.encode(
-                dropped["hidden"], dropped["padding_mask"], positions, training=training, **hooks
+        dropped = {"hidden": hidden, "padding_mask": padding_mask, "position_ids": position_ids}
+        if drop_token is not None:
+            flag = {} if training is None else {"training": training}
+            dropped = drop_token(
+                hidden,
+                padding_mask,
+                token_ids=inputs["token_ids"],
+                position_ids=position_ids,
+                **flag,
             )
-            pooled = self.pool(sequence)
+        # Attention mode keeps the full sequence and hides dropped keys by a bias.
+        sequence = self.encode(
+            dropped["hidden"],
+            dropped["padding_mask"],
+            dropped["position_ids"],
+            dropped.get("attention_bias"),
+            training=training,
+            attention_mask_fn=attention_mask_fn,
+            mask_semantics=mask_semantics,
+        )
+        if drop_token is None:
+            return {"sequence_output": sequence, "pooled_output": self.pool(sequence)}
+        pooled = self.pool(sequence)
+        if drop_token.mode == "gather":
             restore = self.restore_dropped_tokens
             if restore is None or drop_token is not self.drop_token:
                 restore = RestoreDroppedTokens(dtype=drop_token.dtype_policy)
             sequence = restore(sequence, dropped["keep_mask"])
-        else:
-            sequence = self.encode(
-                hidden,
-                padding_mask,
-                positions,
-                dropped["attention_bias"],
-                training=training,
-                **hooks,
-            )
-            pooled = self.pool(sequence)
         token_mask = ops.cast(dropped["keep_mask"], "int32") * ops.cast(padding_mask, "int32")
         return {"sequence_output": sequence, "pooled_output": pooled, "token_mask": token_mask}
 
@@ -505,16 +426,12 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
     def check_inputs(self, inputs, required=None):
         """Checks an input dict at the backbone's door; raises a ValueError.
 
-        Every entry point runs it: ``backbone(inputs)`` (in `call`),
-        `forward_stages` (the methods' graphs), and ``fit`` / ``evaluate`` /
-        ``predict`` / ``*_on_batch`` on numpy data before a step compiles, as
-        do the tasks built on the backbone. Shapes and dtypes are checked
-        always; values when concrete: integer ids in range (``token_ids`` in
-        ``[0, vocabulary_size)``, ``segment_ids`` in ``[0, num_segments)``,
-        absolute ``position_ids`` in ``[0, max_sequence_length)``), a 0/1
-        ``padding_mask``, and every input of the shape of ``token_ids``.
-        A compiled step cannot raise on values: an out-of-range id makes its
-        row NaN there (see `TransformerEmbedding`).
+        Every entry point runs it (``backbone(inputs)``, `forward_stages`, and
+        ``fit`` / ``evaluate`` / ``predict`` on numpy data before a step
+        compiles). Shapes and dtypes are checked always; values when
+        concrete: ids in range, a 0/1 ``padding_mask``, every input of the
+        shape of ``token_ids``. A compiled step cannot raise on values: an
+        out-of-range id makes its row NaN (see `TransformerEmbedding`).
 
         Args:
             inputs: dict of the backbone's inputs.
@@ -537,15 +454,14 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
             required = ["token_ids", "padding_mask"]
             if embeddings.num_segments > 0:
                 required.append("segment_ids")
-            if self.transformer_layers and getattr(self, "custom_position_ids", False):
+            if self.custom_position_ids:
                 required.append("position_ids")
-        position = self.transformer_layers[0].position if self.transformer_layers else None
         check_encoder_inputs(
             inputs,
             vocabulary_size=embeddings.vocabulary_size,
             num_segments=embeddings.num_segments,
             required=tuple(required),
-            position_ranks=(3,) if position == "rotary2d" else (2,),
+            position_ranks=(3,) if self.position == "rotary2d" else (2,),
             max_position=(
                 embeddings.max_sequence_length if embeddings.use_position_embedding else None
             ),
@@ -564,13 +480,11 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
     ):
         """Drops tokens after the embedding stage in training (DropToken).
 
-        In training the backbone runs ``embed -> DropToken -> encode -> pool``
-        from its own layers (`forward_stages`): kept tokens keep their
-        original positions, [CLS] (position 0) is always kept, and
-        ``sequence_output`` comes back at full length (zeros where a token
-        was dropped). At inference nothing is dropped: the outputs are the
-        plain backbone's. The layer is ``backbone.drop_token``;
-        `keras_masking.callbacks.DropTokenRateSchedule` changes its rate.
+        Training runs ``embed -> DropToken -> encode -> pool``
+        (`forward_stages`): [CLS] is always kept and ``sequence_output`` comes
+        back at full length. Inference drops nothing. The layer is
+        ``backbone.drop_token``; `keras_masking.callbacks.DropTokenRateSchedule`
+        changes its rate.
 
         Args:
             rate: float in [0, 1); 0.10-0.15 did best on CLUE.
@@ -590,16 +504,8 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
                 "DropToken is already enabled; change its rate with "
                 "backbone.drop_token.set_rate(rate)."
             )
-        layer = DropToken(
-            rate,
-            unselectable_token_ids=unselectable_token_ids,
-            protected_positions=(0,),
-            mode=mode,
-            seed=seed,
-            slot_multiple=slot_multiple,
-            dtype=self.dtype_policy,
-            name="drop_token",
-        )
+        options = dict(unselectable_token_ids=unselectable_token_ids, mode=mode, seed=seed)
+        layer = encoder_drop_token(rate, self.dtype_policy, slot_multiple=slot_multiple, **options)
         if self.asa is not None and layer.mode == "gather":
             raise ValueError(_ASA_WITH_GATHER)
         self._track("drop_token", layer)
@@ -615,13 +521,11 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         """Attaches ASA's adversaries (adversarial self-attention fine-tuning).
 
         The backbone holds the setting and one `AttentionAdversary` per
-        attacked layer; its own outputs stay the clean pass. The training
-        objective needs the task head's outputs on a clean and an
-        adversarial pass (`adversarial_forward`), so it lives in the model
-        that has the head: `TransformerTextClassifier` trains with ASA as
-        soon as its backbone has it; a user's own head on this backbone
-        trains with ``keras_masking.methods.ASATrainer(task_model)``, which
-        reads this setting and these adversaries.
+        attacked layer; its own outputs stay the clean pass. The objective
+        needs the head, so it lives in the model that has one:
+        `TransformerTextClassifier` trains with ASA as soon as its backbone
+        has it; a user's own head trains with
+        ``keras_masking.methods.ASATrainer(task_model)``.
 
         Args:
             tau: float >= 0, the mask penalty's temperature (0.5).
@@ -663,12 +567,9 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         """FL-tuning: `AddFFN` branches on the chosen FFNs, every base weight frozen.
 
         ``FFN(x) + f(x W1' + b1') W2' + b2'`` with ``units`` new hidden units
-        per FFN; embeddings, attention, FFNs and LayerNorms are frozen, so
-        only the branches (and a task's head) train. ``attention_units``
-        adds MA-tuning's extra query/key/value units per head (they do not
+        per FFN; only the branches (and a task's head) train.
+        ``attention_units`` adds MA-tuning's units per head (they do not
         merge). `merge_fl` folds the branches into plain FFNs afterwards.
-        The trainable count is logged at INFO level. Every argument is
-        checked before anything changes.
 
         Args:
             units: int >= 0, hidden units added per FFN (160 in the paper);
@@ -711,10 +612,8 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         """P-tuning v2: trainable key/value prefixes in every chosen layer, base frozen.
 
         Each layer gets ``length`` trainable keys and values per head
-        (`KeyValuePrefix`), attended by every query. ``reparameterize=True``
-        is P-tuning v2's ``prefix_projection``: one MLP shared by all tuned
-        layers (`PrefixEncoder`). At ``length=160`` on a 12-layer base model
-        this is 2,949,120 parameters, FL-tuning's budget at 160 units.
+        (`KeyValuePrefix`). ``reparameterize=True`` is P-tuning v2's
+        ``prefix_projection``: one MLP shared by all tuned layers.
 
         Args:
             length: int >= 0, prefix length (0 leaves the function unchanged).
@@ -743,10 +642,8 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
 
         Each tuned FFN becomes one FFN with ``m + k`` hidden units
         (`merge_feed_forward_weights`); untuned layers get ``k`` zero units,
-        so every layer keeps one ``intermediate_dim`` and the result converts
-        to keras-hub (`to_keras_hub`). The merged backbone is trainable and
-        records the merge (``merged_add_ffn``) for `unmerge_fl`. This backbone
-        is not changed.
+        so the result converts to keras-hub. The merged backbone is trainable
+        and records the merge for `unmerge_fl`; this one is not changed.
 
         Args:
             placement: ``"suffix"``, ``"prefix"`` or an int in ``[0, m]``.
@@ -786,8 +683,8 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
     def unmerge_fl(self, units=None, placement=None, layers=None):
         """A new FL-tuned backbone: merged FFNs split into base FFN and `AddFFN`.
 
-        The converse of `merge_fl` (its record gives the defaults). The base
-        is frozen and the branches trainable; this backbone is not changed.
+        The converse of `merge_fl` (its record gives the defaults); this
+        backbone is not changed.
 
         Args:
             units: int >= 1, fewer than the FFNs' hidden units.
@@ -875,10 +772,9 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
     def restore_on_error(self, variables=()):
         """Puts this backbone back as it was when the block raises.
 
-        Restores the attachment records and frozen flag, each block's
-        attached layers, every layer's and variable's ``trainable`` flag,
-        and the values of ``variables`` (a tuning call or an adapter load is
-        all or nothing).
+        Restores the attachments, their records, the ``trainable`` flags and
+        the values of ``variables``: a tuning call or an adapter load is all
+        or nothing.
 
         Example:
         ```python
@@ -943,11 +839,8 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
                 Reparameterised prefixes share one `PrefixEncoder` across
                 the chosen layers, as in P-tuning v2.
         """
-        length = check_int("length", length, minimum=0)
-        dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
-        reparameterize = check_bool("reparameterize", reparameterize)
-        hidden_units = check_int("hidden_units", hidden_units, minimum=1)
         layers = self.layer_indices(layers)
+        # The layers check the other arguments before any is attached.
         prefixes = key_value_prefixes(
             length,
             num_layers=len(layers),
@@ -960,13 +853,9 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         )
         for index, prefix in zip(layers, prefixes):
             self.transformer_layers[index].attach_key_value_prefix(prefix)
-        self.key_value_prefix = {
-            "length": int(length),
-            "layers": layers,
-            "dropout": float(dropout),
-            "reparameterize": bool(reparameterize),
-            "hidden_units": int(hidden_units),
-        }
+        checked = ("length", "dropout", "reparameterize", "hidden_units")
+        record = {key: getattr(prefixes[0], key) for key in checked}
+        self.key_value_prefix = {**record, "layers": layers}
 
     def attach_attention_units(self, units_per_head, layers=None):
         """Attaches MA-tuning's `AttentionUnits` to the chosen layers.
@@ -1016,7 +905,6 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         """Freezes (or unfreezes) every pretrained weight, LayerNorms included.
 
         Attached branches and prefixes keep their own ``trainable`` flag.
-        Compile after changing it.
 
         Args:
             frozen: bool.
@@ -1030,12 +918,8 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
 
         Args:
             layers: distinct ints in ``[0, num_layers)``, or None.
-
-        Raises:
-            ValueError: for an empty selection, a repeat or an index out of
-                range.
         """
-        count = self.num_layers_built
+        count = self.num_layers
         if layers is None:
             return list(range(count))
         checked = check_int_list(
@@ -1043,19 +927,13 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         )
         return sorted(checked)
 
-    @property
-    def num_layers_built(self):
-        """Number of transformer layers (valid during construction too)."""
-        return len(self.transformer_layers)
-
     # === Conversions ===
     @classmethod
     def from_keras_hub(cls, backbone, activation=None, **overrides):
         """A backbone with the weights of a keras-hub BERT / RoBERTa backbone.
 
-        The converse of `to_keras_hub`. The result computes the same function
-        as keras-hub's model (position ``"absolute"``; RoBERTa without
-        segments or pooler), with every stage open to the methods.
+        The converse of `to_keras_hub`: the same function as keras-hub's
+        model, with every stage open to the methods.
 
         Args:
             backbone: a `keras_hub.models.BertBackbone` or `RobertaBackbone`.
@@ -1066,10 +944,6 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
             **overrides: other arguments to change (``dropout``,
                 ``custom_position_ids``, ``attention_dropout``...). The sizes,
                 segments, pooler and position scheme come from ``backbone``.
-
-        Returns:
-            A `TransformerBackbone` whose outputs equal keras-hub's on the
-            same inputs.
 
         Raises:
             TypeError: ``backbone`` is not a keras-hub BERT/RoBERTa backbone.
@@ -1095,12 +969,7 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
     def to_keras_hub(self):
         """Converts to an equivalent keras-hub `BertBackbone` / `RobertaBackbone`.
 
-        The converse of `from_keras_hub`; see
-        `keras_masking.models.to_keras_hub` for what converts.
-
-        Returns:
-            A `keras_hub.models.BertBackbone` (with a pooler and segments) or
-            `RobertaBackbone` (with neither).
+        The converse of `from_keras_hub`; see `keras_masking.models.to_keras_hub`.
 
         Example:
         ```python
@@ -1114,14 +983,10 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         """Loads a local preset folder: ours, keras-hub's BERT/RoBERTa, or HF.
 
         A folder saved by `save_to_preset` loads as usual. A keras-hub
-        `BertBackbone` / `RobertaBackbone` preset, or a Hugging Face BERT /
-        RoBERTa folder (``config.json`` with ``model_type``, read by
-        keras-hub's converter), is loaded by keras-hub and converted with
-        `TransformerBackbone.from_keras_hub`, keeping the activation the
-        checkpoint declares. A keras-hub preset written by
-        `correct_preset_embeddings` loads as corrected (its
-        ``mlm_embedding_correction.json`` record is read), so it is not
-        corrected a second time.
+        BERT / RoBERTa preset or a Hugging Face folder is loaded by keras-hub
+        and converted with `from_keras_hub`, keeping the activation the
+        checkpoint declares; one written by `correct_preset_embeddings` loads
+        as corrected.
 
         Args:
             preset: path to a local preset folder (named presets need the
@@ -1155,62 +1020,43 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "vocabulary_size": self.vocabulary_size,
-                "num_layers": self.num_layers,
-                "num_heads": self.num_heads,
-                "hidden_dim": self.hidden_dim,
-                "intermediate_dim": self.intermediate_dim,
-                "dropout": self.dropout,
-                "max_sequence_length": self.max_sequence_length,
-                "num_segments": self.num_segments,
-                "position": self.position,
-                "max_relative_position": self.max_relative_position,
-                "activation": self.activation,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "attention_dropout": self.attention_dropout,
-                "use_pooler": self.use_pooler,
-                "custom_position_ids": self.custom_position_ids,
-                "mlm_embedding_correction": _plain(self.mlm_embedding_correction),
-                "add_ffn": _plain(self.add_ffn),
-                "key_value_prefix": _plain(self.key_value_prefix),
-                "add_attention_units": _plain(self.add_attention_units),
-                "frozen_base": self.frozen_base,
-                "merged_add_ffn": _plain(self.merged_add_ffn),
-                "drop_token": _drop_token_record(self.drop_token),
-                "asa": _plain(self.asa),
-            }
-        )
+        config.update({name: getattr(self, name) for name in _CONFIG_NAMES})
+        records = ("mlm_embedding_correction", "merged_add_ffn", *_RECORDS[:-1], "asa")
+        config.update({name: _plain(getattr(self, name)) for name in records})
+        config.update(frozen_base=self.frozen_base, drop_token=_drop_token_record(self.drop_token))
         return config
 
 
 def from_keras_hub(backbone, activation=None, **overrides):
     """A `TransformerBackbone` with the weights of a keras-hub backbone.
 
-    The same as `TransformerBackbone.from_keras_hub`.
-
-    Args:
-        backbone: a `keras_hub.models.BertBackbone` or `RobertaBackbone`.
-        activation: None keeps keras-hub's activation so outputs match
-            keras-hub; or the activation to use instead.
-        **overrides: other `TransformerBackbone` arguments to change
-            (``dropout``, ``custom_position_ids``...).
-
-    Returns:
-        A `keras_masking.models.TransformerBackbone` (position
-        ``"absolute"``) whose outputs equal keras-hub's on the same inputs.
+    The same as `TransformerBackbone.from_keras_hub`, with the same arguments.
 
     Example:
     ```python
     hub = keras_hub.models.BertBackbone(
-        vocabulary_size=64, num_layers=2, num_heads=4, hidden_dim=32,
-        intermediate_dim=48, max_sequence_length=24,
-    )  # or BertBackbone.from_preset(...)
+        vocabulary_size=64, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=48
+    )
     backbone = keras_masking.models.from_keras_hub(hub, dropout=0.0)
     ```
     """
     return TransformerBackbone.from_keras_hub(backbone, activation=activation, **overrides)
+
+
+def encoder_drop_token(rate, dtype=None, **options):
+    """The `DropToken` an encoder runs after its embedding: [CLS] is always kept.
+
+    Args:
+        rate: float in [0, 1).
+        dtype: dtype or `keras.DTypePolicy` of the layer.
+        **options: `DropToken`'s ``unselectable_token_ids``, ``mode``,
+            ``seed`` and ``slot_multiple``.
+
+    Example:
+    >>> encoder_drop_token(0.15, unselectable_token_ids=(101, 102)).protected_positions
+    (0,)
+    """
+    return DropToken(rate, protected_positions=(0,), dtype=dtype, name="drop_token", **options)
 
 
 def _plain(value):
@@ -1227,6 +1073,34 @@ _ATTACHMENT_KEYS = {
     "asa": ("tau", "layers", "alpha", "mask_semantics", "noise", "seed"),
 }
 _RECORDS = ("add_ffn", "key_value_prefix", "add_attention_units", "frozen_base")
+_INTEGER_MINIMUMS = {
+    "vocabulary_size": 1,
+    "num_layers": 1,
+    "num_heads": 1,
+    "hidden_dim": 1,
+    "intermediate_dim": 1,
+    "max_sequence_length": 1,
+    "max_relative_position": 1,
+    "num_segments": 0,
+}
+# The config entries that are constructor arguments kept as they were checked.
+_CONFIG_NAMES = (
+    "vocabulary_size",
+    "num_layers",
+    "num_heads",
+    "hidden_dim",
+    "intermediate_dim",
+    "dropout",
+    "max_sequence_length",
+    "num_segments",
+    "position",
+    "max_relative_position",
+    "activation",
+    "layer_norm_epsilon",
+    "attention_dropout",
+    "use_pooler",
+    "custom_position_ids",
+)
 _BLOCK_ATTACHMENTS = ("feed_forward_branch", "key_value_prefix", "attention_units")
 _ASA_WITH_GATHER = (
     "ASA cannot attack a backbone that drops tokens in gather mode: the clean and "
@@ -1239,48 +1113,29 @@ def _drop_token_record(layer):
     """The `enable_drop_token` arguments of a DropToken layer (None: off)."""
     if layer is None:
         return None
-    return {
-        "rate": float(layer.rate),
-        "unselectable_token_ids": [int(i) for i in layer.unselectable_token_ids],
-        "mode": layer.mode,
-        "seed": layer.seed,
-        "slot_multiple": int(layer.slot_multiple),
-    }
+    config = layer.get_config()
+    return {key: config[key] for key in _ATTACHMENT_KEYS["drop_token"]}
 
 
-def _validate_backbone_arguments(**arguments):
-    """Checks every constructor argument; returns the numbers as Python types.
+def _checked_arguments(arguments):
+    """The constructor's arguments checked, numbers as Python types.
 
     Raises a ValueError naming the argument, what was expected and what was
     received. Nothing is built before this passes.
     """
-    checked = {}
-    for name in (
-        "vocabulary_size",
-        "num_layers",
-        "num_heads",
-        "hidden_dim",
-        "intermediate_dim",
-        "max_sequence_length",
-        "max_relative_position",
-    ):
-        checked[name] = check_int(name, arguments[name], minimum=1)
-    checked["num_segments"] = check_int("num_segments", arguments["num_segments"], minimum=0)
-    checked["dropout"] = check_float("dropout", arguments["dropout"], 0.0, 1.0, open_maximum=True)
-    attention_dropout = arguments["attention_dropout"]
-    if attention_dropout is not None:
-        attention_dropout = check_float(
-            "attention_dropout", attention_dropout, 0.0, 1.0, open_maximum=True
-        )
-    checked["attention_dropout"] = attention_dropout
+    checked = dict(arguments)
+    for name, minimum in _INTEGER_MINIMUMS.items():
+        checked[name] = check_int(name, arguments[name], minimum=minimum)
+    for name in ("dropout", "attention_dropout"):
+        if name == "dropout" or arguments[name] is not None:
+            checked[name] = check_float(name, arguments[name], 0.0, 1.0, open_maximum=True)
     checked["layer_norm_epsilon"] = check_float(
         "layer_norm_epsilon", arguments["layer_norm_epsilon"], 0.0, open_minimum=True
     )
     for name in ("use_pooler", "custom_position_ids", "frozen_base"):
         checked[name] = check_bool(name, arguments[name])
-    position = arguments["position"]
+    position, activation = arguments["position"], arguments["activation"]
     validate_position_scheme(position)
-    activation = arguments["activation"]
     if not (isinstance(activation, str) or callable(activation)):
         raise ValueError(
             "Expected an activation name or a callable for activation. "
@@ -1290,16 +1145,17 @@ def _validate_backbone_arguments(**arguments):
         resolve_activation(activation)
     except ValueError as error:
         raise ValueError(f"{error} Received: activation={activation!r}.") from error
+    checked["activation"] = activation_name(activation)
     for name in ("mlm_embedding_correction", "merged_add_ffn", *_ATTACHMENT_KEYS):
         value = arguments[name]
         if value is not None and not isinstance(value, dict):
             raise ValueError(f"Expected a dict or None for {name}. Received: {name}={value!r}.")
-    for name, keys in _ATTACHMENT_KEYS.items():
-        unknown = sorted(set(arguments[name] or {}) - set(keys))
+        keys = _ATTACHMENT_KEYS.get(name, ())
+        unknown = sorted(set(value or {}) - set(keys)) if keys else []
         if unknown:
             raise ValueError(
-                f"Expected {name} to hold only the keys {list(keys)}. Received the keys "
-                f"{unknown} in {name}={arguments[name]!r}."
+                f"Expected {name} to hold only the keys {list(keys)}. "
+                f"Received the keys {unknown} in {name}={value!r}."
             )
     hidden_dim, num_heads = checked["hidden_dim"], checked["num_heads"]
     if hidden_dim % num_heads:
@@ -1328,12 +1184,15 @@ def _per_layer(value, num_layers, name, shared=True):
     if isinstance(value, (list, tuple)) and (not shared or len(value) == num_layers):
         if len(value) != num_layers:
             raise ValueError(
-                f"`{name}` must have one entry per layer ({num_layers}). "
-                f"Received {len(value)} entries."
+                f"Expected one entry per layer ({num_layers}) in {name}. "
+                f"Received: {len(value)} entries."
             )
         return list(value)
     if not shared:
-        raise ValueError(f"`{name}` must be a list with one entry per layer ({num_layers}).")
+        raise ValueError(
+            f"Expected a list with one entry per layer ({num_layers}) for {name}. "
+            f"Received: {name} of type {type(value).__name__}."
+        )
     return [value] * num_layers
 
 

@@ -14,58 +14,38 @@ from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 
-# The inputs the classifier takes: what its preprocessor produces.
-FEATURE_NAMES = ("token_ids", "segment_ids", "padding_mask")
-
 
 @keras.saving.register_keras_serializable(package="keras_masking")
 class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.models.TextClassifier):
     """Sentence (pair) classification on a `TransformerBackbone`, keras-hub style.
 
-    The head is BERT's: the backbone's ``pooled_output`` (the [CLS] state
-    through the tanh pooler, or the [CLS] state itself without a pooler) ->
+    The head is BERT's: the backbone's ``pooled_output`` ->
     ``Dropout(dropout)`` -> ``Dense(num_classes, activation)``. With a
     ``preprocessor``, ``fit``, ``evaluate`` and ``predict`` take raw strings
-    or pairs ``(texts_a, texts_b)`` and tokenize them in a ``tf.data``
-    pipeline (on every backend), so the model's own step compiles once with
-    ``jit_compile=True``; without one they take the feature dict
-    ``{"token_ids", "segment_ids", "padding_mask"}`` (int ``(batch,
-    sequence)``; ``segment_ids`` is required but unused when the backbone
-    has ``num_segments=0``).
+    or pairs ``(texts_a, texts_b)``, tokenized in a ``tf.data`` pipeline so
+    the step compiles once; without one they take the feature dict
+    ``{"token_ids", "segment_ids", "padding_mask"}`` (``segment_ids`` is
+    unused when the backbone has ``num_segments=0``).
 
     As a keras-hub task it is compiled on construction with keras-hub's
-    defaults (``Adam(5e-5)``, sparse categorical cross-entropy from logits
-    unless ``activation="softmax"``, sparse categorical accuracy);
-    ``save_to_preset(folder)`` writes the backbone, the head's weights, the
-    preprocessor and the tokenizer's vocabulary, and
-    ``TransformerTextClassifier.from_preset(folder)`` or
-    ``keras_hub.models.TextClassifier.from_preset(folder)`` loads them
-    (passing ``num_classes=`` builds a new, untrained head instead).
-    ``model.save("x.keras")`` and ``keras.saving.load_model("x.keras")`` need
-    no ``custom_objects``.
+    defaults; ``save_to_preset`` / ``from_preset`` and ``model.save`` /
+    ``keras.saving.load_model`` round-trip without ``custom_objects``.
 
     Each method of the package is one call on the classifier, acting on its
     backbone (see `TransformerBackbone`): `enable_drop_token`, `enable_asa`,
-    `enable_fl_tuning` (the head stays trainable; `merge_fl` / `unmerge_fl`
-    give new classifiers), `enable_prefix_tuning` and `enable_lora`; then
-    ``fit`` on raw strings trains with it, ``predict`` is the clean model,
-    and saving round-trips. With ASA, every training step also runs the
-    adversarial pass through the same head and minimises ASA's objective
-    (`keras_masking.models.asa_objective.ASAObjective`), logging
-    ``divergence``, ``mask_term`` and ``masked_fraction_<layer>``. The
-    `keras_masking.callbacks.MLMEmbeddingCorrection` callback works in
-    ``classifier.fit``.
+    `enable_fl_tuning` (`merge_fl` / `unmerge_fl` give new classifiers),
+    `enable_prefix_tuning` and `enable_lora`; then ``fit`` on raw strings
+    trains with it and ``predict`` is the clean model. With ASA, every
+    training step also runs the adversarial pass through the same head
+    (`keras_masking.models.asa_objective.ASAObjective`).
 
     Args:
         backbone: a `keras_masking.models.TransformerBackbone` (a keras-hub
             `BertBackbone` converts with `TransformerBackbone.from_keras_hub`).
         num_classes: int >= 2. Number of classes.
-        preprocessor: a `TransformerTextClassifierPreprocessor`, or None to
-            feed token features directly. Its tokenizer's vocabulary must have
-            the backbone's ``vocabulary_size`` tokens, and its
-            ``sequence_length`` must not exceed ``max_sequence_length`` for
-            absolute positions; a backbone with ``custom_position_ids`` takes
-            ``position_ids``, which no preprocessor produces.
+        preprocessor: a `TransformerTextClassifierPreprocessor` that fits
+            the backbone (vocabulary size, sequence length), or None to feed
+            token features directly.
         activation: None (logits, the default), or an activation name or
             callable applied to the outputs (``"softmax"`` for probabilities).
         dropout: float in ``[0, 1)``. Dropout on the pooled vector (0.1).
@@ -203,8 +183,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         return self.backbone.asa["tau"]
 
     def enable_fl_tuning(self, units=160, layers=None, attention_units=0):
-        """FL-tuning on the backbone, the head trainable; see
-        `TransformerBackbone.enable_fl_tuning`.
+        """FL-tuning on the backbone (`TransformerBackbone.enable_fl_tuning`); the head trains.
 
         Example:
         ```python
@@ -215,8 +194,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         self.backbone.enable_fl_tuning(units, layers, attention_units)
 
     def enable_prefix_tuning(self, length=160, **kwargs):
-        """P-tuning v2 on the backbone, the head trainable; see
-        `TransformerBackbone.enable_prefix_tuning`.
+        """P-tuning v2 (`TransformerBackbone.enable_prefix_tuning`); the head trains.
 
         Example:
         ```python
@@ -227,8 +205,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         self.backbone.enable_prefix_tuning(length, **kwargs)
 
     def enable_lora(self, rank, target_layer_names=None):
-        """keras-hub's LoRA on the backbone's query and value projections;
-        the head stays trainable.
+        """keras-hub's LoRA on the backbone's query and value projections; the head trains.
 
         Example:
         ```python
@@ -239,8 +216,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         self.backbone.enable_lora(rank, target_layer_names)
 
     def merge_fl(self, placement="suffix"):
-        """A new classifier whose backbone is ``backbone.merge_fl(placement)``
-        (the head's weights copied); this one is not changed.
+        """A new classifier on ``backbone.merge_fl(placement)``, the head's weights copied.
 
         Example:
         ```python
@@ -291,11 +267,9 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         """Compiles as the saved model was compiled (`keras.saving.load_model`).
 
         keras-hub's `TextClassifier` overrides `compile`, so Keras' default
-        skips this step with a warning and a loaded model keeps the default
-        compilation, without its optimizer's state. Here the saved optimizer
-        (with its learning rate), loss, metrics and ``jit_compile`` come back,
-        and the optimizer is built so that its saved variables load: training
-        resumes where it stopped.
+        skips this step; here the saved optimizer, loss, metrics and
+        ``jit_compile`` come back, and the optimizer is built so that its
+        saved variables load: training resumes where it stopped.
 
         Args:
             config: the dict `get_compile_config` returned when saving.

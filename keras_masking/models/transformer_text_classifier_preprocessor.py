@@ -1,11 +1,7 @@
 """TransformerTextClassifierPreprocessor: raw strings or pairs -> backbone inputs.
 
-The keras-hub preprocessor of `TransformerTextClassifier`: it tokenizes one
-string, a batch of strings or a pair of batches ``(texts_a, texts_b)`` with a
-keras-hub `BertTokenizer` (`TransformerTokenizer` for our presets) and packs
-them as ``[CLS] a [SEP] b [SEP]``, the inputs a `TransformerBackbone` takes.
-`pack_segments` packs token ids that are already at hand (``encode_texts``,
-the CLUE encodings) with the same keras-hub packer.
+The keras-hub preprocessor of `TransformerTextClassifier`; `pack_segments`
+packs token ids already at hand (the CLUE encodings) with the same packer.
 """
 
 import functools
@@ -16,6 +12,7 @@ import numpy as np
 
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.models.transformer_tokenizer import TransformerTokenizer
+from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_int
 
 TRUNCATE_CHOICES = ("round_robin", "waterfall")
@@ -26,10 +23,8 @@ _EAGER_ROWS = 2048  # larger batches pack in a traced graph
 class TransformerTextClassifierPreprocessor(keras_hub.models.TextClassifierPreprocessor):
     """Tokenizes and packs strings or string pairs for a `TransformerBackbone`.
 
-    Each input is one string, a batch of strings, or a pair of batches
-    ``(texts_a, texts_b)`` (a tuple: keras-hub reads a tuple as segments and a
-    list as a batch). It becomes ``[CLS] a [SEP]`` or ``[CLS] a [SEP] b
-    [SEP]``, padded with [PAD] to ``sequence_length``, and a dict of
+    Each input becomes ``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]``,
+    padded with [PAD] to ``sequence_length``, and a dict of
 
     * ``token_ids``: int32 ``(batch, sequence_length)``;
     * ``segment_ids``: int32, 0 for [CLS], ``a`` and its [SEP], 1 for ``b``
@@ -37,12 +32,8 @@ class TransformerTextClassifierPreprocessor(keras_hub.models.TextClassifierPrepr
     * ``padding_mask``: True for real tokens (bool, as keras-hub's BERT
       preprocessor gives it; the backbone's int32 input takes it as 1/0).
 
-    Labels and sample weights pass through unchanged, so the layer maps
-    over a ``tf.data`` dataset of ``(x, y)`` and is what
-    `TransformerTextClassifier` runs on the strings given to ``fit``,
-    ``evaluate`` and ``predict``. Longer inputs are truncated: by default one
-    token at a time from the longer segment (``"round_robin"``, as BERT's
-    ``_truncate_seq_pair``).
+    Labels and sample weights pass through unchanged: `TransformerTextClassifier`
+    runs it on the strings given to ``fit``, ``evaluate`` and ``predict``.
 
     Args:
         tokenizer: a keras-hub `BertTokenizer` (e.g.
@@ -51,16 +42,17 @@ class TransformerTextClassifierPreprocessor(keras_hub.models.TextClassifierPrepr
             checks the size).
         sequence_length: int >= 3. Length of the packed inputs; at most the
             backbone's ``max_sequence_length`` for absolute positions.
-        truncate: ``"round_robin"`` (default) or ``"waterfall"`` (the first
-            segment keeps as much as fits, then the second).
+        truncate: ``"round_robin"`` (default: one token at a time from the
+            longer segment, as BERT's ``_truncate_seq_pair``) or
+            ``"waterfall"`` (the first segment keeps as much as fits).
         **kwargs: base `keras_hub.models.Preprocessor` arguments (``name``).
 
     Call arguments:
         x: a string, a batch of strings, or a tuple ``(texts_a, texts_b)``
-            of two batches of the same size. Called with one positional
-            tuple of two, keras-hub reads it as ``(x, y)``: pass a pair as
-            ``preprocessor(x=(texts_a, texts_b))`` or with its labels,
-            ``preprocessor((texts_a, texts_b), labels)``.
+            of two batches of the same size (a tuple: a list is a batch).
+            Called with one positional tuple of two, keras-hub reads it as
+            ``(x, y)``: pass a pair as ``preprocessor(x=(texts_a, texts_b))``
+            or with its labels, ``preprocessor((texts_a, texts_b), labels)``.
         y: labels, passed through unaltered.
         sample_weight: passed through unaltered.
 
@@ -92,10 +84,7 @@ class TransformerTextClassifierPreprocessor(keras_hub.models.TextClassifierPrepr
                 f"Received: tokenizer={tokenizer!r}."
             )
         sequence_length = check_int("sequence_length", sequence_length, minimum=3)
-        if not isinstance(truncate, str) or truncate not in TRUNCATE_CHOICES:
-            raise ValueError(
-                f"Expected one of {TRUNCATE_CHOICES} for truncate. Received: truncate={truncate!r}."
-            )
+        check_choice("truncate", truncate, TRUNCATE_CHOICES)
         super().__init__(
             tokenizer=tokenizer, sequence_length=sequence_length, truncate=truncate, **kwargs
         )
@@ -119,16 +108,13 @@ def _packer(cls_id, sep_id, pad_id, sequence_length, truncate):
 def pack_segments(tokenizer, rows, sequence_length, truncate="round_robin"):
     """Packs rows of token ids as `TransformerTextClassifierPreprocessor` does.
 
-    Each row is a tuple of one or two segments (lists of token ids, without
-    [CLS] or [SEP]), packed by keras-hub's `MultiSegmentPacker`, set up as
-    the preprocessor sets up its own, into ``[CLS] a [SEP] (b [SEP])`` and
-    padded, longer rows truncated by ``truncate``. Rows may mix
-    one and two segments. Large batches run the packer as a TensorFlow graph
-    (as in ``tf.data``: a million rows take seconds), small ones eagerly.
+    Large batches run the packer as a TensorFlow graph (as in ``tf.data``: a
+    million rows take seconds), small ones eagerly.
 
     Args:
         tokenizer: a keras-hub `BertTokenizer`.
-        rows: a list of tuples of token id lists.
+        rows: a list of tuples of one or two segments (token id lists
+            without [CLS] or [SEP]); rows may mix one and two.
         sequence_length: int, the packed length.
         truncate: ``"round_robin"`` or ``"waterfall"``.
 

@@ -1,41 +1,22 @@
 """TransformerTokenizer: WordPiece as Google's BERT tokenizes, for our presets.
 
-BERT's tokenizer (Google's ``tokenization.py``: ``BasicTokenizer`` and
-``WordpieceTokenizer``; Hugging Face's ``BertTokenizer``, which users' Chinese
-checkpoints are tokenized with) first cleans the text: every Unicode space
-separator (``\\u3000``, NBSP, ...), tab and line break becomes a space; NUL,
-U+FFFD, control and format characters (``\\v``, the zero-width space, soft
-hyphen, ZWJ) are deleted, so the text around them joins, and so are, in
-Hugging Face's tokenizer, private-use and unassigned code points (the whole
-Unicode category C*). It then lowercases an uncased model's text with plain
-Unicode lowercasing, strips accents (NFD, marks removed), splits on
-whitespace (U+2028 and U+2029 included), punctuation and Chinese characters,
-and makes a word of more than 100 characters one ``[UNK]`` (Hugging Face's
-limit; Google's script: 200).
+keras-hub's `BertTokenizer` is not Google's nor Hugging Face's BERT tokenizer,
+which users' Chinese checkpoints were trained with: it splits words at control
+and format characters where BERT deletes them, keeps non-ASCII spaces inside
+words, cuts words at 100 UTF-8 bytes (BERT: 100 characters), and case-folds
+with NFKC, which turns full-width punctuation and letters into ASCII ("，" ->
+","), while Chinese BERT, RoBERTa-wwm, RoFormer and NEZHA vocabularies hold,
+and their pretraining saw, both forms. `TransformerTokenizer` is keras-hub's
+`BertTokenizer` with BERT's cleaning, lowercasing and word limit, giving the
+same ids on the eager (Python) path and in a ``tf.data`` graph.
 
-keras-hub's `BertTokenizer` instead splits words at control and format
-characters, keeps space separators other than ASCII ones inside words (an
-``[UNK]``), cuts words at 100 UTF-8 bytes, and case-folds with NFKC, which
-also turns full-width characters into ASCII: the Chinese comma "，" becomes
-",", "！" becomes "!", "Ａ" becomes "a". Chinese BERT, RoBERTa-wwm, RoFormer
-and NEZHA vocabularies hold both forms, and their pretraining saw the
-full-width ones in Chinese text. `TransformerTokenizer` is keras-hub's
-`BertTokenizer` with Hugging Face's cleaning, BERT's lowercasing
-(``case_folding="bert"``, the default) and the limit in characters, giving
-the same ids on the eager (Python) path and in a ``tf.data`` graph.
-
-Span and entity tasks (CMRC2018, CLUENER) label characters, models see
-WordPiece tokens: `tokenize_with_offsets` gives both, with the ids of any
-keras-hub `BertTokenizer` (this one included) and the character span of each
-token in the original text. It follows the tokenizer's own settings in its
-order (BERT's cleaning and lowercasing here; keras-hub's accent stripping,
-splitting, NFKC case folding and 100-byte word limit) with the same
-WordPiece function as the eager path; each normalised character keeps the
-span of the original characters it came from (an accented letter and its
-combining marks, a ligature).
+`tokenize_with_offsets` gives the ids of any keras-hub `BertTokenizer` with
+the character span of each token in the original text, for span and entity
+tasks (CMRC2018, CLUENER).
 """
 
 import functools
+import sys
 import unicodedata
 import weakref
 
@@ -45,6 +26,8 @@ import numpy as np
 import regex
 
 from keras_masking.models.transformer_backbone import TransformerBackbone
+from keras_masking.utils.arguments import check_bool
+from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_int
 
 CASE_FOLDINGS = ("bert", "nfkc")
@@ -96,13 +79,7 @@ def _re2_cleaning_patterns():
 
 
 def _map_strings(inputs, python_function, tf_function):
-    """Applies a string function to every string of any input form.
-
-    Python strings and bytes, nested lists and tuples, numpy string arrays
-    go through ``python_function`` (on ``str``); TensorFlow string tensors,
-    dense or ragged, eager or in a ``tf.data`` graph, through
-    ``tf_function`` (on a dense tensor of strings).
-    """
+    """``python_function`` on Python and numpy strings, ``tf_function`` on (dense) TF ones."""
     if isinstance(inputs, str):
         return python_function(inputs)
     if isinstance(inputs, bytes):
@@ -118,22 +95,14 @@ def _map_strings(inputs, python_function, tf_function):
         output = np.empty(inputs.shape, dtype=object)
         output.ravel()[:] = mapped
         return output
-    tf = _tensorflow_if_tensor(inputs)
-    if tf is None or inputs.dtype != tf.string:
+    tf = sys.modules.get("tensorflow")  # a TensorFlow tensor means it is imported
+    if tf is None or not isinstance(inputs, (tf.Tensor, tf.RaggedTensor)):
+        return inputs
+    if inputs.dtype != tf.string:
         return inputs  # not strings: keras-hub names what it received
     if isinstance(inputs, tf.RaggedTensor):
         return tf.ragged.map_flat_values(tf_function, inputs)
     return tf_function(inputs)
-
-
-def _tensorflow_if_tensor(inputs):
-    """The ``tensorflow`` module when ``inputs`` is a TensorFlow tensor, else None."""
-    import sys
-
-    tf = sys.modules.get("tensorflow")
-    if tf is not None and isinstance(inputs, (tf.Tensor, tf.RaggedTensor)):
-        return tf
-    return None
 
 
 def _clean_python(text):
@@ -150,13 +119,11 @@ def _clean_tf(text):
 
 
 def clean_text_like_bert(inputs):
-    """BERT's text cleaning (``_clean_text``), for every input form.
+    """BERT's text cleaning (Hugging Face's ``_clean_text``), for every input form.
 
     NUL, U+FFFD and every character of Unicode category C* but tab, line
-    feed and carriage return (controls, format characters such as the
-    zero-width space, soft hyphen and ZWJ, private use, unassigned code
-    points) are deleted; every space separator (``\\u3000``, NBSP, ...),
-    tab, line break, U+2028 and U+2029 becomes a space.
+    feed and carriage return are deleted; every space separator, tab and
+    line break (U+2028 and U+2029 included) becomes a space.
 
     Args:
         inputs: a string, bytes, a nested list of them, a numpy string
@@ -173,34 +140,28 @@ def clean_text_like_bert(inputs):
     return _map_strings(inputs, _clean_python, _clean_tf)
 
 
-def _lowercase_tf(text):
+def _lowercase_tf(text, without_nul=False):
     import tensorflow as tf
 
+    if without_nul:
+        return tf.strings.lower(text, encoding="utf-8")
     # ICU's lowercasing stops at a NUL: NUL is escaped as U+FFFF "0" (and
     # U+FFFF itself as U+FFFF "1"), which lowercasing leaves alone, then restored.
     text = tf.strings.regex_replace(text, "\uffff", "\uffff1")
     text = tf.strings.regex_replace(text, r"\x00", "\uffff0")
-    text = _lowercase_without_nul_tf(text)
+    text = tf.strings.lower(text, encoding="utf-8")
     text = tf.strings.regex_replace(text, "\uffff0", "\x00")
     return tf.strings.regex_replace(text, "\uffff1", "\uffff")
-
-
-def _lowercase_without_nul_tf(text):
-    import tensorflow as tf
-
-    return tf.strings.lower(text, encoding="utf-8")
 
 
 def lowercase_like_bert(inputs):
     """Lowercases strings as ``str.lower`` does, for every input form.
 
-    Python strings and bytes, nested lists, numpy string arrays, and
-    TensorFlow string tensors (dense or ragged, eager or in a ``tf.data``
-    graph). TensorFlow lowercases with ICU's case mapping, which equals
-    Python's for every character outside the newest Unicode additions.
+    TensorFlow lowercases with ICU's case mapping, which equals Python's for
+    every character outside the newest Unicode additions.
 
     Args:
-        inputs: one of the forms above.
+        inputs: the forms `clean_text_like_bert` takes.
 
     Returns:
         The same form, lowercased.
@@ -247,22 +208,15 @@ def _char_limited_wordpiece_class():
 class TransformerTokenizer(keras_hub.tokenizers.BertTokenizer):
     """keras-hub's `BertTokenizer`, tokenizing as Google's BERT, for our presets.
 
-    Text is first cleaned as BERT does (`clean_text_like_bert`: every space
-    separator, tab and line break becomes a space; NUL, U+FFFD, controls,
-    format and private-use characters are deleted). With ``lowercase=True``
-    and ``case_folding="bert"`` it is then lowercased with plain Unicode
-    lowercasing and its accents stripped (NFD, marks removed), as Google's
-    BERT tokenizer does for uncased models, so full-width punctuation and
-    letters keep their own vocabulary rows (keras-hub's NFKC folding maps
-    "，" to ","). ``case_folding="nfkc"`` is keras-hub's folding (after the
-    same cleaning). A word of more than ``max_input_chars_per_word``
-    characters is one ``[UNK]``. The eager path and the ``tf.data`` path
-    give the same ids, those of Google's and Hugging Face's ``BertTokenizer``.
+    Text is cleaned as BERT does (`clean_text_like_bert`); with
+    ``lowercase=True`` and ``case_folding="bert"`` it is lowercased with
+    plain Unicode lowercasing and its accents stripped, so full-width
+    punctuation and letters keep their own vocabulary rows. The eager and
+    ``tf.data`` paths give the ids of Google's and Hugging Face's
+    ``BertTokenizer``.
 
-    keras-hub picks the tokenizer class of a preset from the backbone class
-    it declares (``backbone_cls``): this is the class it finds for a
-    `TransformerBackbone` preset, so ``keras_hub.tokenizers.Tokenizer.
-    from_preset(folder)`` loads the tokenizer saved there.
+    It is the class keras-hub's ``Tokenizer.from_preset`` loads for a
+    `TransformerBackbone` preset (through ``backbone_cls``).
 
     Args:
         vocabulary: a list of tokens or a ``vocab.txt`` path.
@@ -298,13 +252,8 @@ class TransformerTokenizer(keras_hub.tokenizers.BertTokenizer):
         max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
         **kwargs,
     ):
-        if case_folding not in CASE_FOLDINGS:
-            raise ValueError(
-                f"Expected case_folding in {CASE_FOLDINGS}. "
-                f"Received: case_folding={case_folding!r}."
-            )
-        if not isinstance(lowercase, bool):
-            raise ValueError(f"Expected True or False for lowercase. Received: {lowercase!r}.")
+        check_choice("case_folding", case_folding, CASE_FOLDINGS)
+        lowercase = check_bool("lowercase", lowercase)
         max_input_chars_per_word = check_int(
             "max_input_chars_per_word", max_input_chars_per_word, minimum=1
         )
@@ -335,7 +284,7 @@ class TransformerTokenizer(keras_hub.tokenizers.BertTokenizer):
             inputs = clean_text_like_bert(inputs)
         if self.bert_lowercase:
             # Cleaned text holds no NUL: ICU lowercases it whole.
-            lowercase_tf = _lowercase_without_nul_tf if self.clean_text else _lowercase_tf
+            lowercase_tf = functools.partial(_lowercase_tf, without_nul=self.clean_text)
             inputs = _map_strings(inputs, str.lower, lowercase_tf)
         return super().tokenize(inputs)
 
@@ -354,10 +303,8 @@ class TransformerTokenizer(keras_hub.tokenizers.BertTokenizer):
         """Greedy longest-match-first WordPiece of one word, as BERT's."""
         if not word:
             return []
-        too_long = len(word) > self.max_input_chars_per_word
-        pieces = (
-            None if too_long else _wordpiece(word, self._token_to_id_map, self.suffix_indicator)
-        )
+        vocabulary, suffix = self._token_to_id_map, self.suffix_indicator
+        pieces = _wordpiece(word, vocabulary, suffix, self.max_input_chars_per_word)
         if pieces is None:
             return [self.oov_token]
         return [
@@ -372,13 +319,20 @@ class TransformerTokenizer(keras_hub.tokenizers.BertTokenizer):
         return config
 
 
-def _wordpiece(word, vocabulary, suffix):
+def _wordpiece(word, vocabulary, suffix, max_chars=None):
     """Greedy longest-match-first WordPiece of ``word``, as BERT's.
 
     ``[(start, end, token id)]`` of its pieces (``suffix`` before every piece
-    but the first), or None when some part of it is not in ``vocabulary``
-    (the word is then one unknown token).
+    but the first), or None when the word is one unknown token: longer than
+    ``max_chars`` characters (None: keras-hub's 100 UTF-8 bytes), or with a
+    part that is not in ``vocabulary``.
     """
+    if max_chars is None:
+        too_long = len(word.encode("utf-8")) > _MAX_BYTES_PER_WORD
+    else:
+        too_long = len(word) > max_chars
+    if too_long:
+        return None
     pieces, start = [], 0
     while start < len(word):
         for end in range(len(word), start, -1):
@@ -399,26 +353,8 @@ _CJK = (
     r"[\u4E00-\u9FFF]|[\u3400-\u4DBF]|[\U00020000-\U0002A6DF]|[\U0002A700-\U0002B73F]"
     r"|[\U0002B740-\U0002B81F]|[\U0002B820-\U0002CEAF]|[\uF900-\uFAFF]|[\U0002F800-\U0002FA1F]"
 )
-# Unicode's Default_Ignorable_Code_Point ranges, which NFKC case folding drops.
-_DEFAULT_IGNORABLE = (
-    (0x00AD, 0x00AD),
-    (0x034F, 0x034F),
-    (0x061C, 0x061C),
-    (0x115F, 0x1160),
-    (0x17B4, 0x17B5),
-    (0x180B, 0x180F),
-    (0x200B, 0x200F),
-    (0x202A, 0x202E),
-    (0x2060, 0x206F),
-    (0x3164, 0x3164),
-    (0xFE00, 0xFE0F),
-    (0xFEFF, 0xFEFF),
-    (0xFFA0, 0xFFA0),
-    (0xFFF0, 0xFFF8),
-    (0x1BCA0, 0x1BCA3),
-    (0x1D173, 0x1D17A),
-    (0xE0000, 0xE0FFF),
-)
+# NFKC case folding drops Unicode's default-ignorable code points.
+_DEFAULT_IGNORABLE = regex.compile(r"\p{Default_Ignorable_Code_Point}")
 _MAX_BYTES_PER_WORD = 100
 
 
@@ -434,11 +370,9 @@ def tokenize_with_offsets(tokenizer, text):
         text: a string.
 
     Returns:
-        ``(token_ids, spans)``: a list of ints, equal to
-        ``tokenizer(text)``, and a list of ``(start, end)`` character
-        offsets into ``text`` (end exclusive), one per token, so that
-        ``text[start:end]`` is the text a token came from (an ``[UNK]``
-        spans its whole word).
+        ``(token_ids, spans)``: the ids of ``tokenizer(text)``, and for each
+        the ``(start, end)`` of the text it came from (an ``[UNK]`` spans its
+        whole word).
 
     Raises:
         TypeError: ``text`` is not a string, or ``tokenizer`` has no
@@ -536,11 +470,7 @@ class _OffsetWordPiece:
     def _word_pieces(self, word, spans, ids, token_spans):
         if not word:
             return
-        if self.max_chars_per_word is not None:
-            too_long = len(word) > self.max_chars_per_word
-        else:
-            too_long = len(word.encode("utf-8")) > _MAX_BYTES_PER_WORD
-        pieces = None if too_long else _wordpiece(word, self.vocabulary, self.suffix)
+        pieces = _wordpiece(word, self.vocabulary, self.suffix, self.max_chars_per_word)
         if pieces is None:
             ids.append(self.oov_id)
             token_spans.append((spans[0][0], spans[-1][1]))
@@ -551,20 +481,15 @@ class _OffsetWordPiece:
 
 
 _CACHE = weakref.WeakKeyDictionary()
+# The tokenizer settings `_OffsetWordPiece` follows.
+_SETTINGS = ("lowercase", "bert_lowercase", "clean_text", "max_input_chars_per_word")
+_SETTINGS += ("strip_accents", "split", "split_on_cjk")
 
 
 def _offset_tokenizer(tokenizer):
     """The prepared `_OffsetWordPiece` of a tokenizer, rebuilt when it changes."""
-    key = (
-        id(getattr(tokenizer, "vocabulary", None)),
-        getattr(tokenizer, "lowercase", None),
-        getattr(tokenizer, "bert_lowercase", None),
-        getattr(tokenizer, "clean_text", None),
-        getattr(tokenizer, "max_input_chars_per_word", None),
-        getattr(tokenizer, "strip_accents", None),
-        getattr(tokenizer, "split", None),
-        getattr(tokenizer, "split_on_cjk", None),
-    )
+    key = (id(getattr(tokenizer, "vocabulary", None)),)
+    key += tuple(getattr(tokenizer, name, None) for name in _SETTINGS)
     try:
         cached = _CACHE.get(tokenizer)
     except TypeError:  # not weak-referenceable
@@ -599,12 +524,7 @@ def _case_fold(text):
     if text.isascii():
         return text.lower()
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
-    return "".join(char for char in folded if not _is_default_ignorable(char))
-
-
-def _is_default_ignorable(char):
-    code = ord(char)
-    return any(low <= code <= high for low, high in _DEFAULT_IGNORABLE)
+    return _DEFAULT_IGNORABLE.sub("", folded)
 
 
 def _normalize_with_spans(text, spans, normalize):

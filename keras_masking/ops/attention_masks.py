@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_masking.utils.arguments import check_choice
+
 
 def large_negative(dtype):
     """A finite number that ``exp`` sends to zero in ``dtype``.
@@ -51,10 +53,7 @@ MASK_SEMANTICS = ("replace", "additive", "guarded")
 
 def validate_mask_semantics(semantics):
     """Raises a ValueError unless ``semantics`` is one of `MASK_SEMANTICS`."""
-    if semantics not in MASK_SEMANTICS:
-        raise ValueError(
-            f"`mask_semantics` must be one of {MASK_SEMANTICS}. Received: {semantics!r}"
-        )
+    check_choice("mask_semantics", semantics, MASK_SEMANTICS)
 
 
 def apply_replacing_mask(logits, mask_bias, padding_mask=None, semantics="replace"):

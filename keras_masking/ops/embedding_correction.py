@@ -33,9 +33,6 @@ def validate_masking_rates(mask_rate, mask_token_rate, random_token_rate):
     Returns:
         The three rates as Python floats.
 
-    Raises:
-        ValueError: naming the argument that is out of range.
-
     Example:
     >>> validate_masking_rates(0.15, 0.8, 0.1)
     (0.15, 0.8, 0.1)
@@ -59,12 +56,6 @@ def check_token_id(name, value, vocabulary_size=None):
         value: the value received.
         vocabulary_size: optional int; the id must then be below it.
 
-    Returns:
-        ``int(value)``.
-
-    Raises:
-        ValueError: not an integer, negative, or not below ``vocabulary_size``.
-
     Example:
     >>> check_token_id("mask_token_id", np.int64(103), vocabulary_size=21128)
     103
@@ -85,12 +76,6 @@ def check_token_ids(name, values, vocabulary_size=None):
         name: the argument's name, for the message.
         values: None or an iterable of integers.
         vocabulary_size: optional int; every id must then be below it.
-
-    Returns:
-        None, or a sorted list of distinct Python ints.
-
-    Raises:
-        ValueError: not an iterable of integers, or ids out of range.
 
     Example:
     >>> check_token_ids("unselectable_token_ids", np.array([102, 0, 101]), 21128)
@@ -115,10 +100,6 @@ def check_embedding_table(embeddings, name="embeddings"):
 
     Returns:
         The table as a float64 numpy array.
-
-    Raises:
-        ValueError: not a non-empty 2-D numeric table, or non-finite values
-            (the message counts the rows and names the first).
     """
     try:
         table = np.asarray(embeddings, dtype=np.float64)
@@ -175,8 +156,7 @@ def correction_scale(mask_rate, mask_token_rate, random_token_rate):
 
     Raises:
         ValueError: bad rates, or a masker that replaces every token
-            (``a = 0``: nothing of the original embedding is left, and the
-            correction could not be undone).
+            (``a = 0``: the correction could not be undone).
 
     Example:
     >>> round(correction_scale(0.15, 0.8, 0.1), 6)
@@ -210,21 +190,17 @@ def correction_coefficients(
         ``(a, c)``: a float and a float64 ``(dim,)`` vector.
 
     Raises:
-        ValueError: bad rates, a [MASK] id outside the table, a table with
-            NaN or inf, or a masker that replaces every token (``a = 0``,
-            which no fine-tuning input can match and nothing can undo).
+        ValueError: bad rates (see `correction_scale`), a [MASK] id outside
+            the table, or a table with NaN or inf.
 
     Example:
     >>> scale, shift = correction_coefficients(np.eye(3), mask_token_id=2)
     >>> round(scale, 3), shift.round(3).tolist()
     (0.865, [0.005, 0.005, 0.125])
     """
-    mask_rate, mask_token_rate, random_token_rate = validate_masking_rates(
-        mask_rate, mask_token_rate, random_token_rate
-    )
+    scale = correction_scale(mask_rate, mask_token_rate, random_token_rate)
     table = check_embedding_table(embeddings)
     mask_token_id = check_token_id("mask_token_id", mask_token_id, table.shape[0])
-    scale = correction_scale(mask_rate, mask_token_rate, random_token_rate)
     shift = mask_rate * (
         mask_token_rate * table[mask_token_id] + random_token_rate * table.mean(axis=0)
     )
@@ -232,7 +208,7 @@ def correction_coefficients(
 
 
 def _check_affine(table, scale, shift, selectable, table_name):
-    """Validates the arguments of `apply_correction` / its inverse."""
+    """The arguments of `apply_correction` / its inverse, checked; the table as a float64 copy."""
     array = np.asarray(table)
     dtype = array.dtype if np.issubdtype(array.dtype, np.floating) else np.dtype("float64")
     values = check_embedding_table(array, table_name)
@@ -249,7 +225,7 @@ def _check_affine(table, scale, shift, selectable, table_name):
             f"Expected a bool ({values.shape[0]},) array (one per row, see `selectable_rows`) "
             f"for selectable. Received: dtype {selectable.dtype}, shape {selectable.shape}."
         )
-    return values, scale, shift, selectable, dtype
+    return values.copy(), scale, shift, selectable, dtype
 
 
 def apply_correction(table, scale, shift, selectable):
@@ -271,46 +247,8 @@ def apply_correction(table, scale, shift, selectable):
     corrected, scale, shift, selectable, dtype = _check_affine(
         table, scale, shift, selectable, "table"
     )
-    corrected = corrected.copy()
     corrected[selectable] = scale * corrected[selectable] + shift
     return corrected.astype(dtype)
-
-
-def expected_input_embeddings(
-    embeddings,
-    mask_token_id,
-    mask_rate=0.15,
-    mask_token_rate=0.8,
-    random_token_rate=0.1,
-    unselectable_token_ids=None,
-):
-    """Corrected embedding table: each row's expected MLM input embedding.
-
-    Args:
-        embeddings: ``(vocabulary_size, dim)`` array.
-        mask_token_id: int. Row of [MASK].
-        mask_rate: float ``r``, the selection rate (0.15 in BERT).
-        mask_token_rate: float ``p_m`` (0.8).
-        random_token_rate: float ``p_r`` (0.1).
-        unselectable_token_ids: ids pretraining never selects (their rows are
-            kept), or None to correct every row.
-
-    Returns:
-        A new array with the dtype of ``embeddings``.
-
-    Raises:
-        ValueError: see `correction_coefficients` and `selectable_rows`.
-
-    Example:
-    >>> table = np.eye(3)
-    >>> expected_input_embeddings(table, mask_token_id=2)[0].round(4)
-    array([0.87 , 0.005, 0.125])
-    """
-    scale, shift = correction_coefficients(
-        embeddings, mask_token_id, mask_rate, mask_token_rate, random_token_rate
-    )
-    rows = selectable_rows(np.shape(embeddings)[0], unselectable_token_ids)
-    return apply_correction(embeddings, scale, shift, rows)
 
 
 def invert_expected_input_embeddings(corrected, scale, shift, selectable):
@@ -336,6 +274,5 @@ def invert_expected_input_embeddings(corrected, scale, shift, selectable):
     restored, scale, shift, selectable, dtype = _check_affine(
         corrected, scale, shift, selectable, "corrected"
     )
-    restored = restored.copy()
     restored[selectable] = (restored[selectable] - shift) / scale
     return restored.astype(dtype)

@@ -11,6 +11,8 @@ as the released code does), and ``R[i, j] = T[clip(j - i, -m, m) + m]``.
 import numpy as np
 from keras import ops
 
+from keras_masking.utils.arguments import check_int
+
 
 def relative_position_table(max_relative_position, depth):
     """Builds NEZHA's ``(2m + 1, depth)`` sinusoidal table in numpy.
@@ -26,11 +28,7 @@ def relative_position_table(max_relative_position, depth):
     >>> relative_position_table(64, 64).shape
     (129, 64)
     """
-    if max_relative_position < 1:
-        raise ValueError(
-            "max_relative_position must be a positive integer. "
-            f"Received: max_relative_position={max_relative_position}"
-        )
+    check_int("max_relative_position", max_relative_position, minimum=1)
     rows = np.arange(2 * max_relative_position + 1, dtype=np.float64)[:, None]
     k = np.arange(0, depth, 2, dtype=np.float64)
     angles = rows * np.power(10000.0, -k / depth)[None, :]

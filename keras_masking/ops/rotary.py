@@ -25,16 +25,13 @@ def rotary_inverse_frequencies(depth, base=10000.0):
         A float32 tensor of shape ``(depth // 2,)``.
     """
     if depth % 2:
-        raise ValueError(f"Rotary embeddings need an even depth. Received: depth={depth}")
+        raise ValueError(f"Expected an even depth for rotary embeddings. Received: depth={depth}.")
     exponents = ops.arange(0, depth, 2, dtype="float32") / float(depth)
     return ops.power(ops.cast(base, "float32"), -exponents)
 
 
 def _cos_sin(position_ids, depth, base, dtype):
-    """cos and sin of ``position * inverse_frequency``, ``[B, S, 1, depth/2]``.
-
-    The singleton axis broadcasts over heads.
-    """
+    """cos and sin of ``position * inverse_frequency``, ``[B, S, 1 (heads), depth/2]``."""
     positions = ops.cast(position_ids, "float32")
     angles = positions[..., None] * rotary_inverse_frequencies(depth, base)
     angles = angles[:, :, None, :]
@@ -77,12 +74,15 @@ def apply_split_rotary(x, position_ids, base=10000.0):
     ``p * base**(-2i / d)``. This is keras-hub's and ExLM's layout.
 
     Args:
-        x: tensor of shape ``(batch, sequence, heads, depth)``.
-        position_ids: int tensor of shape ``(batch or 1, sequence)``.
-        base: float. The wavelength base.
+        x, position_ids, base: as `apply_interleaved_rotary`.
 
     Returns:
         A tensor with the shape and dtype of ``x``.
+
+    Example:
+    >>> rotated = apply_split_rotary(np.array([[[[1.0, 0.0]]]], "float32"), np.array([[1]]))
+    >>> keras.ops.convert_to_numpy(rotated).round(4)  # the pair (x[0], x[1]) by 1 radian
+    array([[[[0.5403, 0.8415]]]], dtype=float32)
     """
     depth = x.shape[-1]
     cos, sin = _cos_sin(position_ids, depth, base, x.dtype)
@@ -111,16 +111,15 @@ def apply_rotary_2d(x, position_ids, base=10000.0):
     """
     depth = x.shape[-1]
     if depth % 4:
-        raise ValueError(f"2D rotary embeddings need a head size divisible by 4. Received {depth}.")
-    if len(position_ids.shape) == 2:
-        first_positions, second_positions = position_ids, None
-    else:
-        first_positions, second_positions = position_ids[..., 0], position_ids[..., 1]
+        raise ValueError(
+            f"Expected a head size divisible by 4 for 2D rotary embeddings. Received: {depth}."
+        )
     half = depth // 2
-    first = apply_split_rotary(x[..., :half], first_positions, base)
-    second = x[..., half:]
-    if second_positions is not None:
-        second = apply_split_rotary(second, second_positions, base)
+    if len(position_ids.shape) == 2:  # pos1 alone: the second half is not rotated
+        first, second = apply_split_rotary(x[..., :half], position_ids, base), x[..., half:]
+    else:
+        first = apply_split_rotary(x[..., :half], position_ids[..., 0], base)
+        second = apply_split_rotary(x[..., half:], position_ids[..., 1], base)
     return ops.concatenate([first, second], axis=-1)
 
 

@@ -17,14 +17,13 @@ from keras import ops
 from keras_masking.ops.token_selection import select_tokens
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.eager_checks import check_ids_in_range
+from keras_masking.utils.eager_checks import check_integer_ids
 from keras_masking.utils.eager_checks import concrete_value
 
 
 def check_drop_rate(rate, name="rate"):
-    """A drop rate in [0, 1) as a Python float.
-
-    Python and numpy numbers are accepted (``np.float32(0.1)``); bool, NaN
-    and values outside [0, 1) are refused with a ValueError naming ``name``.
+    """A drop rate in [0, 1) as a Python float (`check_float`), or a ValueError.
 
     Args:
         rate: the value received.
@@ -96,22 +95,20 @@ def sample_keep_mask(real, droppable, rate, keep_length, noise, rounding):
     """Which tokens to keep.
 
     Per row, ``floor(rate * droppable + rounding)`` droppable tokens are
-    dropped (those of lowest ``noise``, by `select_tokens`), more if the row must fit
-    ``keep_length`` slots, and one droppable token is kept when the slots
-    have room for it. Tokens that are real and not droppable (protected) are
-    always kept: a row whose protected tokens alone exceed ``keep_length``
-    keeps them all, so it holds more than ``keep_length`` tokens (callers
-    that gather into ``keep_length`` slots must refuse or flag such rows).
+    dropped (those of lowest ``noise``, by `select_tokens`), more if the row
+    must fit ``keep_length`` slots, and one droppable token is kept when the
+    slots have room for it. Real tokens that are not droppable are always
+    kept, even beyond ``keep_length`` (callers that gather into
+    ``keep_length`` slots must refuse or flag such rows).
 
     Args:
         real: bool ``(batch, sequence)``, non-padding tokens.
         droppable: bool ``(batch, sequence)``, real and not protected.
         rate: float drop rate in [0, 1).
         keep_length: int >= 0, static slot count (see `static_keep_length`).
-        noise: float ``(batch, sequence)`` uniform in [0, 1): ranks the
-            droppable tokens (float32 is enough and exact for the ranks).
-        rounding: float ``(batch,)`` uniform in [0, 1): stochastic rounding
-            of the per-example drop count.
+        noise: float ``(batch, sequence)`` uniform in [0, 1), the ranks.
+        rounding: float ``(batch,)`` uniform in [0, 1), the stochastic
+            rounding of the per-example drop count.
 
     Returns:
         A bool ``(batch, sequence)`` keep mask.
@@ -203,22 +200,9 @@ def batched_gather(values, indices):
     values_shape = _static_shape("values", values, min_rank=2)
     indices_shape = _static_shape("indices", indices, rank=2)
     _same_dims(("values", "indices"), (values_shape[:1], indices_shape[:1]), 1)
-    concrete = concrete_value(indices)
-    if concrete is not None:
-        if concrete.dtype.kind not in "iu":
-            raise ValueError(
-                f"Expected integer indices. Received: indices of dtype {concrete.dtype}."
-            )
-        length = values_shape[1]
-        if (
-            length is not None
-            and concrete.size
-            and (concrete.min() < 0 or concrete.max() >= length)
-        ):
-            raise ValueError(
-                f"Expected indices in [0, {length}) (the length of values). Received indices "
-                f"from {int(concrete.min())} to {int(concrete.max())}."
-            )
+    check_integer_ids("indices", indices)
+    if values_shape[1] is not None:
+        check_ids_in_range(indices, values_shape[1], "indices", "the length of values")
     shape = ops.shape(values)
     batch, length = shape[0], shape[1]
     flat = ops.reshape(values, (-1,) + tuple(values_shape[2:]))

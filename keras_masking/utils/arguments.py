@@ -19,9 +19,6 @@ def check_int(name, value, minimum=None, maximum=None):
         minimum: smallest allowed value, or None.
         maximum: largest allowed value, or None.
 
-    Returns:
-        ``int(value)``.
-
     Example:
 
     >>> import numpy as np
@@ -47,7 +44,7 @@ def check_float(
     open_maximum=False,
     allow_infinite=False,
 ):
-    """Returns ``value`` as a Python float, or raises a ValueError naming it.
+    """Returns ``value`` as a Python float (not NaN), or raises a ValueError naming it.
 
     Args:
         name: the argument's name in the message.
@@ -59,10 +56,6 @@ def check_float(
         allow_infinite: True if ``inf`` / ``-inf`` are meaningful values
             here; by default they are refused like NaN, since no rate, scale
             or temperature trains with them.
-
-    Returns:
-        ``float(value)``. NaN is refused, and so are infinities unless
-        ``allow_infinite``.
 
     Example:
 
@@ -92,9 +85,6 @@ def check_bool(name, value):
         name: the argument's name in the message.
         value: the value received (``True``/``False``, or a numpy bool).
 
-    Returns:
-        ``bool(value)``.
-
     Example:
 
     >>> check_bool("verbose", False)
@@ -112,9 +102,6 @@ def check_choice(name, value, choices):
         name: the argument's name in the message.
         value: the value received.
         choices: the allowed values (a tuple or list).
-
-    Returns:
-        ``value``.
 
     Example:
 
@@ -137,9 +124,6 @@ def check_seed(name, value):
     Args:
         name: the argument's name in the message.
         value: None or an integer >= 0.
-
-    Returns:
-        None or ``int(value)``.
 
     Example:
 
@@ -164,9 +148,6 @@ def check_int_list(name, value, minimum=None, maximum=None, allow_empty=True, un
         maximum: largest allowed entry, or None.
         allow_empty: False to refuse an empty sequence.
         unique: True to refuse repeated entries.
-
-    Returns:
-        A tuple of ints.
 
     Example:
 
@@ -201,9 +182,6 @@ def check_path(name, value):
     Args:
         name: the argument's name in the message.
         value: a str or `os.PathLike` (a `pathlib.Path`).
-
-    Returns:
-        ``os.fspath(value)``.
 
     Example:
 

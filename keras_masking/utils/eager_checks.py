@@ -31,20 +31,14 @@ def concrete_value(x):
     if name == "tensorflow":
         import tensorflow as tf
 
-        if isinstance(x, tf.Tensor) and tf.executing_eagerly() and hasattr(x, "numpy"):
-            return x.numpy()
-        return None
+        eager = isinstance(x, tf.Tensor) and tf.executing_eagerly() and hasattr(x, "numpy")
+        return x.numpy() if eager else None
     if name == "jax":
         import jax
 
-        if isinstance(x, jax.core.Tracer):
-            return None
-        if isinstance(x, jax.Array):
-            return np.asarray(x)
-        return None
-    if name == "numpy":
-        return np.asarray(x)
-    return None
+        eager = isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
+        return np.asarray(x) if eager else None
+    return np.asarray(x) if name == "numpy" else None
 
 
 def check_ids_in_range(ids, upper, what, limit_name):
@@ -59,9 +53,8 @@ def check_ids_in_range(ids, upper, what, limit_name):
     values = concrete_value(ids)
     if values is None or values.size == 0:
         return
-    low, high = int(values.min()), int(values.max())
-    if low < 0 or high >= upper:
-        bad = values[(values < 0) | (values >= upper)]
+    bad = values[(values < 0) | (values >= upper)]
+    if bad.size:
         raise ValueError(
             f"Expected {what} in [0, {upper}) ({limit_name}={upper}). "
             f"Received: {what} with the values {sorted(set(bad.tolist()))[:10]}."
@@ -168,13 +161,9 @@ def check_encoder_inputs(
 ):
     """One check of an encoder's input dict, shared by every entry point.
 
-    Shapes and dtypes are checked in every call, symbolic ones included;
-    values when they are concrete (eager calls, and ``fit`` / ``predict`` /
-    ``evaluate`` on numpy data before any step compiles). Compiled steps,
-    which cannot raise on values, keep the package's policy: an out-of-range
-    id gives NaN rows (see `TransformerEmbedding`).
-
-    Checked, for the keys present:
+    Shapes and dtypes are checked in every call, values when they are
+    concrete (compiled steps, which cannot raise on values, give NaN rows for
+    out-of-range ids: see `TransformerEmbedding`). Checked, for the keys present:
 
     * ``token_ids``: integer ``(batch, sequence)`` in ``[0, vocabulary_size)``;
     * ``padding_mask``: the shape of ``token_ids``, 0s and 1s (int, bool or
@@ -266,9 +255,7 @@ def check_encoder_inputs(
 
 
 def check_backbone_features(backbone, inputs):
-    """Checks ``inputs`` for ``backbone``: its `check_inputs` when it has one
-    (`TransformerBackbone`), else `check_encoder_inputs` with the sizes of a
-    keras-hub BERT / RoBERTa backbone."""
+    """``backbone.check_inputs``, or `check_encoder_inputs` with a keras-hub backbone's sizes."""
     if hasattr(backbone, "check_inputs"):
         backbone.check_inputs(inputs)
         return
@@ -278,13 +265,6 @@ def check_backbone_features(backbone, inputs):
         num_segments=getattr(backbone, "num_segments", 0) or 0,
         required=tuple(backbone.input),
         max_position=getattr(backbone, "max_sequence_length", None),
-    )
-
-
-def is_concrete_data(x):
-    """Whether ``x`` is a dict whose values are all concrete (numpy, lists, eager tensors)."""
-    return isinstance(x, Mapping) and all(
-        value is None or concrete_value(value) is not None for value in x.values()
     )
 
 
@@ -302,7 +282,10 @@ class ConcreteInputChecks:
         raise NotImplementedError
 
     def _check_data(self, x):
-        if is_concrete_data(x):
+        """Checks ``x`` when it is a dict of concrete values (numpy, lists, eager tensors)."""
+        if isinstance(x, Mapping) and all(
+            value is None or concrete_value(value) is not None for value in x.values()
+        ):
             self.check_inputs(x)
 
     def call(self, inputs, training=None, mask=None, **kwargs):

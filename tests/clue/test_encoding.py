@@ -7,8 +7,8 @@ import pathlib
 import numpy as np
 import pytest
 
+from keras_masking.clue.encoding import _special_token_id
 from keras_masking.clue.encoding import encode_examples
-from keras_masking.clue.encoding import special_token_id
 from keras_masking.clue.examples import ChoiceExample
 from keras_masking.clue.examples import EntityExample
 from keras_masking.clue.examples import IdiomPassage
@@ -106,7 +106,8 @@ def test_tokenization_bad_input():
     with pytest.raises(TypeError, match=r"expects a keras-hub WordPiece tokenizer"):
         tokenize_with_offsets("vocab.txt", "好")
     with pytest.raises(ValueError, match=r"no token '\[unused9\]'"):
-        special_token_id(tokenizer(), "[unused9]")
+        _special_token_id(tokenizer(), "[unused9]")
+    assert _special_token_id(tokenizer(), "[unused1]") == UNUSED1
 
 
 # === Classification ===

@@ -9,14 +9,7 @@ probability), and every kind trains under ``jit_compile=True``.
 import keras
 import numpy as np
 import pytest
-from tests.clue.helpers import CLS
-from tests.clue.helpers import MASK
-from tests.clue.helpers import SEP
-from tests.clue.helpers import VOCABULARY
-from tests.clue.helpers import tokenizer
-from tests.testing import randomize_weights
 
-import keras_masking
 from keras_masking.clue.encoding import encode_examples
 from keras_masking.clue.examples import ChoiceExample
 from keras_masking.clue.examples import EntityExample
@@ -34,8 +27,15 @@ from keras_masking.layers.span_logits import MaskedSpanLogits
 from keras_masking.losses.multilabel_crossentropy import MultilabelCategoricalCrossentropy
 from keras_masking.losses.multilabel_crossentropy import entity_targets
 from keras_masking.losses.span_crossentropy import SpanCrossentropy
+from keras_masking.methods import DropTokenEncoder
 from keras_masking.models import ExLMEncoder
 from keras_masking.models import TransformerBackbone
+from tests.clue.helpers import CLS
+from tests.clue.helpers import MASK
+from tests.clue.helpers import SEP
+from tests.clue.helpers import VOCABULARY
+from tests.clue.helpers import tokenizer
+from tests.testing import randomize_weights
 
 LENGTH = 12
 MASKED32 = float(np.float32(MASKED_SCORE))
@@ -384,8 +384,8 @@ def test_every_head_and_loss_trains_compiled_on_a_backbone():
 def test_drop_token_task_model_is_the_backbones_at_inference(backbone):
     name, encoded, options = _encoded("entity")
     reference = build_task_model(name, backbone, max_length=LENGTH)
-    encoder = keras_masking.with_drop_token(
-        backbone, 0.3, protected_token_ids=(CLS, SEP), mode="attention", seed=2
+    encoder = DropTokenEncoder(
+        backbone, 0.3, unselectable_token_ids=(CLS, SEP), mode="attention", seed=2
     )
     model = build_task_model(name, encoder, max_length=LENGTH)
     model.set_weights(reference.get_weights())
@@ -397,8 +397,8 @@ def test_drop_token_task_model_is_the_backbones_at_inference(backbone):
 @pytest.mark.slow
 def test_drop_token_task_model_scores_dropped_tokens_in_training(backbone):
     name, encoded, options = _encoded("entity")
-    encoder = keras_masking.with_drop_token(
-        backbone, 0.3, protected_token_ids=(CLS, SEP), mode="attention", seed=2
+    encoder = DropTokenEncoder(
+        backbone, 0.3, unselectable_token_ids=(CLS, SEP), mode="attention", seed=2
     )
     model = build_task_model(name, encoder, max_length=LENGTH)
     expected = run(model, encoded.features)
@@ -427,8 +427,8 @@ def test_exlm_task_model_masks_padded_choices():
 
 def _encoder(kind):
     if kind == "drop_token":
-        return keras_masking.with_drop_token(
-            tiny_backbone(), 0.3, protected_token_ids=(CLS, SEP), mode="attention", seed=1
+        return DropTokenEncoder(
+            tiny_backbone(), 0.3, unselectable_token_ids=(CLS, SEP), mode="attention", seed=1
         )
     return _exlm_encoder() if kind == "exlm" else tiny_backbone()
 

@@ -4,10 +4,10 @@ import keras
 import numpy as np
 import pytest
 
+from keras_masking.callbacks import MLMEmbeddingCorrection
 from keras_masking.clue import MethodPlan
 from keras_masking.clue import build_task_model
 from keras_masking.methods import DropTokenEncoder
-from keras_masking.callbacks import MLMEmbeddingCorrection
 from keras_masking.methods import parameter_report
 from keras_masking.models import TransformerBackbone
 from tests.clue.helpers import VOCABULARY

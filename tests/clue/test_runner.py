@@ -5,11 +5,9 @@ import os
 import shutil
 import zipfile
 
-from tests.clue import fixtures as clue_fixtures
 import keras
 import numpy as np
 import pytest
-from tests.clue.helpers import VOCABULARY
 
 import keras_masking
 from keras_masking.cli import main
@@ -19,6 +17,8 @@ from keras_masking.clue import read_split
 from keras_masking.clue.decoding import decode_predictions
 from keras_masking.clue.decoding import score
 from keras_masking.clue.encoding import encode_examples
+from tests.clue import fixtures as clue_fixtures
+from tests.clue.helpers import VOCABULARY
 
 SETTINGS = dict(epochs=2, batch_size=4, max_length=24, learning_rate=3e-3)
 

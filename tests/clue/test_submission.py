@@ -2,7 +2,6 @@
 
 import json
 import os
-import pathlib
 import zipfile
 
 import pytest
@@ -15,23 +14,8 @@ from keras_masking.clue import submission_file_name
 from keras_masking.clue import write_submission
 from keras_masking.clue.examples import TextExample
 from keras_masking.clue.submission import default_zip_name
-
-
-def write_lines(path, records):
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records),
-        encoding="utf-8",
-    )
-    return path
-
-
-def write_json(path, document):
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
-    return path
+from tests.clue.fixtures import write_json
+from tests.clue.fixtures import write_lines
 
 
 # === Test splits of each kind ===

@@ -277,12 +277,8 @@ def timing(steps=20):
     for name, engine in (("1 device", None), ("2 devices", data_parallel())):
         with keras_masking.distribution.engine_scope(engine):
             keras.utils.set_random_seed(0)
-            encoder = keras_masking.with_drop_token(
-                backbone(0.1, num_layers=2, hidden_dim=64, num_heads=4, intermediate_dim=256),
-                0.15,
-                protected_token_ids=(CLS, SEP),
-                seed=3,
-            )
+            encoder = backbone(0.1, num_layers=2, hidden_dim=64, num_heads=4, intermediate_dim=256)
+            encoder.enable_drop_token(0.15, unselectable_token_ids=(CLS, SEP), seed=3)
             model = compile_classifier(classifier(encoder))
             rng = np.random.default_rng(0)
             batch = 32

@@ -75,44 +75,44 @@ def build(method, dropout, optimizer=None):
     if method == "plain":
         model = compile_classifier(classifier(backbone(dropout)))
     elif method in ("drop_token", "drop_token+embedding_correction"):
-        encoder = keras_masking.with_drop_token(
-            backbone(dropout), 0.3, protected_token_ids=(CLS, SEP), seed=3
-        )
+        encoder = backbone(dropout)
+        encoder.enable_drop_token(0.3, unselectable_token_ids=(CLS, SEP), seed=3)
         model = compile_classifier(classifier(encoder))
         if method.endswith("embedding_correction"):
             callbacks = [keras_masking.callbacks.MLMEmbeddingCorrection(mask_token_id=MASK)]
     elif method == "asa+drop_token+fl_tuning":  # ASA on a DropToken encoder, FL-tuned
-        encoder = keras_masking.with_drop_token(
-            backbone(dropout), 0.3, protected_token_ids=(CLS, SEP), mode="attention", seed=3
-        )
-        task_model = classifier(encoder)
-        keras_masking.fl_tune(task_model, units=4)
-        model = keras_masking.with_asa(task_model, tau=0.5, noise=True, seed=5)
-        compile_classifier(model)
+        encoder = backbone(dropout)
+        encoder.enable_drop_token(0.3, unselectable_token_ids=(CLS, SEP), mode="attention", seed=3)
+        encoder.enable_fl_tuning(units=4)
+        encoder.enable_asa(tau=0.5, noise=True, seed=5)
+        model = compile_classifier(keras_masking.methods.ASATrainer(classifier(encoder)))
         callbacks = [keras_masking.callbacks.MLMEmbeddingCorrection(mask_token_id=MASK)]
     elif method == "asa":
-        model = keras_masking.with_asa(classifier(backbone(dropout)), tau=0.5, noise=True, seed=5)
-        compile_classifier(model)
+        encoder = backbone(dropout)
+        encoder.enable_asa(tau=0.5, noise=True, seed=5)
+        model = compile_classifier(keras_masking.methods.ASATrainer(classifier(encoder)))
     elif method == "asa_regression":  # the divergence's softmax runs over the global batch
         encoder = backbone(dropout)
+        encoder.enable_asa(tau=0.5)
         head = keras.layers.Dense(1, name="head")(encoder(encoder.input)["pooled_output"])
-        model = keras_masking.with_asa(keras.Model(encoder.input, head), tau=0.5)
+        model = keras_masking.methods.ASATrainer(keras.Model(encoder.input, head))
         _compile(model, loss="mse")
         y = np.array([[0.5], [-1.0], [2.0], [0.3]], "float32")
     elif method == "asa_tokens":  # the divergence sums over positions / B
         encoder = backbone(dropout)
+        encoder.enable_asa(tau=0.5)
         head = keras.layers.Dense(3, name="head")(encoder(encoder.input)["sequence_output"])
-        model = keras_masking.with_asa(keras.Model(encoder.input, head), tau=0.5)
+        model = keras_masking.methods.ASATrainer(keras.Model(encoder.input, head))
         _compile(model, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         y = (np.arange(BATCH * LENGTH).reshape(BATCH, LENGTH) % 3).astype("int32")
     elif method == "fl_tuning":
-        model = classifier(backbone(dropout))
-        keras_masking.fl_tune(model, units=4)
-        compile_classifier(model)
+        encoder = backbone(dropout)
+        encoder.enable_fl_tuning(units=4)
+        model = compile_classifier(classifier(encoder))
     elif method == "prefix_tuning":
-        model = classifier(backbone(dropout))
-        keras_masking.prefix_tune(model, length=3, dropout=dropout)
-        compile_classifier(model)
+        encoder = backbone(dropout)
+        encoder.enable_prefix_tuning(length=3, dropout=dropout)
+        model = compile_classifier(classifier(encoder))
     elif method == "lora":
         encoder = backbone(dropout)
         encoder.enable_lora(2)
@@ -120,10 +120,9 @@ def build(method, dropout, optimizer=None):
     elif method == "peft":  # FL-tuning, P-tuning v2 prefixes and LoRA at once
         encoder = backbone(dropout)
         encoder.enable_lora(2)
-        model = classifier(encoder)
-        keras_masking.fl_tune(model, units=4)
-        keras_masking.prefix_tune(model, length=3, dropout=dropout)
-        compile_classifier(model)
+        encoder.enable_fl_tuning(units=4)
+        encoder.enable_prefix_tuning(length=3, dropout=dropout)
+        model = compile_classifier(classifier(encoder))
     elif method == "embedding_correction":
         model = compile_classifier(classifier(backbone(dropout)))
         callbacks = [keras_masking.callbacks.MLMEmbeddingCorrection(mask_token_id=MASK)]

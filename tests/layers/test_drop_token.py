@@ -303,7 +303,7 @@ CALL_CASES = [
         {"position_ids": np.ones((2, 8), "float32")},
         r"Expected integer position_ids",
     ),
-    ((HIDDEN, MASK * 2), {}, r"Expected a padding_mask of 0s and 1s\. Received: .*\[2\]"),
+    ((HIDDEN, MASK * 2), {}, r"Expected padding_mask of 0s and 1s\. Received: .*\[2\]"),
     ((HIDDEN, MASK), {"token_ids": np.full((2, 8), 1, "int32")}, r"Row 0 has 8 protected tokens"),
     ("symbolic", {}, r"needs a static sequence length in training"),
 ]

@@ -4,6 +4,8 @@ The tests that build inputs from `tests.models.exlm_testing` use its ids
 ([CLS] 1, [SEP] 2, [MASK] 3); the others use BERT's (101, 102, 103).
 """
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -68,15 +70,15 @@ def _peoples_daily_batch(length=32, batch=16):
     from keras_masking.data import encode_texts
     from keras_masking.data.corpora import peoples_daily_sentences
 
-    vocab = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "vocab"
+    vocab = pathlib.Path(os.environ.get("KERAS_MASKING_DATA") or "data") / "vocab"
     if not (vocab / "bert-base-chinese-vocab.txt").exists():
-        pytest.skip("../shared/data (the Chinese BERT vocabulary) is not present")
+        pytest.skip("needs $KERAS_MASKING_DATA/vocab/bert-base-chinese-vocab.txt")
     tokenizer = bert_tokenizer(vocab / "bert-base-chinese-vocab.txt")
     return encode_texts(tokenizer, peoples_daily_sentences()[:batch], length)
 
 
 # About a minute per objective on two CPU cores (the compiled step's tracing dominates);
-# the wiring is checked value by value in tests/test_exlm_hardening.py.
+# the wiring is checked value by value in the fast tests above.
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["exlm", "mlm"])
 def test_a_tiny_model_learns_on_peoples_daily(objective):

@@ -23,7 +23,7 @@ def test_config_with_misspelled_keys(tmp_path):
 
 
 def test_unknown_family():
-    with pytest.raises(ValueError, match="must be one of"):
+    with pytest.raises(ValueError, match="Expected one of 'bert', .* for model"):
         keras_masking.models.google_config.backbone_kwargs_from_google_config({}, "albert")
 
 

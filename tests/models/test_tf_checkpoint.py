@@ -188,7 +188,7 @@ def test_from_tf_checkpoint_bad_input(checkpoint, tmp_path):
             r"Expected a path \(str or os.PathLike\) for config_path",
         ),
         ({"checkpoint_path": 3.5}, TypeError, "Expected a path .* for checkpoint_path"),
-        ({"model": "albert"}, ValueError, "must be one of"),
+        ({"model": "albert"}, ValueError, "Expected one of .bert., .* for model"),
     ]
     for kwargs, error, message in cases:
         arguments = {"config_path": config_path, "checkpoint_path": prefix, **kwargs}

@@ -20,8 +20,8 @@ OPS_BAD = [
     (lambda: ec.correction_coefficients([["a", "b"]], 0), "Expected a numeric"),
     (lambda: ec.correction_coefficients(OPS_TABLE, 6), r"Expected mask_token_id in \[0, 6\)"),
     (lambda: ec.correction_coefficients(OPS_TABLE, 1, mask_rate=-1), "mask_rate"),
-    (lambda: ec.expected_input_embeddings(OPS_TABLE, 1.5), "Expected an integer for mask_token_id"),
-    (lambda: ec.expected_input_embeddings(OPS_TABLE, 1, unselectable_token_ids=[9]), r"\[9\]"),
+    (lambda: ec.correction_coefficients(OPS_TABLE, 1.5), "Expected an integer for mask_token_id"),
+    (lambda: ec.selectable_rows(len(OPS_TABLE), unselectable_token_ids=[9]), r"\[9\]"),
     (lambda: ec.apply_correction(OPS_TABLE, 0.0, np.zeros(3), np.ones(6, bool)), "scale"),
     (lambda: ec.apply_correction(OPS_TABLE, np.nan, np.zeros(3), np.ones(6, bool)), "scale"),
     (lambda: ec.apply_correction(OPS_TABLE, True, np.zeros(3), np.ones(6, bool)), "scale"),
@@ -43,7 +43,8 @@ def test_embedding_correction_ops_bad_input(call, message):
 
 def test_embedding_correction_ops_accept_numpy_scalars():
     rates = (np.float32(0.2), np.float16(0.5), np.float32(0.25))
-    got = ec.expected_input_embeddings(OPS_TABLE, np.int32(1), *rates, np.array([0]))
+    scale, shift = ec.correction_coefficients(OPS_TABLE, np.int32(1), *rates)
+    got = ec.apply_correction(OPS_TABLE, scale, shift, ec.selectable_rows(6, np.array([0])))
     expected = numpy_formula(OPS_TABLE, 1, *map(float, rates), unselectable=[0])
     np.testing.assert_allclose(got, expected, atol=1e-12)
     assert got.dtype == np.float64
