@@ -112,15 +112,7 @@ def _date(text):
 
 # === Output folders: checked first, written under a temporary name ===
 def _check_output_folder(output, input_folders):
-    """Refuses an output that would overwrite files or write into an input.
-
-    Args:
-        output: the OUTPUT argument.
-        input_folders: the folders the command reads from.
-
-    Returns:
-        The absolute output path.
-    """
+    """The absolute OUTPUT path; refuses one that would overwrite files or write into an input."""
     absolute = os.path.abspath(output)
     if os.path.exists(absolute) and not os.path.isdir(absolute):
         raise ValueError(f"OUTPUT {output!r} is an existing file; expected a new folder.")
@@ -157,9 +149,7 @@ def _files_bytes(folder):
 
 
 def _checkpoint_bytes(prefix):
-    """The bytes of a TF checkpoint's model variables (its training state left
-    out), from its index; None when the index cannot be read (the reader then
-    says why)."""
+    """The bytes of a TF checkpoint's model variables, or None if its index cannot be read."""
     import numpy as np
     import tensorflow as tf
 
@@ -320,12 +310,7 @@ def _demo(argv):
 # === Output and errors ===
 @contextlib.contextmanager
 def _output(verbose):
-    """Progress lines through `logging`; expected warnings off unless ``verbose``.
-
-    Logging and warning settings are restored on exit (the command may run
-    inside another program, as in tests). Where the program already has
-    logging handlers, they receive the lines instead.
-    """
+    """Progress lines through `logging`; expected warnings off unless ``verbose``."""
     package = logging.getLogger("keras_masking")
     saved = package.level
     handler = None
@@ -383,9 +368,7 @@ def _run(command, function, argument, verbose=False):
 
 def _exit_code(exit_request):
     code = exit_request.code
-    if code is None:
-        return 0
-    return code if isinstance(code, int) else 1
+    return 0 if code is None else code if isinstance(code, int) else 1
 
 
 # === Parsers ===
@@ -554,12 +537,13 @@ def main(argv=None):
     argv = [argument for argument in argv if argument != "--verbose"]
     if argv[:1] == ["demo"]:
         return _run("demo", _demo, argv[1:], verbose)
-    parser = build_submit_parser() if argv[:2] == ["clue", "submit"] else build_parser()
+    submit = argv[:2] == ["clue", "submit"]
+    parser = build_submit_parser() if submit else build_parser()
     try:
-        args = parser.parse_args(argv[2:] if argv[:2] == ["clue", "submit"] else argv)
+        args = parser.parse_args(argv[2:] if submit else argv)
     except SystemExit as exit_request:
         return _exit_code(exit_request)
-    if argv[:2] == ["clue", "submit"]:
+    if submit:
         return _run("clue submit", _clue_submit, args, verbose)
     handlers = {
         "convert": _convert,

@@ -73,20 +73,15 @@ class ModelSource:
         """The vocabulary file a preset folder carries, or None."""
         if self.preset is None:
             return None
-        for name in VOCABULARY_NAMES:
-            candidate = self.folder / name
-            if candidate.is_file():
-                return candidate
-        return None
+        return _first_file(self.folder, VOCABULARY_NAMES)
 
     def vocabulary_file(self):
         """The vocabulary to tokenise with (checked to exist)."""
         if self.vocabulary is not None:
             return existing_file(self.vocabulary, "--vocab", "a vocab.txt file")
-        own = self.preset_vocabulary()
-        if own is not None:
-            return own
-        return _first_existing(self.folder, VOCABULARY_NAMES, "vocabulary", "--vocab")
+        return self.preset_vocabulary() or _first_existing(
+            self.folder, VOCABULARY_NAMES, "vocabulary", "--vocab"
+        )
 
     def check(self):
         """Checks every file the source needs exists; reads no weights.
@@ -230,10 +225,13 @@ def existing_file(path, argument, expected):
     return pathlib.Path(path)
 
 
+def _first_file(folder, names):
+    return next((folder / name for name in names if (folder / name).is_file()), None)
+
+
 def _first_existing(folder, names, what, argument):
-    tried = [folder / name for name in names]
-    for candidate in tried:
-        if candidate.is_file():
-            return candidate
-    listed = ", ".join(repr(os.fspath(path)) for path in tried)
-    raise FileNotFoundError(f"No {what} next to the model (tried {listed}); pass {argument}.")
+    found = _first_file(folder, names)
+    if found is None:
+        listed = ", ".join(repr(os.fspath(folder / name)) for name in names)
+        raise FileNotFoundError(f"No {what} next to the model (tried {listed}); pass {argument}.")
+    return found

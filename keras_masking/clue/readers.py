@@ -515,8 +515,7 @@ def _read_document(path):
 
 
 def _decode(data, name, line=None):
-    """UTF-8 ``data`` (a byte-order mark dropped) of line ``line`` of file ``name``
-    (None: the whole file), or a ValueError naming the file and line."""
+    """UTF-8 ``data`` of line ``line`` (None: all) of file ``name``, a byte-order mark dropped."""
     try:
         return data.decode("utf-8-sig" if line in (None, 1) else "utf-8")
     except UnicodeDecodeError as error:
@@ -529,8 +528,7 @@ def _decode(data, name, line=None):
 
 
 def _parse(text, name, line=None):
-    """JSON ``text`` of line ``line`` of file ``name`` (None: the whole file), or a
-    ValueError naming the file and line."""
+    """JSON ``text`` of line ``line`` (None: the whole file) of file ``name``."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
@@ -893,12 +891,7 @@ def _cmrc2018_paragraphs(article, where):
 
 
 def _cmrc2018_answers(qa, text, where, squad, counts):
-    """``((answer text, start or None), ...)`` and the placements that are not exact.
-
-    Answers are placed by their text, as CLUE's baselines do: 200 of the
-    official dev's 9,657 ``answer_start`` are -1 or point elsewhere. An answer
-    whose text is not in the context is scored by its text, never trained on.
-    """
+    """``((answer text, start or None), ...)`` and the placements that are not exact."""
     answers = _field(qa, "answers", where, list)
     if not answers:
         raise ValueError(f"{where}: field 'answers' is empty; labelled splits need an answer.")
@@ -934,11 +927,7 @@ def _locate_answer(context, answer, start):
     """``start`` if ``answer`` is there, else its occurrence nearest to ``start``, or None."""
     if start is not None and start >= 0 and context[start : start + len(answer)] == answer:
         return start
-    positions = []
-    position = context.find(answer)
-    while position >= 0:
-        positions.append(position)
-        position = context.find(answer, position + 1)
+    positions = [found.start() for found in re.finditer(f"(?={re.escape(answer)})", context)]
     if not positions:
         return None
     if start is None or start < 0:

@@ -114,16 +114,14 @@ class MethodEvidence(keras.callbacks.Callback):
         self.encoder = encoder
         self.correction = correction
         self.trainable = parameter_report(task_model)
-        self.sample = {name: np.asarray(sample[name][:batch_size]) for name in SEQUENCE_INPUTS}
+        rows = {name: np.asarray(sample[name][:batch_size]) for name in SEQUENCE_INPUTS}
+        self.sample = {name: value.reshape((-1, value.shape[-1])) for name, value in rows.items()}
 
     def drop_share(self):
         """The share of real tokens DropToken drops, measured in training mode."""
-        features = {
-            name: value.reshape((-1, value.shape[-1])) for name, value in self.sample.items()
-        }
-        outputs = self.encoder(features, training=True)
+        outputs = self.encoder(self.sample, training=True)
         kept = np.asarray(keras.ops.convert_to_numpy(outputs["token_mask"]), "float64")
-        real = features["padding_mask"].astype("float64")
+        real = self.sample["padding_mask"].astype("float64")
         return float(1.0 - kept.sum() / max(real.sum(), 1.0))
 
     def on_epoch_end(self, epoch, logs=None):

@@ -297,8 +297,7 @@ class _Run:
         return score(self.task, self.predict(name), self.splits[name].examples)
 
     def state_variables(self):
-        """Every variable a resumed run needs: the trainer's (seeds included)
-        and the optimizer's."""
+        """Every variable a resumed run needs: the trainer's (seeds included), the optimizer's."""
         optimizer = self.trainer.optimizer
         if not optimizer.built:
             optimizer.build(self.trainer.trainable_variables)
@@ -437,14 +436,12 @@ def _settings(task, given, warmup_proportion, weight_decay, seed):
     values = {
         name: task.defaults[name] if given[name] is None else given[name] for name in TASK_SETTINGS
     }
+    minimums = {"epochs": 1, "batch_size": 1, "max_length": 8, "accumulation": 1}
     return {
-        "epochs": check_int("epochs", values["epochs"], minimum=1),
-        "batch_size": check_int("batch_size", values["batch_size"], minimum=1),
+        **{name: check_int(name, values[name], minimum=low) for name, low in minimums.items()},
         "learning_rate": check_float(
             "learning_rate", values["learning_rate"], minimum=0.0, open_minimum=True
         ),
-        "max_length": check_int("max_length", values["max_length"], minimum=8),
-        "accumulation": check_int("accumulation", values["accumulation"], minimum=1),
         "warmup_proportion": check_float(
             "warmup_proportion", warmup_proportion, 0.0, 1.0, open_maximum=True
         ),
@@ -465,11 +462,7 @@ def _schedule_record(examples, settings):
 
 
 def _grouped_order(order, settings):
-    """An epoch's order cycled up to whole accumulation groups.
-
-    Keras updates every ``accumulation`` batches: a partial last group would
-    wait for the next epoch (or never update), so every epoch ends on one.
-    """
+    """An epoch's order cycled up to whole accumulation groups (every epoch ends on an update)."""
     missing = -len(order) % (settings["batch_size"] * settings["accumulation"])
     return np.concatenate([order, np.resize(order, missing)]) if missing else order
 
@@ -524,8 +517,7 @@ def _encode_options(task, splits, settings):
 
 
 def _encode_splits(task, splits, tokenizer, settings, verbose):
-    """Every split encoded; a large classification split (a row per example)
-    ``ENCODE_CHUNK`` rows at a time, with a progress bar."""
+    """Every split encoded; a large classification split in chunks, with a progress bar."""
     options = _encode_options(task, splits, settings)
     encode = functools.partial(
         encode_examples, task, tokenizer=tokenizer, max_length=settings["max_length"], **options

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 
 from keras_masking.clue.examples import RECORD_TYPES
 from keras_masking.clue.readers import ClueSplit
+from keras_masking.clue.readers import _short
 from keras_masking.clue.tasks import TASKS
 from keras_masking.clue.tasks import check_benchmark
 from keras_masking.clue.tasks import get_task
@@ -132,13 +133,7 @@ def _split_parts(task, benchmark, test_split):
 
 # === The records of each kind: written and checked with the same code ===
 class _Layout:
-    """How one task's predictions sit in its submission file, for writing and checking.
-
-    ``field``: the value's field in a record a line (``"label"`` or
-    ``"answer"``), or None for ONE JSON object ``{id: value}``;
-    ``expected``: ``{key: test example}`` in test order (CHID: a key per
-    blank), or None without a test split.
-    """
+    """How one task's predictions sit in its submission file, for writing and checking."""
 
     def __init__(self, task, benchmark, test_split):
         self.task, self.benchmark = get_task(task), check_benchmark(benchmark)
@@ -247,21 +242,13 @@ def _label_problem(task, labels, value):
         noun = type(value).__name__
         article = "an" if noun[:1] in "aeiou" else "a"
         return f"label {value!r} is {article} {noun}; {task.name} expects the label string" + (
-            hint or f" (one of {_few(labels)})"
+            hint or (f" (one of {_short(labels)})" if labels else "")
         )
     if labels is None:
         return None if value else "label is an empty string"
     if value not in labels:
-        return f"label {value!r} is not one of {task.name}'s labels {_few(labels)}{hint}"
+        return f"label {value!r} is not one of {task.name}'s labels {_short(labels)}{hint}"
     return None
-
-
-def _few(labels):
-    if labels is None:
-        return "its labels"
-    if len(labels) <= 8:
-        return repr(tuple(labels))
-    return f"({', '.join(map(repr, labels[:4]))}, ..., {labels[-1]!r})"
 
 
 def _entity_problem(task, labels, value, example):
@@ -273,7 +260,7 @@ def _entity_problem(task, labels, value, example):
     text = example.text if example is not None else None
     for kind, mentions in value.items():
         if labels is not None and kind not in labels:
-            return f"entity type {kind!r} is not one of {task.name}'s types {_few(labels)}"
+            return f"entity type {kind!r} is not one of {task.name}'s types {_short(labels)}"
         if not isinstance(mentions, dict):
             return f"label[{kind!r}] must be an object {{entity: [[start, end]]}}"
         for entity, spans in mentions.items():
@@ -396,13 +383,10 @@ def write_submission(output_dir, task, benchmark, predictions, test_split):
             + "\n  ".join(_summarise(problems))
         )
     if layout.field is None:
-        text = json.dumps({key: value for _, key, value in records}, ensure_ascii=False) + "\n"
+        rows = [{key: value for _, key, value in records}]
     else:
-        lines = (
-            json.dumps({"id": key, layout.field: value}, ensure_ascii=False)
-            for _, key, value in records
-        )
-        text = "\n".join(lines) + "\n"
+        rows = [{"id": key, layout.field: value} for _, key, value in records]
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     output_dir = pathlib.Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     path = write_atomically(output_dir / name, lambda file: file.write(text))

@@ -95,31 +95,12 @@ def text_shard_dataset(
     ``[CLS] window [SEP]`` padded with [PAD]. Every batch has exactly
     ``batch_size`` rows and a static shape, so a compiled step compiles once.
 
-    Order. With ``shuffle_buffer=0`` the files are read one after the
-    other in sorted order. Else each pass over the files takes them in a new
-    random order, ``cycle_length`` files are read at once, interleaved line
-    by line, and the windows are shuffled in consecutive blocks of
-    ``shuffle_buffer`` windows (at most that many are held).
-
-    Determinism. Every draw (file order, block order, masking) is stateless,
-    keyed by ``seed`` and the index of the pass, block or batch (and
-    ``shard_index``): the same arguments give the same batches in every
-    iteration, in every process, whatever TensorFlow's or Keras' global
-    seed. ``dataset.skip(n)`` therefore continues exactly where a run that
-    trained ``n`` steps stopped, which is how a pretraining resumes.
-
-    With ``objective="mlm"`` the batch is masked as BERT masks: in each row,
-    ``round(mask_rate * n)`` of its ``n`` real non-special tokens (at least
-    one, at most ``max_predictions``) are picked; a picked token becomes
-    [MASK] with probability ``mask_token_rate``, a random token with
-    probability ``random_token_rate`` (uniform over the vocabulary less the
-    special tokens and [UNK]), and stays as it is otherwise.
-
-    Files are checked when the dataset is made: each must hold some text (a
-    repeating dataset would wait forever on a blank file) and its first 64
-    KiB must be UTF-8 (a Latin-1 or GBK file is refused, named, rather than
-    read as [UNK]s). Invalid UTF-8 further on stops the iteration with a
-    `tf.errors.InvalidArgumentError` naming the file.
+    Every draw (file order, shuffled blocks, masking) is stateless, keyed by
+    ``seed`` and the pass, block or batch index, so ``dataset.skip(n)``
+    continues exactly where a run that trained ``n`` steps stopped. With
+    ``objective="mlm"`` rows are masked as BERT masks them. Files are checked
+    when the dataset is made (some text, UTF-8). docs/pretraining.md has the
+    order, the masking and the checks in full.
 
     Args:
         files: a path or glob pattern, or a list of them (see

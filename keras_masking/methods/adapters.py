@@ -375,16 +375,14 @@ def _is_name_and_shape(entry):
 
 def _adapter_variables(model, backbone):
     """Attachment variables (by layer, each shared one once) then the head's."""
-    tuned, seen = [], set()
-    for block in backbone.transformer_layers:
-        for layer in (block.feed_forward_branch, block.key_value_prefix, block.attention_units):
-            if layer is None:
-                continue
-            for variable in layer.weights:
-                if id(variable) not in seen:
-                    seen.add(id(variable))
-                    tuned.append(variable)
-    return tuned + _head_variables(model, backbone)
+    tuned = {
+        id(variable): variable
+        for block in backbone.transformer_layers
+        for layer in (block.feed_forward_branch, block.key_value_prefix, block.attention_units)
+        if layer is not None
+        for variable in layer.weights
+    }
+    return list(tuned.values()) + _head_variables(model, backbone)
 
 
 def _head_variables(model, backbone):
@@ -463,21 +461,18 @@ def _assign(variables, arrays, description, source):
     problem = None
     if len(variables) != len(arrays):
         problem = f"it holds {len(arrays)} arrays, the model has {len(variables)} variables"
-    else:
-        names = [name for name, _ in description.get("variables") or []]
-        for index, (variable, array) in enumerate(zip(variables, arrays)):
-            if tuple(variable.shape) != array.shape:
-                problem = (
-                    f"array v{index} has shape {array.shape}, the model's variable "
-                    f"{variable.path} has shape {tuple(variable.shape)}"
-                )
-                break
-            if names and names[index] != _leaf(variable):
-                problem = (
-                    f"array v{index} is a {names[index]!r}, the model's variable "
-                    f"{variable.path} a {_leaf(variable)!r}"
-                )
-                break
+    names = [name for name, _ in description.get("variables") or []]
+    for index, (variable, array) in enumerate(zip(variables, arrays)):
+        if problem is None and tuple(variable.shape) != array.shape:
+            problem = (
+                f"array v{index} has shape {array.shape}, the model's variable "
+                f"{variable.path} has shape {tuple(variable.shape)}"
+            )
+        elif problem is None and names and names[index] != _leaf(variable):
+            problem = (
+                f"array v{index} is a {names[index]!r}, the model's variable "
+                f"{variable.path} a {_leaf(variable)!r}"
+            )
     if problem:
         raise ValueError(
             f"The adapter {source} does not match the model's tuned variables: {problem}."

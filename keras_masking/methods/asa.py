@@ -27,18 +27,11 @@ class ASATrainer(ASAObjective, keras.Model):
     """Fine-tunes a user's task model with adversarial self-attention (ASA).
 
     Wu et al. (2023), "Adversarial Self-Attention for Language
-    Understanding", as its official code trains (``AsaBert*``): every step
-    runs the task model twice with dropout on in both, once clean and once
-    with each attacked layer's padding mask replaced by an
-    `AttentionAdversary`'s binary mask computed from that layer's own input
-    (``(1 - M) * -10000``), and minimises
-
-        L = task_loss(clean) + D(clean, adversarial) + tau^2 * sum_l sum_ij M^l_ij / rows
-
-    in one backward pass with one optimizer. A gradient reversal makes the
-    adversaries ascend ``D + tau^2 * kept units`` while the encoder and head
-    descend ``task_loss + D``. ``rows`` is the encoder's batch (``B x
-    choices`` for multiple choice).
+    Understanding", as its official code trains: each step runs the task
+    model clean and with every attacked layer's mask set by an
+    `AttentionAdversary`, and minimises ``task_loss + D(clean, adversarial)
+    + tau^2 * kept units / rows`` in one backward pass; a gradient reversal
+    makes the adversaries ascend what the model descends (docs/asa.md).
 
     This is how a user's own head on a `TransformerBackbone` trains with
     ASA: ``backbone.enable_asa(tau=...)`` (the backbone holds the setting
@@ -50,13 +43,9 @@ class ASATrainer(ASAObjective, keras.Model):
     adversarial pass is a second graph built from the task model's own
     layers (``keras.models.clone_model``, layers shared).
 
-    The progress bar shows ``loss`` (``task_loss + D``, as the official
-    scripts log), ``mask_term``, ``divergence`` and
-    ``masked_fraction_<layer>`` (see `plot_masked_fractions`). ``D`` follows
-    the task kind, as the official scripts (symmetric KL with ``batchmean``;
-    summed over positions for token classification; a softmax over the
-    batch for regression, see `keras_masking.losses.batch_softmax_divergence`).
-    A span or pointer head, or several outputs, needs ``divergence=``.
+    The logs hold ``loss`` (``task_loss + D``, as the official scripts log),
+    ``mask_term``, ``divergence`` and ``masked_fraction_<layer>``. A span or
+    pointer head, or several outputs, needs ``divergence=``.
 
     Args:
         task_model: a functional Keras model (``keras.Model(inputs, outputs)``

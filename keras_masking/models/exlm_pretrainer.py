@@ -71,24 +71,14 @@ class ExLMPretrainer(ExLMModel):
     ``pos2 = 0``), for comparison. Padding may sit anywhere in a row: the
     positions and the masking draws count the real tokens only.
 
-    **Static sizes.** A step compiles once: the expanded sequence has
-    ``L + (k - 1) * E`` slots, with room for ``E = min(ceil(mask_rate * L) +
-    max_special_tokens, L)`` expanded tokens (targets) and ``k * E`` DAG
-    vertices. ``max_special_tokens`` (3: [CLS] and two [SEP]s) bounds the
-    always-expanded tokens of a row (``unselectable_token_ids`` and any
-    [MASK] already in the input); None gives room for every token (``E =
-    L``). A row with more raises in eager calls; in compiled steps it is
-    left out of the loss and counted in the ``overflow`` metric: nothing is
-    cut silently.
-
-    Metrics: ``entropy`` (mean entropy of the predicted distributions at the
-    masked positions; for ExLM over every [MASK] state), ``aligned_entropy``
-    (see `aligned_entropy`; for MLM equal to ``entropy``), ``impossible``
-    (share of examples whose alignment cannot exist, by
-    `dag_alignment_feasible`; their loss is 0, as in the official code) and
-    ``overflow`` (share of examples left out, see above). Each is weighted by
-    what it averages over, so a data-parallel step reports what one device
-    reports on the same global batch.
+    A step compiles once: the expanded sequence has room for ``E =
+    min(ceil(mask_rate * L) + max_special_tokens, L)`` expanded tokens (None:
+    every token); a row with more raises in eager calls and, in compiled
+    steps, is left out of the loss and counted in ``overflow``. The metrics
+    ``entropy``, ``aligned_entropy``, ``impossible`` (alignments that cannot
+    exist, loss 0 as in the official code) and ``overflow`` are weighted so
+    that a data-parallel step reports what one device reports
+    (docs/exlm.md).
 
     Outputs of a call (ExLM): ``match`` ``(B, T, N)`` (the emission
     log-probs ``log P_u(y_i)``), ``log_transitions`` ``(B, N, N)``,

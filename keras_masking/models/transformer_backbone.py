@@ -470,9 +470,7 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
     def pool(self, hidden):
         """BERT's pooler on the [CLS] state (or the state itself if none)."""
         cls_state = hidden[:, 0, :]
-        if self.pooled_dense is None:
-            return cls_state
-        return self.pooled_dense(cls_state)
+        return cls_state if self.pooled_dense is None else self.pooled_dense(cls_state)
 
     # === Methods, one call each ===
     def enable_drop_token(
@@ -880,12 +878,10 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
     def detach_attachments(self):
         """Removes every attached FFN branch, attention unit and prefix."""
         for block in self.transformer_layers:
-            block.detach_feed_forward_branch()
-            block.detach_key_value_prefix()
-            block.detach_attention_units()
-        self.add_ffn = None
-        self.key_value_prefix = None
-        self.add_attention_units = None
+            for attribute in _BLOCK_ATTACHMENTS:
+                getattr(block, f"detach_{attribute}")()
+        for name in _RECORDS[:-1]:
+            setattr(self, name, None)
 
     def base_layers(self):
         """The layers holding the pretrained weights (not the attachments)."""
@@ -1118,11 +1114,7 @@ def _drop_token_record(layer):
 
 
 def _checked_arguments(arguments):
-    """The constructor's arguments checked, numbers as Python types.
-
-    Raises a ValueError naming the argument, what was expected and what was
-    received. Nothing is built before this passes.
-    """
+    """The constructor's arguments checked, numbers as Python types."""
     checked = dict(arguments)
     for name, minimum in _INTEGER_MINIMUMS.items():
         checked[name] = check_int(name, arguments[name], minimum=minimum)
@@ -1163,16 +1155,11 @@ def _checked_arguments(arguments):
             "Expected hidden_dim divisible by num_heads. "
             f"Received: hidden_dim={hidden_dim}, num_heads={num_heads}."
         )
-    head_dim = hidden_dim // num_heads
-    if position == "rotary2d" and head_dim % 4:
+    multiple = {"rotary": 2, "rotary2d": 4}.get(position, 1)
+    if (hidden_dim // num_heads) % multiple:
         raise ValueError(
-            "2D rotary positions need a head size (hidden_dim // num_heads) divisible by 4. "
-            f"Received: hidden_dim={hidden_dim}, num_heads={num_heads}."
-        )
-    if position == "rotary" and head_dim % 2:
-        raise ValueError(
-            "Rotary positions need an even head size (hidden_dim // num_heads). "
-            f"Received: hidden_dim={hidden_dim}, num_heads={num_heads}."
+            f"Expected an even head size (hidden_dim // num_heads) divisible by {multiple} for "
+            f"position={position!r}. Received: hidden_dim={hidden_dim}, num_heads={num_heads}."
         )
     return checked
 
@@ -1248,8 +1235,8 @@ def _check_finite_weights(model, source):
 
 def _declared_activation(preset):
     """The activation a Hugging Face folder declares, or None."""
-    config_path = os.path.join(str(preset), "config.json")
-    if not os.path.exists(config_path):
+    config_path = _preset_file(preset, "config.json")
+    if config_path is None:
         return None
     with open(config_path, encoding="utf-8") as file:
         config = json.load(file)

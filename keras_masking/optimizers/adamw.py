@@ -14,35 +14,16 @@ from keras_masking.utils.arguments import check_int
 class AdamW(keras.optimizers.AdamW):
     """`keras.optimizers.AdamW` whose embedding-row updates are exact on TensorFlow.
 
-    The same arguments and the same update as Keras' AdamW, except that on
+    The same arguments and update as Keras' AdamW, except two things. On
     TensorFlow the gradients of embedding lookups are summed per row before
-    the update (see `densify_gradients`). Keras' AdamW on TensorFlow squares
-    such a gradient slice by slice, so a row looked up ``k`` times in a batch
-    gets the sum of the squares of its ``k`` parts as its second moment
-    instead of the square of their sum: with same-sign parts it moves up to
-    ``sqrt(k)`` times too far (exactly ``sqrt(k)`` for equal parts on the
-    first step: a row looked up 4 times moved 0.02 instead of 0.01 at
-    ``learning_rate=0.01``, one looked up twice 0.0702 instead of 0.0500 at
-    0.05), with parts of both signs it can move far too little, and under
-    `tf.distribute` every row that several replicas looked up is off the
-    same way. (Keras' AdamW with ``loss_scale_factor`` even fails there,
-    dividing the IndexedSlices.) With this class TensorFlow's
-    single-device, TensorFlow's data-parallel and JAX's steps agree to float
-    rounding.
-
-    A `LearningRateSchedule` is evaluated at the number of updates applied
-    (``optimizer.iterations``). Keras evaluates it at its batch counter, which
-    under ``gradient_accumulation_steps=k`` runs ``k`` times faster than the
-    updates: a schedule sized in updates (warmup, linear decay) reaches its end
-    after a ``k``-th of the run, and every later update gets its final rate (0
-    for a decay to 0). Here update ``u`` gets ``schedule(u)`` whatever the
-    accumulation; without accumulation the two counters are the same.
-
-    Every argument is checked before anything is built: a rate, a decay, an
-    ``epsilon`` or a clipping bound must be finite, ``beta_1`` and
-    ``beta_2`` in ``[0, 1)``, and ``epsilon`` > 0 (with ``epsilon=0`` a row
-    whose gradient is 0, such as an embedding row no example looked up,
-    would become NaN).
+    the update (see `densify_gradients`): Keras squares them slice by slice,
+    so a row looked up ``k`` times moves up to ``sqrt(k)`` times too far.
+    And a `LearningRateSchedule` is evaluated at the number of updates
+    applied (``optimizer.iterations``), not at Keras' batch counter, which
+    runs ``k`` times faster under ``gradient_accumulation_steps=k``. Every
+    argument is checked before anything is built (``epsilon`` > 0: with 0,
+    an embedding row no example looked up would become NaN).
+    docs/distributed.md measures both defects.
 
     Args:
         learning_rate: float > 0, or a

@@ -7,20 +7,12 @@ import numpy as np
 def densify_gradients(grads, variables=None):
     """Turns TensorFlow's `tf.IndexedSlices` gradients into dense tensors.
 
-    On TensorFlow an embedding lookup's gradient is a `tf.IndexedSlices`
-    holding one row per looked-up id, so an id seen ``k`` times in a batch
-    appears ``k`` times (and under `tf.distribute`, a row every replica
-    touched appears once per replica). Keras 3's Adam and AdamW square such
-    a gradient slice by slice (``ops.square`` keeps it sparse), so the second
-    moment of a repeated row gets the sum of the squares of its parts
-    instead of the square of their sum: with parts of the same sign the row
-    moves up to ``sqrt(k)`` times too far (exactly ``sqrt(k)`` for ``k``
-    equal parts on a first step), with parts of both signs it can move far
-    too little, and a `MirroredStrategy` step differs from the same step on
-    one device. Summing the duplicates first (a dense
-    tensor) gives the exact Adam update. Adam's moments are dense already,
-    so nothing is lost in speed or memory. Other backends' gradients are
-    returned as they are.
+    On TensorFlow an embedding lookup's gradient holds one slice per
+    looked-up id, and Keras' Adam squares the slices one by one: a row looked
+    up ``k`` times gets the sum of the squared parts as its second moment
+    instead of the square of their sum (see `AdamW`). Summing the duplicates
+    first gives the exact update, at no cost: Adam's moments are dense
+    already. Other backends' gradients are returned as they are.
 
     A slice whose row is outside the variable (negative, or past its first
     dimension) is refused with an error naming the variable: a ValueError

@@ -141,9 +141,7 @@ def check_zero_one(name, mask):
     if dtype_name(mask) in ("string",):
         raise ValueError(f"Expected {name} of 0s and 1s. Received: {name} of dtype string.")
     values = concrete_value(mask)
-    if values is None or not values.size:
-        return
-    if values.dtype == bool:
+    if values is None or not values.size or values.dtype == bool:
         return
     bad = ~np.isin(np.asarray(values, "float64"), (0.0, 1.0))
     if bad.any():
@@ -231,13 +229,10 @@ def check_encoder_inputs(
         other = static_shape(position_ids)
         ok = len(other) in position_ranks and len(other) >= 2
         ok = ok and (same(other[0], shape[0]) or other[0] == 1) and same(other[1], shape[1])
-        if ok and len(other) == 3:
-            ok = same(other[2], 2)
+        ok = ok and (len(other) == 2 or same(other[2], 2))
         if not ok:
-            expected = " or ".join(
-                "(batch or 1, sequence)" if rank == 2 else "(batch or 1, sequence, 2)"
-                for rank in position_ranks
-            )
+            shapes = {2: "(batch or 1, sequence)", 3: "(batch or 1, sequence, 2)"}
+            expected = " or ".join(shapes[rank] for rank in position_ranks)
             raise ValueError(
                 f"Expected position_ids of shape {expected} with sequence = {shape[1]}. "
                 f"Received: position_ids.shape={other}."
@@ -266,6 +261,17 @@ def check_backbone_features(backbone, inputs):
         required=tuple(backbone.input),
         max_position=getattr(backbone, "max_sequence_length", None),
     )
+
+
+def _checking_data(name):
+    """The Model method ``name``, checking concrete dict data ``x`` first."""
+
+    def method(self, x=None, *args, **kwargs):
+        self._check_data(x)
+        return getattr(super(ConcreteInputChecks, self), name)(x, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    return method
 
 
 class ConcreteInputChecks:
@@ -302,22 +308,8 @@ class ConcreteInputChecks:
             self._check_data(validation[0])
         return super().fit(x, *args, **kwargs)
 
-    def evaluate(self, x=None, *args, **kwargs):
-        self._check_data(x)
-        return super().evaluate(x, *args, **kwargs)
-
-    def predict(self, x, *args, **kwargs):
-        self._check_data(x)
-        return super().predict(x, *args, **kwargs)
-
-    def train_on_batch(self, x, *args, **kwargs):
-        self._check_data(x)
-        return super().train_on_batch(x, *args, **kwargs)
-
-    def test_on_batch(self, x, *args, **kwargs):
-        self._check_data(x)
-        return super().test_on_batch(x, *args, **kwargs)
-
-    def predict_on_batch(self, x):
-        self._check_data(x)
-        return super().predict_on_batch(x)
+    evaluate = _checking_data("evaluate")
+    predict = _checking_data("predict")
+    train_on_batch = _checking_data("train_on_batch")
+    test_on_batch = _checking_data("test_on_batch")
+    predict_on_batch = _checking_data("predict_on_batch")

@@ -84,9 +84,11 @@ def test_a_mixed_precision_step_matches_float32(float32_steps, method, policy):
     assert logs["loss"] == pytest.approx(reference_logs["loss"], rel=loss_tolerance)
     if policy == "mixed_float16":
         assert float(keras.ops.convert_to_numpy(model.optimizer.dynamic_scale)) == 2.0**8
+    # ASA's divergence compares two bfloat16 passes (8-bit mantissas): 0.02 apart at most.
+    close = 0.02 if policy == "mixed_bfloat16" else 0.01
     for name in ("entropy", "aligned_entropy", "divergence", "masked_fraction_0"):
         if name in reference_logs:
-            assert logs[name] == pytest.approx(reference_logs[name], rel=0.02, abs=0.01), name
+            assert logs[name] == pytest.approx(reference_logs[name], rel=0.02, abs=close), name
 
 
 @pytest.mark.parametrize("policy", sorted(TOLERANCES))
