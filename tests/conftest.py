@@ -22,6 +22,7 @@ os.environ.setdefault(
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
+import keras  # noqa: E402
 import pytest  # noqa: E402
 
 from tests.testing import random_features  # noqa: E402
@@ -30,3 +31,21 @@ from tests.testing import random_features  # noqa: E402
 @pytest.fixture
 def features():
     return random_features()
+
+
+# The global dtype policy, restored after a test that changes it.
+@pytest.fixture(params=["mixed_bfloat16", "mixed_float16"])
+def mixed_policy(request):
+    keras.mixed_precision.set_global_policy(request.param)
+    try:
+        yield request.param
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.fixture
+def restore_policy():
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

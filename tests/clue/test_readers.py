@@ -24,7 +24,6 @@ from keras_masking.clue import iter_examples
 from keras_masking.clue import read_split
 from keras_masking.clue import task_names
 from keras_masking.clue.tasks import TASKS
-from tests.clue import fixtures as clue_fixtures
 from tests.clue.fixtures import write_json
 from tests.testing import FIXTURES
 
@@ -954,66 +953,3 @@ def test_real_fewclue_tnews_codes_and_wsc_marks():
 
 
 # === What a run records of reading CLUE's official layouts ===
-@pytest.mark.slow
-def test_a_run_writes_both_test_files_and_records_what_reading_changed(tmp_path):
-    from keras_masking.clue import finetune
-
-    preset = clue_fixtures.tiny_preset(tmp_path / "preset", max_sequence_length=32)
-    settings = dict(epochs=1, batch_size=2, max_length=16, learning_rate=1e-3, verbose=0)
-    # TNEWS with CLUE 1.0's test file beside 1.1's: CLUE's baselines submit both.
-    folder = tmp_path / "data" / "tnews"
-    write_lines(
-        folder / "train.json",
-        [{"sentence": "很好", "label": "100"}, {"sentence": "不", "label": "101"}],
-    )
-    write_lines(folder / "dev.json", [{"sentence": "好", "label": "100"}])
-    write_lines(folder / "test1.0.json", [{"id": 7, "sentence": "好"}])
-    write_lines(folder / "test1.1.json", [{"id": 0, "sentence": "不好"}])
-    finetune("tnews", tmp_path / "data", tmp_path / "tnews_run", preset=preset, **settings)
-    record = json.loads((tmp_path / "tnews_run" / "run.json").read_text(encoding="utf-8"))
-    assert (record["submission"], record["submission_1.0"]) == (
-        "tnews11_predict.json",
-        "tnews10_predict.json",
-    )
-    lines = (tmp_path / "tnews_run" / "tnews10_predict.json").read_text(encoding="utf-8")
-    assert json.loads(lines)["id"] == 7
-    # CMRC2018: an answer_start of -1 whose text is nowhere in the context is counted.
-    context = "北京是中国的首都。"
-    qas = [
-        {"id": "Q0", "question": "首都？", "answers": [{"text": "北京", "answer_start": 0}]},
-        {"id": "Q1", "question": "哪国？", "answers": [{"text": "中国", "answer_start": 5}]},
-        {"id": "Q2", "question": "何处？", "answers": [{"text": "上海。", "answer_start": -1}]},
-    ]
-    document = {"data": [{"paragraphs": [{"id": "P", "context": context, "qas": qas}]}]}
-    for split in ("train", "dev"):
-        write_json(tmp_path / "data" / "cmrc2018" / f"{split}.json", document)
-    finetune("cmrc2018", tmp_path / "data", tmp_path / "cmrc_run", preset=preset, **settings)
-    record = json.loads((tmp_path / "cmrc_run" / "run.json").read_text(encoding="utf-8"))
-    train, dev = record["data"]["train"], record["data"]["dev"]
-    assert (train["examples"], dev["examples"]) == (2, 3)  # Q2 is scored, not trained on
-    assert train["counts"] == {
-        "answers": 3,
-        "answers_relocated": 1,
-        "answers_unplaced": 1,
-        "questions_unplaced": 1,
-        "questions_dropped": 1,
-    }
-    assert dev["counts"]["answers_unplaced"] == 1 and "questions_dropped" not in dev["counts"]
-
-
-def test_the_run_record_holds_what_reading_changed(tmp_path):
-    from keras_masking.clue import read_split
-    from keras_masking.clue.runner import _split_record
-
-    qas = [{"id": "Q", "question": "何处？", "answers": [{"text": "北京", "answer_start": 3}]}]
-    document = {"data": [{"paragraphs": [{"context": "在北京", "qas": qas}]}]}
-    path = tmp_path / "cmrc2018" / "dev.json"
-    path.parent.mkdir()
-    path.write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
-    record = _split_record(read_split(tmp_path, "cmrc2018", "dev"))
-    assert record["counts"] == {
-        "answers": 1,
-        "answers_relocated": 1,
-        "answers_unplaced": 0,
-        "questions_unplaced": 0,
-    }

@@ -51,16 +51,7 @@ def test_transition_matrix_matches_the_formula_and_is_float32(expanded_positions
         keras.config.set_dtype_policy("float32")
 
 
-# === Item 5: DAGTransition in float32 under mixed precision ===
-@pytest.fixture
-def restore_policy():
-    previous = keras.config.dtype_policy()
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(previous)
-
-
+# === DAGTransition in float32 under mixed precision ===
 @pytest.mark.parametrize(
     "policy, low", [("mixed_bfloat16", "bfloat16"), ("mixed_float16", "float16")]
 )

@@ -500,16 +500,7 @@ def test_edge_sizes(steps, vertices):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
-# === Mixed precision ===
-@pytest.fixture(params=["mixed_bfloat16", "mixed_float16"])
-def mixed_policy(request):
-    keras.config.set_dtype_policy(request.param)
-    try:
-        yield request.param
-    finally:
-        keras.config.set_dtype_policy("float32")
-
-
+# === Mixed precision (the `mixed_policy` fixture is conftest's) ===
 def test_computes_in_float32_under_mixed_precision(mixed_policy):
     half = "bfloat16" if mixed_policy == "mixed_bfloat16" else "float16"
     match, edges = _random_graph(4, 4, 7, seed=9)
