@@ -330,7 +330,9 @@ def main(argv=None):
         if value is not None:
             overrides[field] = value
     settings = DemoSettings.quick(**overrides) if args.quick else DemoSettings(**overrides)
-    if not logging.getLogger().handlers:  # run as a command: show the progress lines
+    # Run as a command: show the progress lines, unless a handler (the
+    # `keras-masking` CLI's on the package logger, or the caller's) already does.
+    if not logging.getLogger().handlers and not logging.getLogger("keras_masking").handlers:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
     run(args.output_dir, settings=settings, verbose=2 if args.quiet else 1)
     return 0

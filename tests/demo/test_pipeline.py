@@ -192,6 +192,17 @@ def test_the_command_shows_the_progress_lines_when_nothing_set_up_logging(monkey
     assert root.handlers == configured
 
 
+def test_under_the_cli_each_progress_line_is_shown_once(monkeypatch):
+    """`keras-masking demo`: the CLI's handler on the package logger shows the
+    lines; the demo adds no second one on the root logger."""
+    monkeypatch.setattr(pipeline, "run", lambda output, settings, verbose: None)
+    root, package = logging.getLogger(), logging.getLogger("keras_masking")
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(package, "handlers", [logging.NullHandler()])
+    pipeline.main(["--quick"])
+    assert root.handlers == []
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
