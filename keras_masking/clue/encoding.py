@@ -146,9 +146,27 @@ def encode_examples(task, examples, tokenizer, max_length, **options):
     return encoder(task, examples, tokenizer, max_length, **options)
 
 
+# BERT's special tokens as the tokenizers' attributes (a UnigramTokenizer's
+# <s>, </s>, <pad>, <unk>, <mask>).
+_SPECIAL_ATTRIBUTES = {
+    "[CLS]": "cls_token_id",
+    "[SEP]": "sep_token_id",
+    "[PAD]": "pad_token_id",
+    "[UNK]": "unk_token_id",
+    "[MASK]": "mask_token_id",
+}
+
+
 def _special_token_id(tokenizer, token):
-    """The id of a vocabulary token such as ``"[CLS]"``; a ValueError naming it when missing."""
+    """The id of a vocabulary token such as ``"[CLS]"``; a ValueError naming it when missing.
+
+    A tokenizer without BERT's tokens (a `UnigramTokenizer`) gives its own
+    ``<s>``, ``</s>``, ``<pad>``, ``<unk>`` and ``<mask>`` for them.
+    """
     vocabulary = tokenizer.get_vocabulary()
+    attribute = _SPECIAL_ATTRIBUTES.get(token)
+    if token not in vocabulary and attribute and getattr(tokenizer, attribute, None) is not None:
+        return int(getattr(tokenizer, attribute))
     if token not in vocabulary:
         raise ValueError(
             f"The tokenizer's vocabulary has no token {token!r}; this encoding needs it. "

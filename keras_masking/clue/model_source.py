@@ -8,7 +8,20 @@ import pathlib
 
 from keras_masking.utils.arguments import check_choice
 
-VOCABULARY_NAMES = ("vocab.txt", os.path.join("assets", "tokenizer", "vocabulary.txt"))
+VOCABULARY_NAMES = (
+    "vocab.txt",
+    os.path.join("assets", "tokenizer", "vocabulary.txt"),
+    # A UnigramTokenizer's model (multilingual-e5 presets, `convert_multilingual_e5`).
+    os.path.join("assets", "tokenizer", "unigram_model.json"),
+)
+# What a unigram tokenizer holds for BERT's special tokens.
+UNIGRAM_SPECIALS = {
+    "[CLS]": "<s>",
+    "[SEP]": "</s>",
+    "[PAD]": "<pad>",
+    "[UNK]": "<unk>",
+    "[MASK]": "<mask>",
+}
 FAMILIES = ("bert", "roberta", "roformer", "nezha")
 # Tokens every task encoding uses.
 REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]")
@@ -124,6 +137,8 @@ class ModelSource:
         from keras_masking.models import from_tf_checkpoint
 
         paths = self.check()
+        if paths["vocabulary"].endswith("unigram_model.json"):
+            return self._load_unigram(paths, required_tokens)
         tokens = read_vocabulary(paths["vocabulary"])
         own = self.preset_vocabulary()
         if self.vocabulary is not None and own is not None and read_vocabulary(own) != tokens:
@@ -149,6 +164,31 @@ class ModelSource:
                 f"{backbone.vocabulary_size}; pass the model's own vocab.txt with --vocab."
             )
         return backbone, bert_tokenizer(tokens)
+
+    def _load_unigram(self, paths, required_tokens):
+        """A preset whose tokenizer is a `UnigramTokenizer` (multilingual-e5)."""
+        from keras_masking.models import TransformerBackbone
+        from keras_masking.models import UnigramTokenizer
+
+        if self.vocabulary is not None and os.path.abspath(self.vocabulary) != paths["vocabulary"]:
+            raise ValueError(
+                f"--vocab {self.vocabulary!r}: this preset tokenises with its own unigram "
+                f"model {paths['vocabulary']!r}; leave --vocab out."
+            )
+        missing = [token for token in required_tokens if token not in UNIGRAM_SPECIALS]
+        if missing:
+            raise ValueError(
+                f"The preset {self.preset!r} tokenises with XLM-R unigram pieces, which have no "
+                f"{missing}; this task's encoding needs them. Use a BERT-vocabulary model."
+            )
+        tokenizer = UnigramTokenizer(paths["vocabulary"])
+        backbone = TransformerBackbone.from_preset(self.preset)
+        if tokenizer.vocabulary_size() != backbone.vocabulary_size:
+            raise ValueError(
+                f"The unigram model {paths['vocabulary']!r} gives {tokenizer.vocabulary_size()} "
+                f"ids but the model has {backbone.vocabulary_size} rows; the preset is damaged."
+            )
+        return backbone, tokenizer
 
 
 def check_max_length(backbone, max_length):

@@ -148,23 +148,35 @@ class MethodEvidence(keras.callbacks.Callback):
 class DevScore(keras.callbacks.Callback):
     """Scores dev after each epoch that did not fail; adds ``dev_score`` to the logs.
 
+    With a run folder, the epoch's dev predictions are saved there too
+    (`RunFolder.save_dev_predictions`), so an epoch can be chosen afterwards
+    on part of dev (`keras_masking.clue.compare`).
+
     Args:
-        evaluate: a callable returning the dev scores (a dict with ``score``).
+        predict: a callable returning the dev predictions (id -> prediction).
+        score: a callable taking them, returning the dev scores (a dict with
+            ``score``).
         failure: the run's `TrainingFailure`.
+        folder: the run's `RunFolder`, or None (the predictions are not saved).
 
     Attributes:
         scores: the last epoch's dev scores.
     """
 
-    def __init__(self, evaluate, failure):
+    def __init__(self, predict, score, failure, folder=None):
         super().__init__()
-        self.evaluate = evaluate
+        self.predict = predict
+        self.score = score
         self.failure = failure
+        self.folder = folder
         self.scores = None
 
     def on_epoch_end(self, epoch, logs=None):
         if self.failure.failure is None and logs is not None:
-            self.scores = self.evaluate()
+            predictions = self.predict()
+            if self.folder is not None:
+                self.folder.save_dev_predictions(epoch + 1, predictions)
+            self.scores = self.score(predictions)
             logs["dev_score"] = self.scores["score"]
 
 

@@ -9,6 +9,9 @@ renamed when complete (`keras_masking.utils.files`):
   continues exactly where it stopped;
 * ``best_weights.npz``: the trainable variables at the best dev score (for
   FL-tuning, P-tuning v2 and LoRA: the adapter and the head only);
+* ``dev_predictions/epoch_<n>.json``: each finished epoch's dev predictions,
+  so an epoch can be chosen afterwards on part of dev
+  (`keras_masking.clue.compare`);
 * the submission file, named as CLUE expects.
 """
 
@@ -26,6 +29,7 @@ from keras_masking.utils.files import write_json_atomically
 RECORD = "run.json"
 STATE = "resume_state.npz"
 BEST = "best_weights.npz"
+DEV_PREDICTIONS = "dev_predictions"
 
 
 class RunFolder:
@@ -45,6 +49,10 @@ class RunFolder:
         self.record_path = self.path / RECORD
         self.state_path = self.path / STATE
         self.best_path = self.path / BEST
+
+    def dev_predictions_path(self, epoch):
+        """The file of epoch ``epoch``'s dev predictions (epochs count from 1)."""
+        return self.path / DEV_PREDICTIONS / f"epoch_{int(epoch)}.json"
 
     def read_record(self, arguments):
         """The record of an earlier run with the same arguments, or None.
@@ -126,6 +134,51 @@ class RunFolder:
         """Assigns the best weights to ``variables``; returns their metadata."""
         return _load_variables(self.best_path, variables, "best weights")
 
+    def save_dev_predictions(self, epoch, predictions):
+        """Writes epoch ``epoch``'s dev predictions (atomically).
+
+        Args:
+            epoch: the epoch, from 1.
+            predictions: dict id -> prediction, as `decode_predictions`
+                returns it.
+
+        Returns:
+            The file's path.
+        """
+        path = self.dev_predictions_path(epoch)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        document = {"epoch": int(epoch), "predictions": [[k, v] for k, v in predictions.items()]}
+        return write_atomically(
+            path,
+            lambda file: json.dump(document, file, ensure_ascii=False, default=_json_scalar),
+        )
+
+    def read_dev_predictions(self, epoch):
+        """Epoch ``epoch``'s dev predictions, as `save_dev_predictions` got them.
+
+        Ids keep their type (int or str); an entity prediction's
+        ``(type, start, end)`` entries are tuples again.
+
+        Raises:
+            ValueError: the file is missing (a run of a version that did not
+                keep them) or corrupt.
+        """
+        path = self.dev_predictions_path(epoch)
+        if not path.is_file():
+            raise ValueError(
+                f"{os.fspath(path)} is missing: the run kept no dev predictions for epoch "
+                f"{int(epoch)} (a run made before finetune kept them?). Remove the run folder "
+                "to run it again."
+            )
+        try:
+            pairs = json.loads(path.read_text(encoding="utf-8"))["predictions"]
+            return {key: _tuples(value) for key, value in pairs}
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(
+                f"{os.fspath(path)}: corrupt dev predictions ({error}). Remove the run folder to "
+                "run it again."
+            ) from error
+
     def check_resumable(self, record):
         """Refuses a folder whose record lists epochs its files lack.
 
@@ -160,6 +213,20 @@ def __getattr__(name):
         )
         return write_json_atomically
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _json_scalar(value):
+    """NumPy scalars as Python numbers (``json.dump``'s ``default``)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _tuples(value):
+    """A list of lists (entities) as a list of tuples; anything else as it is."""
+    if isinstance(value, list):
+        return [tuple(item) if isinstance(item, list) else item for item in value]
+    return value
 
 
 def variable_names(variables):

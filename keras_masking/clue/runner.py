@@ -292,9 +292,12 @@ class _Run:
         outputs = predict_in_batches(self.task_model, encoded.features, self.settings["batch_size"])
         return decode_predictions(self.task, outputs, encoded, examples)
 
-    def evaluate(self, name):
-        """The task's CLUE metric on the labelled split ``name``."""
-        return score(self.task, self.predict(name), self.splits[name].examples)
+    def evaluate(self, name, predictions=None):
+        """The task's CLUE metric on the labelled split ``name`` (of ``predictions``
+        when given, else of the task model's)."""
+        if predictions is None:
+            predictions = self.predict(name)
+        return score(self.task, predictions, self.splits[name].examples)
 
     def state_variables(self):
         """Every variable a resumed run needs: the trainer's (seeds included), the optimizer's."""
@@ -368,7 +371,9 @@ def _train(run, record, earlier, first_callbacks, callbacks):
         train.features, train.labels, settings["batch_size"], order=np.concatenate(orders)
     )
     failure = TrainingFailure(record)
-    dev = DevScore(lambda: run.evaluate("dev"), failure)
+    dev = DevScore(
+        lambda: run.predict("dev"), lambda found: run.evaluate("dev", found), failure, folder
+    )
     best = BestWeights(folder, run.task_model.trainable_variables, best=record["best"])
     run.trainer.fit(
         batches,

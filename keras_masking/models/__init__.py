@@ -5,6 +5,12 @@ from keras_masking.models.exlm_encoder import plain_position_ids
 from keras_masking.models.exlm_pretrainer import ExLMPretrainer
 from keras_masking.models.keras_hub_conversion import to_keras_hub
 from keras_masking.models.mlm_embedding_correction_record import MLMEmbeddingCorrectionRecord
+from keras_masking.models.multilingual_e5 import E5_QUERY_PREFIX
+from keras_masking.models.multilingual_e5 import convert_multilingual_e5
+from keras_masking.models.multilingual_e5 import load_multilingual_e5
+from keras_masking.models.multilingual_e5 import prune_token_embeddings
+from keras_masking.models.multilingual_e5_file import MultilingualE5File
+from keras_masking.models.multilingual_e5_file import read_multilingual_e5_file
 from keras_masking.models.tf_checkpoint import CheckpointLoadReport
 from keras_masking.models.tf_checkpoint import from_tf_checkpoint
 from keras_masking.models.tf_checkpoint import load_tf_checkpoint_weights
@@ -18,3 +24,4 @@ from keras_masking.models.transformer_text_classifier_preprocessor import (
     TransformerTextClassifierPreprocessor,
 )
 from keras_masking.models.transformer_tokenizer import TransformerTokenizer
+from keras_masking.models.unigram_tokenizer import UnigramTokenizer

@@ -204,7 +204,7 @@ class ExLMEncoder(ExLMModel):
         hidden = self.backbone.embed(ids, segment_ids, positions, training=training)
         hidden = self.backbone.encode(hidden, mask, positions, training=training)
         sequence = batched_gather(hidden, expanded["first_slot"])
-        pooled = self.backbone.pool(hidden)
+        pooled = self.backbone.pool(hidden, mask)
         if self.k > 1 and self.max_expanded_tokens is not None:
             # Compiled calls cannot raise: a cut row shows as NaN.
             overflow = expanded["overflow"]

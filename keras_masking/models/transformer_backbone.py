@@ -32,7 +32,9 @@ from keras_masking.models import keras_hub_conversion
 from keras_masking.models.mlm_embedding_correction_record import load_folder_record
 from keras_masking.models.mlm_embedding_correction_record import mark_loaded_record
 from keras_masking.ops.attention_masks import validate_mask_semantics
+from keras_masking.ops.pooling import masked_mean
 from keras_masking.utils.arguments import check_bool
+from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.arguments import check_int_list
@@ -44,6 +46,7 @@ from keras_masking.utils.xla_cpu import warn_if_slow_token_dropping_under_xla
 
 logger = logging.getLogger(__name__)
 
+POOLINGS = ("first", "mean")
 FAMILY_POSITIONS = {
     "bert": "absolute",
     "roberta": "absolute",
@@ -101,7 +104,11 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         attention_dropout: float or None. Dropout on attention probabilities;
             ``dropout`` when None.
         use_pooler: bool. Whether ``pooled_output`` goes through BERT's tanh
-            dense pooler; when False it is the [CLS] hidden state itself.
+            dense pooler; when False it is the pooled state itself.
+        pooling: ``"first"`` (the [CLS] state, BERT's) or ``"mean"`` (the
+            mean of the real tokens' states, [CLS] and [SEP] included, as
+            sentence embedders such as multilingual-e5 pool; tokens that
+            DropToken dropped are left out of the mean).
         mlm_embedding_correction: dict or None. The record of an MLM
             embedding correction applied to the token embedding (written by
             `keras_masking.correct_mlm_embeddings`; a second one is refused).
@@ -154,6 +161,7 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         layer_norm_epsilon=1e-12,
         attention_dropout=None,
         use_pooler=True,
+        pooling="first",
         custom_position_ids=False,
         mlm_embedding_correction=None,
         add_ffn=None,
@@ -369,14 +377,16 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
             mask_semantics=mask_semantics,
         )
         if drop_token is None:
-            return {"sequence_output": sequence, "pooled_output": self.pool(sequence)}
-        pooled = self.pool(sequence)
+            pooled = self.pool(sequence, padding_mask)
+            return {"sequence_output": sequence, "pooled_output": pooled}
+        token_mask = ops.cast(dropped["keep_mask"], "int32") * ops.cast(padding_mask, "int32")
+        kept_mask = dropped["padding_mask"] if drop_token.mode == "gather" else token_mask
+        pooled = self.pool(sequence, kept_mask)
         if drop_token.mode == "gather":
             restore = self.restore_dropped_tokens
             if restore is None or drop_token is not self.drop_token:
                 restore = RestoreDroppedTokens(dtype=drop_token.dtype_policy)
             sequence = restore(sequence, dropped["keep_mask"])
-        token_mask = ops.cast(dropped["keep_mask"], "int32") * ops.cast(padding_mask, "int32")
         return {"sequence_output": sequence, "pooled_output": pooled, "token_mask": token_mask}
 
     def adversarial_forward(
@@ -467,10 +477,19 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
             ),
         )
 
-    def pool(self, hidden):
-        """BERT's pooler on the [CLS] state (or the state itself if none)."""
-        cls_state = hidden[:, 0, :]
-        return cls_state if self.pooled_dense is None else self.pooled_dense(cls_state)
+    def pool(self, hidden, padding_mask=None):
+        """The pooled vector: the [CLS] state or the mean (``pooling``), then the pooler if any.
+
+        Args:
+            hidden: float tensor ``(batch, sequence, hidden_dim)``.
+            padding_mask: 0/1 tensor ``(batch, sequence)``, the tokens a
+                ``"mean"`` pooling averages (None: all of them).
+        """
+        if self.pooling == "first":
+            state = hidden[:, 0, :]
+        else:
+            state = masked_mean(hidden, padding_mask)
+        return state if self.pooled_dense is None else self.pooled_dense(state)
 
     # === Methods, one call each ===
     def enable_drop_token(
@@ -985,12 +1004,14 @@ class TransformerBackbone(ConcreteInputChecks, keras_hub.models.Backbone):
         as corrected.
 
         Args:
-            preset: path to a local preset folder (named presets need the
-                network, which this package never uses by itself).
+            preset: path (str or path-like) to a local preset folder (named
+                presets need the network, which this package never uses by
+                itself).
             load_weights: bool. Whether to load the weights.
             **kwargs: passed to the keras-hub loader.
         """
         # keras-hub's generic loader picks the class the preset declares.
+        preset = os.fspath(preset)
         _check_preset_json_files(preset)
         try:
             loaded = keras_hub.models.Backbone.from_preset(
@@ -1095,6 +1116,7 @@ _CONFIG_NAMES = (
     "layer_norm_epsilon",
     "attention_dropout",
     "use_pooler",
+    "pooling",
     "custom_position_ids",
 )
 _BLOCK_ATTACHMENTS = ("feed_forward_branch", "key_value_prefix", "attention_units")
@@ -1126,6 +1148,7 @@ def _checked_arguments(arguments):
     )
     for name in ("use_pooler", "custom_position_ids", "frozen_base"):
         checked[name] = check_bool(name, arguments[name])
+    check_choice("pooling", arguments["pooling"], POOLINGS)
     position, activation = arguments["position"], arguments["activation"]
     validate_position_scheme(position)
     if not (isinstance(activation, str) or callable(activation)):

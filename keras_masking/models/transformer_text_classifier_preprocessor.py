@@ -12,6 +12,7 @@ import numpy as np
 
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.models.transformer_tokenizer import TransformerTokenizer
+from keras_masking.models.unigram_tokenizer import UnigramTokenizer
 from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_int
 
@@ -37,9 +38,10 @@ class TransformerTextClassifierPreprocessor(keras_hub.models.TextClassifierPrepr
 
     Args:
         tokenizer: a keras-hub `BertTokenizer` (e.g.
-            ``keras_masking.data.bert_tokenizer("vocab.txt")``); its
-            vocabulary must be the backbone's (`TransformerTextClassifier`
-            checks the size).
+            ``keras_masking.data.bert_tokenizer("vocab.txt")``) or a
+            `UnigramTokenizer` (multilingual-e5: ``<s> a </s> b </s>``, the
+            second text in segment 1); its vocabulary must be the
+            backbone's (`TransformerTextClassifier` checks the size).
         sequence_length: int >= 3. Length of the packed inputs; at most the
             backbone's ``max_sequence_length`` for absolute positions.
         truncate: ``"round_robin"`` (default: one token at a time from the
@@ -77,11 +79,11 @@ class TransformerTextClassifierPreprocessor(keras_hub.models.TextClassifierPrepr
     tokenizer_cls = TransformerTokenizer
 
     def __init__(self, tokenizer, sequence_length=512, truncate="round_robin", **kwargs):
-        if not isinstance(tokenizer, keras_hub.tokenizers.BertTokenizer):
+        if not isinstance(tokenizer, (keras_hub.tokenizers.BertTokenizer, UnigramTokenizer)):
             raise ValueError(
-                "Expected a keras-hub BertTokenizer for tokenizer (build one with "
-                "keras_masking.data.bert_tokenizer('vocab.txt') or from a token list). "
-                f"Received: tokenizer={tokenizer!r}."
+                "Expected a keras-hub BertTokenizer (build one with "
+                "keras_masking.data.bert_tokenizer('vocab.txt') or from a token list) or a "
+                f"UnigramTokenizer for tokenizer. Received: tokenizer={tokenizer!r}."
             )
         sequence_length = check_int("sequence_length", sequence_length, minimum=3)
         check_choice("truncate", truncate, TRUNCATE_CHOICES)

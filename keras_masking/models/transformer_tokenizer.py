@@ -363,7 +363,8 @@ def tokenize_with_offsets(tokenizer, text):
 
     Args:
         tokenizer: a keras-hub `BertTokenizer` (or any
-            `keras_hub.tokenizers.WordPieceTokenizer`); its vocabulary and
+            `keras_hub.tokenizers.WordPieceTokenizer`), or a
+            `UnigramTokenizer` (its `encode_with_offsets`); its vocabulary and
             its ``lowercase``, ``strip_accents``, ``split``,
             ``split_on_cjk``, ``suffix_indicator`` and ``oov_token``
             settings are followed.
@@ -391,6 +392,8 @@ def tokenize_with_offsets(tokenizer, text):
             f"tokenize_with_offsets expects text as a str. Received: {type(text).__name__} "
             f"{text!r:.60}."
         )
+    if hasattr(tokenizer, "encode_with_offsets"):  # a UnigramTokenizer
+        return tokenizer.encode_with_offsets(text)
     return _offset_tokenizer(tokenizer).tokenize(text)
 
 

