@@ -17,6 +17,7 @@ import os
 import pathlib
 import re
 
+import keras
 import numpy as np
 
 from keras_masking.clue.decoding import score
@@ -231,6 +232,10 @@ def compare(
             )  # fmt: skip
             record["runs"].append(_run_entry(task, spec["label"], seed, result, dev, halves))
             write_json_atomically(output / RECORD, record)
+            # Each run builds its own models: free them, or a long compare
+            # holds every run's weights and compiled steps in memory.
+            del result
+            keras.backend.clear_session(free_memory=True)
     return _finish(record, output, task)
 
 
