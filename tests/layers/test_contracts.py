@@ -635,8 +635,13 @@ def test_every_registered_class_has_a_contract_case():
     # the learning-rate schedule in tests/test_clue_runner.py; the optimizer in
     # tests/optimizers/test_adamw.py.
     losses = {"DAGLoss", "MultilabelCategoricalCrossentropy", "SpanCrossentropy"}
-    # String preprocessing has its own tests in tests/test_text_classifier.py.
-    preprocessing = {"TransformerTextClassifierPreprocessor", "TransformerTokenizer"}
+    # String preprocessing has its own tests: tests/test_text_classifier.py and
+    # tests/models/test_unigram_tokenizer.py.
+    preprocessing = {
+        "TransformerTextClassifierPreprocessor",
+        "TransformerTokenizer",
+        "UnigramTokenizer",
+    }
     covered = {name.split("-")[0] for name in CASES} | losses | preprocessing
     covered |= {"WarmupLinearDecay", "AdamW"}
     assert set(registered) == covered, (
