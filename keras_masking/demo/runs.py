@@ -1,5 +1,6 @@
 """The demo's fine-tuning runs: every method through `keras_masking.clue.finetune`."""
 
+import pathlib
 import statistics
 import time
 
@@ -52,8 +53,9 @@ def held_out_score(task, model, data_dir, tokenizer, max_length, batch_size):
     return score(task, decode_predictions(task, outputs, encoded, examples), examples)["score"]
 
 
-def fine_tune(task, name, switches, learning_rate, epochs, preset, data_dir, output, settings,
-              seed, max_length, held_out=None, tokenizer=None, progress=1):  # fmt: skip
+def fine_tune(task, name, switches, learning_rate, epochs, preset, data_dir, output, *,
+              batch_size, max_length, seed, jit_compile, held_out=None, tokenizer=None,
+              progress=1):  # fmt: skip
     """One method's run; returns its row of figures.
 
     Args:
@@ -65,9 +67,10 @@ def fine_tune(task, name, switches, learning_rate, epochs, preset, data_dir, out
         preset: the pretrained encoder's preset folder.
         data_dir: the task's data folder.
         output: the run folder.
-        settings: a `DemoSettings`.
-        seed: the run's seed.
+        batch_size: examples per step.
         max_length: tokens per example.
+        seed: the run's seed.
+        jit_compile: compile the steps with XLA.
         held_out: a data folder whose labelled ``dev`` split is the test
             split (entities); None to use the run's ``test_public`` score.
         tokenizer: the tokenizer, with ``held_out``.
@@ -76,10 +79,20 @@ def fine_tune(task, name, switches, learning_rate, epochs, preset, data_dir, out
     Returns:
         A dict: the dev score at the best epoch, the test score, the
         trainable parameters, the median step time, the seconds per epoch,
-        the per-epoch dev scores and losses, the methods' evidence, and the
-        embedding correction's record (None without it).
+        the per-epoch dev scores and losses, the methods' evidence, the
+        embedding correction's record (None without it), and the encoder's
+        ``num_layers`` and ``vocabulary_size`` as the run recorded them.
+        The run's resume state (every variable and the optimizer's, to
+        continue an unfinished run) is deleted once the run finished.
+
+    Example (not run by the docstring tests: a whole fine-tuning run)::
+
+        row = fine_tune("eprstmt", "plain", {}, 5e-5, 1, "e5_preset", "data", "runs/plain",
+                        batch_size=16, max_length=48, seed=0, jit_compile=False)
+        row["dev"], row["test"]  # accuracy (%)
     """
     from keras_masking.clue import finetune
+    from keras_masking.clue.run_folder import STATE
 
     timer = StepTimer()
     result = finetune(
@@ -88,22 +101,26 @@ def fine_tune(task, name, switches, learning_rate, epochs, preset, data_dir, out
         output,
         preset=preset,
         epochs=epochs,
-        batch_size=settings.batch_size,
+        batch_size=batch_size,
         max_length=max_length,
         learning_rate=learning_rate,
         seed=seed,
         verbose=progress,
         callbacks=[timer],
-        jit_compile=settings.jit_compile,
+        jit_compile=jit_compile,
         **switches,
     )
     if result.status != "finished":
         raise RuntimeError(f"{name} on {task}: {result.record['failure']}")
+    # A finished run is never resumed; its resume state is as big as the
+    # model and its optimizer (about 300 MB for multilingual-e5-small).
+    pathlib.Path(output, STATE).unlink(missing_ok=True)
     if held_out is None:
         test = result.test_public["score"]
     else:
         test = held_out_score(task, result.model, held_out, tokenizer, max_length, 64)
     later = result.history[1:] or result.history  # the first epoch compiles
+    backbone = result.record["model"]["backbone"]
     return {
         "task": task,
         "method": name,
@@ -121,4 +138,6 @@ def fine_tune(task, name, switches, learning_rate, epochs, preset, data_dir, out
         "losses": [entry["loss"] for entry in result.history],
         "evidence": [entry["methods"] for entry in result.history],
         "embedding_correction": result.record["model"].get("embedding_correction"),
+        "num_layers": backbone["num_layers"],
+        "vocabulary_size": backbone["vocabulary_size"],
     }

