@@ -637,6 +637,12 @@ def _add_compare_parser(commands):
     training.add_argument(
         "--no-jit-compile", action="store_true", help="no XLA: a faster start for tiny models"
     )
+    compare.add_argument(
+        "--noise", type=_flag(check_float, "noise", minimum=0.0, maximum=1.0), default=0.0,
+        metavar="SHARE",
+        help="also score dev with this share of its characters replaced (0.1: 10%%), and "
+        "compare the methods on it too (robustness; text and sentence-pair tasks)",
+    )  # fmt: skip
     compare.add_argument("--quiet", action="store_true", help="no progress bars")
 
 

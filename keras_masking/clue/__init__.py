@@ -10,7 +10,10 @@
 * `finetune` runs all of it, with every method as an argument, resumably,
   and writes the submission file (`write_submission`); `check_submission`
   finds what would make CLUE reject a file and `submit` zips a folder of
-  runs. ``keras-masking clue`` is the command line.
+  runs. ``keras-masking clue`` is the command line;
+* `compare` runs `finetune` per method and seed and says whether each
+  method helps; `add_character_noise` makes the noised dev it can score
+  too (robustness).
 """
 
 from keras_masking.clue.batches import ArrayBatches
@@ -37,6 +40,7 @@ from keras_masking.clue.metrics import cmrc2018_scores
 from keras_masking.clue.metrics import entity_f1
 from keras_masking.clue.model_source import ModelSource
 from keras_masking.clue.model_source import check_max_length
+from keras_masking.clue.noise import add_character_noise
 from keras_masking.clue.optimization import WarmupLinearDecay
 from keras_masking.clue.optimization import fine_tuning_optimizer
 from keras_masking.clue.readers import ClueSplit

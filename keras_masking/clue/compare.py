@@ -4,7 +4,9 @@ Every (method, seed) is one `finetune` run in ``OUTPUT/<method>/seed<k>``.
 The epoch of each run is chosen on one half of dev (half A) and scored on the
 other (half B), so the reported score never saw the choice; each method is
 then compared with plain fine-tuning seed by seed (method minus plain), with
-a Student t interval over the seeds. Written to ``OUTPUT``: ``compare.json``
+a Student t interval over the seeds. With ``noise``, each run also scores a
+copy of dev with that share of its characters replaced, and half B of it at
+the same epoch is compared in a second table (robustness). Written to ``OUTPUT``: ``compare.json``
 (everything), ``compare.md`` (the table) and ``compare.png`` (the scores).
 """
 
@@ -79,12 +81,15 @@ class CompareResult:
         json_path: ``compare.json``.
         markdown_path: ``compare.md``.
         plot_path: ``compare.png``, or None when matplotlib is missing.
+        noised_rows: with ``noise``, the same rows from the noised half B's
+            scores (at the epochs chosen on the clean half A); else None.
     """
 
     rows: list
     json_path: pathlib.Path
     markdown_path: pathlib.Path
     plot_path: pathlib.Path | None
+    noised_rows: list | None = None
 
 
 def compare(
@@ -110,6 +115,7 @@ def compare(
     benchmark=None,
     few_shot="all",
     split_seed=0,
+    noise=0.0,
     jit_compile=True,
     verbose=1,
 ):
@@ -148,6 +154,11 @@ def compare(
             a name); the other methods take ``learning_rate``.
         benchmark, few_shot: as `finetune`.
         split_seed: int >= 0, the seed of dev's halves.
+        noise: float in [0, 1]; above 0, each run also scores dev with that
+            share of its characters replaced (`finetune`'s ``dev_noise``;
+            text classification and sentence-pair tasks), and the methods
+            are compared a second time on the noised half B, at the epochs
+            chosen on the clean half A (`CompareResult.noised_rows`).
         verbose: `finetune`'s progress output (0, 1 or 2).
 
     Returns:
@@ -180,6 +191,12 @@ def compare(
         weight_decay=weight_decay, jit_compile=jit_compile,
     ))  # fmt: skip
     split_seed = check_int("split_seed", split_seed, minimum=0)
+    noise = check_float("noise", noise, 0.0, 1.0)
+    if noise and task.kind != "classification":
+        raise ValueError(
+            f"noise applies to text classification and sentence-pair tasks; {task.name} is a "
+            f"{task.kind} task. Received: noise={noise}."
+        )
     source = {"checkpoint": checkpoint, "preset": preset, "model": model, "config": config,
               "vocab": vocab}  # fmt: skip
     files = ModelSource(checkpoint, preset, model, config, vocabulary=vocab).check()
@@ -201,6 +218,7 @@ def compare(
         "split_seed": split_seed,
         **settings,
         "learning_rates": rates,
+        **({"noise": noise} if noise else {}),
     }
     output = pathlib.Path(output_dir)
     _check_output(output, arguments, halves)
@@ -218,7 +236,9 @@ def compare(
     }
     output.mkdir(parents=True, exist_ok=True)
     write_json_atomically(output / RECORD, record)
-    finetune_options = dict(source, benchmark=benchmark, few_shot=few_shot, verbose=verbose)
+    finetune_options = dict(
+        source, benchmark=benchmark, few_shot=few_shot, verbose=verbose, dev_noise=noise
+    )
     for seed in seeds:  # seed by seed: an interrupted compare has whole pairs first
         for spec in specs:
             logger.info(
@@ -230,7 +250,9 @@ def compare(
                 **dict(settings, learning_rate=rates[spec["label"]]), seed=seed,
                 **spec["switches"],
             )  # fmt: skip
-            record["runs"].append(_run_entry(task, spec["label"], seed, result, dev, halves))
+            record["runs"].append(
+                _run_entry(task, spec["label"], seed, result, dev, halves, noised=bool(noise))
+            )
             write_json_atomically(output / RECORD, record)
             # Each run builds its own models: free them, or a long compare
             # holds every run's weights and compiled steps in memory.
@@ -243,15 +265,22 @@ def _finish(record, output, task):
     """Summarizes the runs and writes the record, the table and the plot."""
     arguments = record["arguments"]
     rows = summarize(record["runs"], arguments["methods"], arguments["seeds"])
+    noised_rows = None
+    if arguments.get("noise"):
+        noised_rows = summarize(
+            record["runs"], arguments["methods"], arguments["seeds"], score="held_out_noised"
+        )
     record["notes"] += _notes(record["runs"], arguments["seeds"])
     record["summary"] = rows
+    if noised_rows is not None:
+        record["summary_noised"] = noised_rows
     record["status"] = "finished"
     json_path = write_json_atomically(output / RECORD, record)
     markdown = _markdown(record, task)
     markdown_path = write_atomically(output / TABLE, lambda file: file.write(markdown))
-    plot_path = _plot(output / PLOT, rows, task)
+    plot_path = _plot(output / PLOT, rows, task, noised_rows)
     logger.info("compare: wrote %s", os.fspath(markdown_path))
-    return CompareResult(rows, json_path, markdown_path, plot_path)
+    return CompareResult(rows, json_path, markdown_path, plot_path, noised_rows)
 
 
 # === Methods ===
@@ -448,8 +477,12 @@ def choose_epoch(epochs):
     return best["epoch"], best["half_b"]
 
 
-def _run_entry(task, label, seed, result, dev, halves):
-    """One run's per-epoch half scores and its chosen epoch (JSON-ready)."""
+def _run_entry(task, label, seed, result, dev, halves, noised=False):
+    """One run's per-epoch half scores and its chosen epoch (JSON-ready).
+
+    With ``noised``, also each epoch's score on the noised half B and the
+    chosen epoch's (``held_out_noised``).
+    """
     by_id = {example.id: example for example in dev}
     half_examples = {name: [by_id[key] for key in halves[name]] for name in ("A", "B")}
     folder = RunFolder(result.record_path.parent)
@@ -462,8 +495,17 @@ def _run_entry(task, label, seed, result, dev, halves):
             "half_a": half_score(task, predictions, half_examples["A"]),
             "half_b": half_score(task, predictions, half_examples["B"]),
         })  # fmt: skip
+        if noised:
+            # The noised dev keeps dev's ids and labels: score it on the same half.
+            found = folder.read_dev_predictions(entry["epoch"], "dev_noised")
+            epochs[-1]["half_b_noised"] = half_score(task, found, half_examples["B"])
     finished = result.status == "finished"
     chosen, held_out = choose_epoch(epochs) if finished else (None, None)
+    extra = {}
+    if noised:
+        extra["held_out_noised"] = next(
+            (entry["half_b_noised"] for entry in epochs if entry["epoch"] == chosen), None
+        )
     model = result.record.get("model", {})
     return {
         "method": label,
@@ -476,6 +518,7 @@ def _run_entry(task, label, seed, result, dev, halves):
         "epochs": epochs,
         "chosen_epoch": chosen,
         "held_out": held_out,
+        **extra,
     }
 
 
@@ -537,7 +580,7 @@ def paired_difference(scores, baseline):
     return {"n": n, "mean": mean, "sd": sd, "t": t, "low": low, "high": high, "verdict": verdict}
 
 
-def summarize(runs, labels, seeds):
+def summarize(runs, labels, seeds, score="held_out"):
     """One summary row per method from the runs' held-out scores.
 
     Args:
@@ -545,11 +588,13 @@ def summarize(runs, labels, seeds):
             a failed run).
         labels: the method labels, plain among them.
         seeds: the seeds, in order.
+        score: the entries' score to summarize: ``"held_out"``, or
+            ``"held_out_noised"`` (the noised half B).
 
     Returns:
         The rows of `CompareResult.rows`.
     """
-    held_out = {(run["method"], run["seed"]): run["held_out"] for run in runs}
+    held_out = {(run["method"], run["seed"]): run.get(score) for run in runs}
     parameters = {}
     for run in runs:
         if run["trainable_parameters"] is not None:
@@ -614,7 +659,33 @@ def _markdown(record, task):
         f"Task {task.name} ({arguments['benchmark']}), model {model}, seeds {seeds}; epoch chosen "
         f"on dev half A (n={len(halves['A'])}), reported on half B (n={len(halves['B'])}).",
         "",
-        f"| method | trainable parameters | held-out {task.metric}, mean ± sd | difference from "
+        *_table(rows, f"held-out {task.metric}"),
+    ]
+    noise = arguments.get("noise")
+    if noise:
+        lines += [
+            "",
+            f"## Under character noise ({noise:.0%} of dev's characters replaced)",
+            "",
+            f"The same runs at the same epochs (chosen on the clean half A), scored on half B "
+            f"with {noise:.0%} of its letters and digits replaced by others (seed 0).",
+            "",
+            *_table(record["summary_noised"], f"noised held-out {task.metric}"),
+        ]
+    lines += [
+        "",
+        f"Differences are paired by seed (method minus {BASELINE}); the interval is Student t's "
+        'over the seeds (n - 1 degrees of freedom). "helps": the interval is above 0; '
+        '"hurts": below 0.',
+    ]
+    lines += [f"- {note}" for note in record["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def _table(rows, scored):
+    """The markdown table of summary rows."""
+    lines = [
+        f"| method | trainable parameters | {scored}, mean ± sd | difference from "
         f"{BASELINE}, mean [95% interval] | verdict |",
         "|---|---:|---:|---:|---|",
     ]
@@ -633,17 +704,10 @@ def _markdown(record, task):
             low, high = _number(difference["low"], True), _number(difference["high"], True)
             shown = f"{_number(difference['mean'], True)} [{low}, {high}]"
         lines.append(f"| {row['method']} | {parameters} | {held} | {shown} | {row['verdict']} |")
-    lines += [
-        "",
-        f"Differences are paired by seed (method minus {BASELINE}); the interval is Student t's "
-        'over the seeds (n - 1 degrees of freedom). "helps": the interval is above 0; '
-        '"hurts": below 0.',
-    ]
-    lines += [f"- {note}" for note in record["notes"]]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def _plot(path, rows, task):
+def _plot(path, rows, task, noised_rows=None):
     """One point per seed and the mean per method; None when matplotlib is missing."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -654,13 +718,22 @@ def _plot(path, rows, task):
     figure = Figure(figsize=(max(4.0, 1.2 * len(rows) + 1.5), 3.5))
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    for index, row in enumerate(rows):
-        offsets = np.linspace(-0.12, 0.12, len(row["scores"])) if len(row["scores"]) > 1 else [0]
-        axes.scatter(index + np.asarray(offsets), row["scores"], color="tab:blue", s=18,
-                     label="a seed" if index == 0 else None)  # fmt: skip
-        if row["mean"] is not None:
-            axes.hlines(row["mean"], index - 0.25, index + 0.25, color="black",
-                        label="mean" if index == 0 else None)  # fmt: skip
+    shown = [(rows, "tab:blue", "black", "")]
+    if noised_rows is not None:
+        shown.append((noised_rows, "tab:orange", "tab:red", ", noised dev"))
+    for kind, (summary, color, mean_color, suffix) in enumerate(shown):
+        shift = 0.0 if len(shown) == 1 else (kind - 0.5) * 0.3
+        for index, row in enumerate(summary):
+            count = len(row["scores"])
+            offsets = np.linspace(-0.08, 0.08, count) if count > 1 else np.zeros(count)
+            axes.scatter(index + shift + offsets, row["scores"], color=color, s=18,
+                         label=f"a seed{suffix}" if index == 0 else None)  # fmt: skip
+            if row["mean"] is not None:
+                label = f"mean{suffix}" if index == 0 else None
+                center = index + shift
+                axes.hlines(
+                    row["mean"], center - 0.14, center + 0.14, color=mean_color, label=label
+                )
     axes.set_xticks(range(len(rows)), [row["method"] for row in rows], rotation=20)
     axes.set_ylabel(f"held-out {task.metric} (dev half B)")
     axes.set_title(f"{task.name}: epoch chosen on dev half A")

@@ -150,7 +150,9 @@ class DevScore(keras.callbacks.Callback):
 
     With a run folder, the epoch's dev predictions are saved there too
     (`RunFolder.save_dev_predictions`), so an epoch can be chosen afterwards
-    on part of dev (`keras_masking.clue.compare`).
+    on part of dev (`keras_masking.clue.compare`). With ``split``
+    ``"dev_noised"``, it scores the noised copy of dev instead and adds
+    ``dev_noised_score``, which chooses nothing.
 
     Args:
         predict: a callable returning the dev predictions (id -> prediction).
@@ -158,26 +160,30 @@ class DevScore(keras.callbacks.Callback):
             ``score``).
         failure: the run's `TrainingFailure`.
         folder: the run's `RunFolder`, or None (the predictions are not saved).
+        split: the split scored, ``"dev"`` or ``"dev_noised"``.
 
     Attributes:
         scores: the last epoch's dev scores.
+        log_name: the logs' key, ``<split>_score``.
     """
 
-    def __init__(self, predict, score, failure, folder=None):
+    def __init__(self, predict, score, failure, folder=None, split="dev"):
         super().__init__()
         self.predict = predict
         self.score = score
         self.failure = failure
         self.folder = folder
+        self.split = split
+        self.log_name = f"{split}_score"
         self.scores = None
 
     def on_epoch_end(self, epoch, logs=None):
         if self.failure.failure is None and logs is not None:
             predictions = self.predict()
             if self.folder is not None:
-                self.folder.save_dev_predictions(epoch + 1, predictions)
+                self.folder.save_dev_predictions(epoch + 1, predictions, self.split)
             self.scores = self.score(predictions)
-            logs["dev_score"] = self.scores["score"]
+            logs[self.log_name] = self.scores["score"]
 
 
 class BestWeights(keras.callbacks.Callback):
@@ -236,15 +242,17 @@ class RunRecord(keras.callbacks.Callback):
             updated).
         dev: the run's `DevScore`; best: its `BestWeights`.
         evidence: the run's `MethodEvidence`.
+        noised: the `DevScore` of the noised dev, or None.
     """
 
-    def __init__(self, folder, record, dev, best, evidence):
+    def __init__(self, folder, record, dev, best, evidence, noised=None):
         super().__init__()
         self.folder = folder
         self.record = record
         self.dev = dev
         self.best = best
         self.evidence = evidence
+        self.noised = noised
 
     def on_epoch_begin(self, epoch, logs=None):
         self.started = time.time()
@@ -254,7 +262,8 @@ class RunRecord(keras.callbacks.Callback):
         if (logs or {}).get("dev_score") is None:
             return
         seconds = time.time() - self.started
-        metrics = {name: float(value) for name, value in logs.items() if name != "dev_score"}
+        scored = {score.log_name for score in (self.dev, self.noised) if score is not None}
+        metrics = {name: float(value) for name, value in logs.items() if name not in scored}
         entry = {
             "epoch": epoch + 1,
             "loss": metrics["loss"],
@@ -263,6 +272,8 @@ class RunRecord(keras.callbacks.Callback):
             "methods": self.evidence.summary(metrics),
             "seconds": round(seconds, 3),
         }
+        if self.noised is not None:
+            entry["dev_noised"] = self.noised.scores
         correction = self.evidence.correction
         if correction is not None and correction.record is not None:
             self.record["model"]["embedding_correction"] = correction.record.to_config()
@@ -283,6 +294,7 @@ def _epoch_line(entry, best):
     line = (
         f"epoch {entry['epoch']}: loss {entry['loss']:.4f}, dev {dev['metric']} "
         f"{dev['score']:.2f} (best {best['score']:.2f} at epoch {best['epoch']}), "
-        f"{entry['seconds']:.1f} s"
+        + (f"noised dev {entry['dev_noised']['score']:.2f}, " if "dev_noised" in entry else "")
+        + f"{entry['seconds']:.1f} s"
     )
     return line + (f"; {shown}" if shown else "")

@@ -11,7 +11,8 @@ renamed when complete (`keras_masking.utils.files`):
   FL-tuning, P-tuning v2 and LoRA: the adapter and the head only);
 * ``dev_predictions/epoch_<n>.json``: each finished epoch's dev predictions,
   so an epoch can be chosen afterwards on part of dev
-  (`keras_masking.clue.compare`);
+  (`keras_masking.clue.compare`); with ``dev_noise``, the noised dev's in
+  ``dev_noised_predictions/``;
 * the submission file, named as CLUE expects.
 """
 
@@ -50,9 +51,14 @@ class RunFolder:
         self.state_path = self.path / STATE
         self.best_path = self.path / BEST
 
-    def dev_predictions_path(self, epoch):
-        """The file of epoch ``epoch``'s dev predictions (epochs count from 1)."""
-        return self.path / DEV_PREDICTIONS / f"epoch_{int(epoch)}.json"
+    def dev_predictions_path(self, epoch, split="dev"):
+        """The file of epoch ``epoch``'s predictions on ``split`` (epochs count from 1).
+
+        ``"dev"``'s are in ``dev_predictions/``; another split's (the noised
+        dev, ``"dev_noised"``) in ``<split>_predictions/``.
+        """
+        folder = DEV_PREDICTIONS if split == "dev" else f"{split}_predictions"
+        return self.path / folder / f"epoch_{int(epoch)}.json"
 
     def read_record(self, arguments):
         """The record of an earlier run with the same arguments, or None.
@@ -134,18 +140,20 @@ class RunFolder:
         """Assigns the best weights to ``variables``; returns their metadata."""
         return _load_variables(self.best_path, variables, "best weights")
 
-    def save_dev_predictions(self, epoch, predictions):
+    def save_dev_predictions(self, epoch, predictions, split="dev"):
         """Writes epoch ``epoch``'s dev predictions (atomically).
 
         Args:
             epoch: the epoch, from 1.
             predictions: dict id -> prediction, as `decode_predictions`
                 returns it.
+            split: ``"dev"``, or the scored copy of dev they are of
+                (``"dev_noised"``).
 
         Returns:
             The file's path.
         """
-        path = self.dev_predictions_path(epoch)
+        path = self.dev_predictions_path(epoch, split)
         path.parent.mkdir(parents=True, exist_ok=True)
         document = {"epoch": int(epoch), "predictions": [[k, v] for k, v in predictions.items()]}
         return write_atomically(
@@ -153,8 +161,8 @@ class RunFolder:
             lambda file: json.dump(document, file, ensure_ascii=False, default=_json_scalar),
         )
 
-    def read_dev_predictions(self, epoch):
-        """Epoch ``epoch``'s dev predictions, as `save_dev_predictions` got them.
+    def read_dev_predictions(self, epoch, split="dev"):
+        """Epoch ``epoch``'s predictions on ``split``, as `save_dev_predictions` got them.
 
         Ids keep their type (int or str); an entity prediction's
         ``(type, start, end)`` entries are tuples again.
@@ -163,7 +171,7 @@ class RunFolder:
             ValueError: the file is missing (a run of a version that did not
                 keep them) or corrupt.
         """
-        path = self.dev_predictions_path(epoch)
+        path = self.dev_predictions_path(epoch, split)
         if not path.is_file():
             raise ValueError(
                 f"{os.fspath(path)} is missing: the run kept no dev predictions for epoch "

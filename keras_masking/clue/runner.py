@@ -29,6 +29,8 @@ from keras_masking.clue.heads import task_loss
 from keras_masking.clue.method_plan import MethodPlan
 from keras_masking.clue.model_source import ModelSource
 from keras_masking.clue.model_source import check_max_length
+from keras_masking.clue.noise import DEV_NOISE_SEED
+from keras_masking.clue.noise import add_character_noise
 from keras_masking.clue.optimization import fine_tuning_optimizer
 from keras_masking.clue.readers import detect_benchmark
 from keras_masking.clue.readers import read_task_splits
@@ -116,6 +118,7 @@ def finetune(
     callbacks=None,
     jit_compile=True,
     data_parallel=False,
+    dev_noise=0.0,
     **methods,
 ):
     """Fine-tunes a CLUE or FewCLUE task and writes its submission file.
@@ -157,6 +160,13 @@ def finetune(
         data_parallel: True: train under the backend's data-parallel engine
             over every device (`keras_masking.distribution.data_parallel_engine`;
             ``batch_size`` stays the global batch).
+        dev_noise: float in [0, 1]; above 0, every epoch also scores a copy
+            of dev with that share of its characters replaced
+            (`add_character_noise`, seed 0: the same noised dev for every
+            run), a robustness check of text classification and
+            sentence-pair tasks. It chooses nothing: the best epoch is
+            dev's. Its scores are each epoch's ``dev_noised`` in the record,
+            its predictions in ``dev_noised_predictions/``.
         **methods: the methods, `MethodPlan`'s switches (``correct_embeddings``,
             ``drop_token``, ``asa``, ``fl_tuning``, ``prefix_tuning``,
             ``lora``, ``exlm_k``). The embedding correction is the
@@ -198,6 +208,12 @@ def finetune(
                  max_length=max_length, accumulation=accumulation)  # fmt: skip
     settings = _settings(task, given, warmup_proportion, weight_decay, seed)
     verbose = check_int("verbose", verbose, 0, 2)
+    dev_noise = check_float("dev_noise", dev_noise, 0.0, 1.0)
+    if dev_noise and task.kind != "classification":
+        raise ValueError(
+            f"dev_noise applies to text classification and sentence-pair tasks; {task.name} is "
+            f"a {task.kind} task. Received: dev_noise={dev_noise}."
+        )
     # TensorFlow cannot XLA-compile a step over mirrored variables (Keras'
     # "auto" turns XLA off under tf.distribute too).
     jit_compile = check_bool("jit_compile", jit_compile) and not in_tf_distribute_scope()
@@ -216,12 +232,15 @@ def finetune(
         "vocab": files["vocabulary"],
         **plan.describe(),
         **settings,
+        **({"dev_noise": dev_noise} if dev_noise else {}),
     }
     folder = RunFolder(output_dir)
     earlier = folder.read_record(arguments)
     if earlier is not None:
         folder.check_resumable(earlier)
     splits = read_task_splits(arguments["data_dir"], task, benchmark, few_shot)
+    if dev_noise:
+        splits["dev_noised"] = _noised_dev(splits, dev_noise)
     data = {name: _split_record(split) for name, split in splits.items()}
     if earlier is not None:
         _check_same_data(folder, earlier.get("data", {}), data)
@@ -374,6 +393,15 @@ def _train(run, record, earlier, first_callbacks, callbacks):
     dev = DevScore(
         lambda: run.predict("dev"), lambda found: run.evaluate("dev", found), failure, folder
     )
+    noised = None
+    if "dev_noised" in run.splits:
+        noised = DevScore(
+            lambda: run.predict("dev_noised"),
+            lambda found: run.evaluate("dev_noised", found),
+            failure,
+            folder,
+            split="dev_noised",
+        )
     best = BestWeights(folder, run.task_model.trainable_variables, best=record["best"])
     run.trainer.fit(
         batches,
@@ -388,9 +416,10 @@ def _train(run, record, earlier, first_callbacks, callbacks):
             failure,
             run.evidence,
             dev,
+            *([noised] if noised is not None else []),
             best,
             ResumeState(folder, variables),
-            RunRecord(folder, record, dev, best, run.evidence),
+            RunRecord(folder, record, dev, best, run.evidence, noised),
             *(callbacks or []),
         ],
     )
@@ -482,6 +511,15 @@ def _split_record(split):
         "files": split.files,
         "counts": split.counts,
     }
+
+
+def _noised_dev(splits, rate):
+    """Dev with ``rate`` of its characters replaced (`add_character_noise`)."""
+    if "dev" not in splits:
+        raise ValueError("dev_noise needs a dev split; the data folder has none.")
+    dev = splits["dev"]
+    examples = add_character_noise(dev.examples, rate, seed=DEV_NOISE_SEED)
+    return dataclasses.replace(dev, split="dev_noised", examples=examples)
 
 
 def _check_same_data(folder, earlier, now):

@@ -16,8 +16,10 @@ from keras_masking.clue.compare import half_score
 from keras_masking.clue.compare import paired_difference
 from keras_masking.clue.compare import parse_method
 from keras_masking.clue.compare import split_halves
+from keras_masking.clue.compare import summarize
 from keras_masking.clue.compare import t_quantile_975
 from keras_masking.clue.examples import TextExample
+from keras_masking.clue.run_folder import RunFolder
 from tests.clue import fixtures as clue_fixtures
 
 # Large enough a learning rate that the tiny model's dev scores move between epochs.
@@ -225,6 +227,65 @@ def test_a_resumed_run_keeps_every_epochs_dev_predictions(compared, data, preset
         assert (folder / "dev_predictions" / name).read_bytes() == (whole / name).read_bytes()
 
 
+# === Character noise ===
+@pytest.fixture(scope="module")
+def noised(compared, data, preset):
+    output = compared[0].parent / "noised"
+    result = compare(
+        "eprstmt", data, output, [METHOD], SEEDS, preset=preset, verbose=0, noise=0.3, **SETTINGS
+    )
+    record = json.loads((output / "compare.json").read_text(encoding="utf-8"))
+    return output, result, record
+
+
+def test_noise_scores_half_b_of_the_noised_dev_at_the_epoch_chosen_on_clean_half_a(
+    compared, noised, data, preset
+):
+    _, plain_result, plain_record = compared
+    output, result, record = noised
+    assert record["arguments"]["noise"] == 0.3 and "noise" not in plain_record["arguments"]
+    gold = {example.id: example.label for example in _dev(data)}
+    half_b = record["halves"]["B"]
+    for run, clean in zip(record["runs"], plain_record["runs"]):
+        # The noised dev changes no training and no choice.
+        assert [entry["half_a"] for entry in run["epochs"]] == [
+            entry["half_a"] for entry in clean["epochs"]
+        ]
+        assert (run["chosen_epoch"], run["held_out"]) == (clean["chosen_epoch"], clean["held_out"])
+        for entry in run["epochs"]:
+            found = RunFolder(output / run["folder"]).read_dev_predictions(
+                entry["epoch"], "dev_noised"
+            )
+            assert entry["half_b_noised"] == _accuracy(found, gold, half_b)
+        chosen = run["epochs"][run["chosen_epoch"] - 1]
+        assert run["held_out_noised"] == chosen["half_b_noised"]
+    assert result.rows == plain_result.rows
+    assert result.noised_rows == record["summary_noised"]
+    by_hand = summarize(
+        [dict(run, held_out=run["held_out_noised"]) for run in record["runs"]],
+        record["arguments"]["methods"],
+        SEEDS,
+    )
+    assert result.noised_rows == by_hand
+    assert plain_result.noised_rows is None and "summary_noised" not in plain_record
+    markdown = result.markdown_path.read_text(encoding="utf-8")
+    assert "## Under character noise (30% of dev's characters replaced)" in markdown
+    assert "## Under character noise" not in plain_result.markdown_path.read_text(encoding="utf-8")
+    # Resumed with the same noise, nothing reruns.
+    again = compare(
+        "eprstmt", data, output, [METHOD], SEEDS, preset=preset, verbose=0,
+        noise=0.3, **SETTINGS,
+    )  # fmt: skip
+    assert again.noised_rows == result.noised_rows
+
+
+def test_noise_on_a_task_that_is_not_text_classification_is_refused(preset, tmp_path):
+    with pytest.raises(ValueError, match="noise applies to text classification"):
+        compare("cmrc2018", tmp_path / "none", tmp_path / "out", ["plain"], [0], preset=preset,
+                noise=0.1)  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
 # === Bad input ===
 @pytest.mark.parametrize(
     "methods, seeds, options, message",
@@ -242,6 +303,7 @@ def test_a_resumed_run_keeps_every_epochs_dev_predictions(compared, data, preset
         (["fl_tuning"], [0], {"learning_rates": {"lora": 1e-3}}, r"learning_rates names no"),
         (["fl_tuning"], [0], {"learning_rates": {"fl_tuning": 0.0}}, r"learning_rates"),
         (["fl_tuning"], [0], {"epochs": 0}, r"epochs"),
+        (["fl_tuning"], [0], {"noise": 1.5}, r"noise in \[0.0, 1.0\]"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(
@@ -303,3 +365,5 @@ def test_the_command_line_compares_end_to_end(data, preset, tmp_path, capsys):
     assert f"| {METHOD} | " in printed and "compare.md" in printed
     assert main(argv[:4] + ["--preset", str(preset), "--methods", "dropout=1"]) == 2
     assert "methods entry 'dropout=1'" in capsys.readouterr().err
+    assert main(argv[:4] + ["--preset", str(preset), "--methods", "plain", "--noise", "2"]) == 2
+    assert "noise in [0.0, 1.0]" in capsys.readouterr().err

@@ -17,6 +17,7 @@ from keras_masking.clue import read_split
 from keras_masking.clue.decoding import decode_predictions
 from keras_masking.clue.decoding import score
 from keras_masking.clue.encoding import encode_examples
+from keras_masking.clue.run_folder import RunFolder
 from tests.clue import fixtures as clue_fixtures
 from tests.clue.helpers import VOCABULARY
 
@@ -123,6 +124,49 @@ def test_reported_scores_are_those_of_the_returned_model(plain_run, data):
     assert [json.loads(line) for line in lines] == [
         {"id": example.id, "label": predicted[example.id]} for example in test
     ]
+
+
+def test_a_noised_dev_is_scored_every_epoch_and_chooses_nothing(plain_run, data, preset, tmp_path):
+    result = finetune(
+        "eprstmt", data, tmp_path / "run", preset=preset, verbose=0, dev_noise=0.5, **SETTINGS
+    )
+    # The same training as without noise: the noised dev only adds scores.
+    assert [entry["dev"] for entry in result.history] == [
+        entry["dev"] for entry in plain_run.history
+    ]
+    assert result.best_epoch == plain_run.best_epoch
+    assert result.record["arguments"]["dev_noise"] == 0.5
+    assert "dev_noise" not in plain_run.record["arguments"]  # earlier runs still resume
+    # Each epoch's noised score is that of its saved predictions on the noised texts.
+    dev = read_split(data, "eprstmt", "dev").examples
+    noised = keras_masking.clue.add_character_noise(dev, 0.5, seed=0)
+    assert [example.text_a for example in noised] != [example.text_a for example in dev]
+    folder = RunFolder(tmp_path / "run")
+    for entry in result.history:
+        predictions = folder.read_dev_predictions(entry["epoch"], "dev_noised")
+        assert entry["dev_noised"] == score("eprstmt", predictions, dev)
+        assert set(entry["train_metrics"]) == set(plain_run.history[0]["train_metrics"])
+    # ... and the best epoch's are the returned model's on the noised texts.
+    tokenizer = keras_masking.data.bert_tokenizer(VOCABULARY)
+    encoded = encode_examples("eprstmt", noised, tokenizer, SETTINGS["max_length"])
+    logits = result.model.predict(encoded.features, verbose=0)
+    assert decode_predictions("eprstmt", logits, encoded, noised) == folder.read_dev_predictions(
+        result.best_epoch, "dev_noised"
+    )
+
+
+@pytest.mark.parametrize(
+    "task, dev_noise, message",
+    [
+        ("eprstmt", 1.5, r"dev_noise in \[0.0, 1.0\]"),
+        ("cmrc2018", 0.1, "dev_noise applies to text classification"),
+    ],
+)
+def test_bad_dev_noise_is_refused_before_loading(task, dev_noise, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        finetune(task, tmp_path / "no_data", tmp_path / "run", preset=tmp_path / "none",
+                 dev_noise=dev_noise)  # fmt: skip
+    assert not (tmp_path / "run").exists()
 
 
 # === Resuming ===
