@@ -25,6 +25,7 @@ import numpy as np
 from keras_masking.clue.decoding import score
 from keras_masking.clue.method_plan import MethodPlan
 from keras_masking.clue.model_source import ModelSource
+from keras_masking.clue.noise import check_noise_rate
 from keras_masking.clue.readers import detect_benchmark
 from keras_masking.clue.readers import read_split
 from keras_masking.clue.run_folder import RunFolder
@@ -191,12 +192,7 @@ def compare(
         weight_decay=weight_decay, jit_compile=jit_compile,
     ))  # fmt: skip
     split_seed = check_int("split_seed", split_seed, minimum=0)
-    noise = check_float("noise", noise, 0.0, 1.0)
-    if noise and task.kind != "classification":
-        raise ValueError(
-            f"noise applies to text classification and sentence-pair tasks; {task.name} is a "
-            f"{task.kind} task. Received: noise={noise}."
-        )
+    noise = check_noise_rate("noise", noise, task)
     source = {"checkpoint": checkpoint, "preset": preset, "model": model, "config": config,
               "vocab": vocab}  # fmt: skip
     files = ModelSource(checkpoint, preset, model, config, vocabulary=vocab).check()
@@ -266,13 +262,12 @@ def _finish(record, output, task):
     arguments = record["arguments"]
     rows = summarize(record["runs"], arguments["methods"], arguments["seeds"])
     noised_rows = None
+    record["notes"] += _notes(record["runs"], arguments["seeds"])
+    record["summary"] = rows
     if arguments.get("noise"):
         noised_rows = summarize(
             record["runs"], arguments["methods"], arguments["seeds"], score="held_out_noised"
         )
-    record["notes"] += _notes(record["runs"], arguments["seeds"])
-    record["summary"] = rows
-    if noised_rows is not None:
         record["summary_noised"] = noised_rows
     record["status"] = "finished"
     json_path = write_json_atomically(output / RECORD, record)

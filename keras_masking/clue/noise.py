@@ -18,6 +18,34 @@ from keras_masking.utils.arguments import check_int
 DEV_NOISE_SEED = 0
 
 
+def check_noise_rate(name, rate, task):
+    """``rate`` as a float in [0, 1], refused above 0 for a task that is not text classification.
+
+    Args:
+        name: the argument's name in the message (``"noise"``, ``"dev_noise"``).
+        rate: the share of characters to replace.
+        task: the `ClueTask`.
+
+    Returns:
+        The rate, a float.
+
+    Raises:
+        ValueError: a rate out of range, or noise for another task kind.
+
+    Example:
+    >>> from keras_masking.clue.tasks import get_task
+    >>> check_noise_rate("noise", 0.1, get_task("tnews"))
+    0.1
+    """
+    rate = check_float(name, rate, 0.0, 1.0)
+    if rate and task.kind != "classification":
+        raise ValueError(
+            f"{name} applies to text classification and sentence-pair tasks; {task.name} is a "
+            f"{task.kind} task. Received: {name}={rate}."
+        )
+    return rate
+
+
 def add_character_noise(examples, rate, seed=0):
     """Replaces characters of each text at random, for a robustness check.
 

@@ -31,6 +31,7 @@ from keras_masking.clue.model_source import ModelSource
 from keras_masking.clue.model_source import check_max_length
 from keras_masking.clue.noise import DEV_NOISE_SEED
 from keras_masking.clue.noise import add_character_noise
+from keras_masking.clue.noise import check_noise_rate
 from keras_masking.clue.optimization import fine_tuning_optimizer
 from keras_masking.clue.readers import detect_benchmark
 from keras_masking.clue.readers import read_task_splits
@@ -208,12 +209,7 @@ def finetune(
                  max_length=max_length, accumulation=accumulation)  # fmt: skip
     settings = _settings(task, given, warmup_proportion, weight_decay, seed)
     verbose = check_int("verbose", verbose, 0, 2)
-    dev_noise = check_float("dev_noise", dev_noise, 0.0, 1.0)
-    if dev_noise and task.kind != "classification":
-        raise ValueError(
-            f"dev_noise applies to text classification and sentence-pair tasks; {task.name} is "
-            f"a {task.kind} task. Received: dev_noise={dev_noise}."
-        )
+    dev_noise = check_noise_rate("dev_noise", dev_noise, task)
     # TensorFlow cannot XLA-compile a step over mirrored variables (Keras'
     # "auto" turns XLA off under tf.distribute too).
     jit_compile = check_bool("jit_compile", jit_compile) and not in_tf_distribute_scope()
