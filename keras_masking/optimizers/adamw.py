@@ -78,6 +78,21 @@ class AdamW(keras.optimizers.AdamW):
             return self._learning_rate(self.iterations)
         return super()._get_current_learning_rate()
 
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        # TensorFlow only (Keras' TensorFlow optimizer calls this before each
+        # update). Keras all-reduces the gradients even outside any strategy,
+        # and with dense gradients (all of ours) TensorFlow's all-reduce goes
+        # through a graph-mode `tf.custom_gradient`, which registers each traced
+        # step's gradient function in a process-wide registry: every `fit`'s
+        # train graph, and the model and optimizer variables it holds, then
+        # stay in memory until the process ends. Outside a strategy there is
+        # one replica and the sum is the gradients themselves.
+        import tensorflow as tf
+
+        if not tf.distribute.has_strategy():
+            return list(grads_and_vars)
+        return super()._all_reduce_sum_gradients(grads_and_vars)
+
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
         variables = trainable_variables

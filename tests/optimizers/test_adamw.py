@@ -287,3 +287,28 @@ def test_a_schedule_is_evaluated_at_the_update_count_under_accumulation(accumula
             optimizer.apply([keras.ops.ones((1,))], [variable])
         moves.append(before - float(variable.numpy()[0]))
     np.testing.assert_allclose(moves, [1.0, 0.75, 0.5, 0.25], atol=1e-5)
+
+
+def _alive_train_graphs():
+    import gc
+
+    gc.collect()
+    return sum(
+        1
+        for value in gc.get_objects()
+        if type(value).__name__ == "FuncGraph" and "one_step_on_data" in value.name
+    )
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="TensorFlow's graph registry")
+def test_a_finished_fit_leaves_no_train_graph_in_memory():
+    """Many runs in one process (`compare`) keep memory flat: no fit's traced
+    step, with the variables it holds, outlives its model."""
+    before = _alive_train_graphs()
+    for _ in range(2):
+        model = _model()
+        model.compile(optimizer=AdamW(1e-2), loss="mse", jit_compile=False)
+        model.fit(IDS, TARGETS, verbose=0)
+        del model
+        keras.backend.clear_session(free_memory=True)
+    assert _alive_train_graphs() == before
