@@ -919,7 +919,8 @@ def test_with_asa_after_the_task_model_trained_keeps_its_optimizer_settings(capl
         optimizer = keras_masking.clue.optimization.fine_tuning_optimizer(1e-3, total_steps=10)
         if scaled:
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        model.compile(optimizer=optimizer, loss=CE, metrics=["accuracy"], jit_compile=False)
+        # Eager steps: what is checked is the optimizer, not a traced step.
+        model.compile(optimizer=optimizer, loss=CE, metrics=["accuracy"], run_eagerly=True)
         model.fit(features, np.array([0, 1, 2]), verbose=0)
         with caplog.at_level("WARNING", logger="keras_masking"):
             trainer = keras_masking.with_asa(model)
