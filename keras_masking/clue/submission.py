@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 from keras_masking.clue.examples import RECORD_TYPES
 from keras_masking.clue.readers import ClueSplit
-from keras_masking.clue.readers import _short
+from keras_masking.clue.record_readers import short_labels
 from keras_masking.clue.tasks import TASKS
 from keras_masking.clue.tasks import check_benchmark
 from keras_masking.clue.tasks import get_task
@@ -242,12 +242,12 @@ def _label_problem(task, labels, value):
         noun = type(value).__name__
         article = "an" if noun[:1] in "aeiou" else "a"
         return f"label {value!r} is {article} {noun}; {task.name} expects the label string" + (
-            hint or (f" (one of {_short(labels)})" if labels else "")
+            hint or (f" (one of {short_labels(labels)})" if labels else "")
         )
     if labels is None:
         return None if value else "label is an empty string"
     if value not in labels:
-        return f"label {value!r} is not one of {task.name}'s labels {_short(labels)}{hint}"
+        return f"label {value!r} is not one of {task.name}'s labels {short_labels(labels)}{hint}"
     return None
 
 
@@ -260,7 +260,7 @@ def _entity_problem(task, labels, value, example):
     text = example.text if example is not None else None
     for kind, mentions in value.items():
         if labels is not None and kind not in labels:
-            return f"entity type {kind!r} is not one of {task.name}'s types {_short(labels)}"
+            return f"entity type {kind!r} is not one of {task.name}'s types {short_labels(labels)}"
         if not isinstance(mentions, dict):
             return f"label[{kind!r}] must be an object {{entity: [[start, end]]}}"
         for entity, spans in mentions.items():
