@@ -54,8 +54,11 @@ class ASATrainer(ASAObjective, keras.Model):
             `DropTokenEncoder` in ``mode="attention"``; its outputs are logits
             (predictions for regression).
         tau, layers, alpha, mask_semantics, noise, seed: see
-            `TransformerBackbone.enable_asa`; used only when the backbone has
-            no ASA setting of its own.
+            `TransformerBackbone.enable_asa`. None (the default) takes the
+            backbone's setting when it has one, else ``enable_asa``'s default
+            (0.5, every layer, 1.0, ``"replace"``, False, None). A value that
+            differs from the backbone's setting is refused, since one of the
+            two would be ignored.
         task: ``"auto"`` (from the output shape: ``(B, 1)`` regression,
             ``(B, C)`` classification or multiple choice, ``(B, T, C)`` token
             classification), or one of `keras_masking.losses.ASA_TASKS`.
@@ -84,23 +87,28 @@ class ASATrainer(ASAObjective, keras.Model):
     def __init__(
         self,
         task_model,
-        tau=0.5,
+        tau=None,
         layers=None,
-        alpha=1.0,
+        alpha=None,
         task="auto",
         divergence=None,
-        mask_semantics="replace",
-        noise=False,
+        mask_semantics=None,
+        noise=None,
         token_divergence="all",
         seed=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        check_float("tau", tau, minimum=0.0)
-        check_float("alpha", alpha, minimum=0.0)
-        check_bool("noise", noise)
+        given = dict(tau=tau, alpha=alpha, mask_semantics=mask_semantics, noise=noise, seed=seed)
+        given = {key: value for key, value in given.items() if value is not None}
+        for name, check in (("tau", check_float), ("alpha", check_float)):
+            if name in given:
+                given[name] = check(name, given[name], minimum=0.0)
+        if "noise" in given:
+            given["noise"] = check_bool("noise", noise)
         check_seed("seed", seed)
-        validate_mask_semantics(mask_semantics)
+        if mask_semantics is not None:
+            validate_mask_semantics(mask_semantics)
         check_choice("task", task, ("auto",) + tuple(ASA_TASKS))
         if divergence is not None and not callable(divergence):
             raise ValueError(
@@ -111,12 +119,12 @@ class ASATrainer(ASAObjective, keras.Model):
         backbone = encoder if isinstance(encoder, TransformerBackbone) else encoder.backbone
         self.task_model = task_model
         self.backbone = backbone
-        settings = dict(tau=tau, alpha=alpha, mask_semantics=mask_semantics, noise=noise)
-        settings.update(seed=seed, layers=backbone.layer_indices(layers))
-        settings.update(backbone.asa or {})
+        if layers is not None:
+            given["layers"] = backbone.layer_indices(layers)
+        settings = _asa_settings(given, backbone.asa)
         self.tau = self.asa_tau = float(settings["tau"])
         self.alpha = float(settings["alpha"])
-        self.attacked_layers = list(settings["layers"])
+        self.attacked_layers = backbone.layer_indices(settings["layers"])
         self.layers_argument = None if layers is None else list(self.attacked_layers)
         self.mask_semantics = settings["mask_semantics"]
         self.noise = settings["noise"]
@@ -232,6 +240,35 @@ class ASATrainer(ASAObjective, keras.Model):
         config["task_model"] = keras.saving.deserialize_keras_object(config["task_model"])
         config["divergence"] = keras.saving.deserialize_keras_object(config["divergence"])
         return cls(**config)
+
+
+_ASA_DEFAULTS = {"tau": 0.5, "alpha": 1.0, "mask_semantics": "replace", "noise": False}
+
+
+def _asa_settings(given, backbone_setting):
+    """The trainer's ASA settings: the backbone's (``enable_asa``) or the arguments.
+
+    A value given to the trainer that differs from the backbone's setting is
+    refused: one of the two would be silently ignored.
+    """
+    if backbone_setting is None:
+        return {**_ASA_DEFAULTS, "seed": None, "layers": None, **given}
+    differing = {
+        key: (value, backbone_setting[key])
+        for key, value in given.items()
+        if backbone_setting.get(key) != value
+    }
+    if differing:
+        details = ", ".join(
+            f"{key}={mine!r} (the backbone's {key}={theirs!r})"
+            for key, (mine, theirs) in sorted(differing.items())
+        )
+        raise ValueError(
+            "This backbone has ASA's settings already (backbone.enable_asa), and the trainer was "
+            f"given others: {details}. Pass none of them to the trainer (it uses the backbone's), "
+            "or enable ASA on the backbone with the values you want."
+        )
+    return dict(backbone_setting)
 
 
 def _attacked_encoder(task_model):

@@ -961,3 +961,21 @@ def test_masked_fraction_plot(tmp_path):
     path = tmp_path / "masks.png"
     keras_masking.methods.plot_masked_fractions(history, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_trainer_refuses_settings_that_differ_from_the_backbones():
+    keras.utils.set_random_seed(0)
+    backbone = TransformerBackbone(
+        vocabulary_size=32, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
+        max_sequence_length=8,
+    )  # fmt: skip
+    logits = keras.layers.Dense(2)(backbone(backbone.input)["pooled_output"])
+    model = keras.Model(backbone.input, logits)
+    backbone.enable_asa(tau=0.3, layers=[1])
+    with pytest.raises(ValueError, match=r"tau=1\.0 \(the backbone's tau=0\.3\)"):
+        keras_masking.methods.ASATrainer(model, tau=1.0)
+    with pytest.raises(ValueError, match=r"layers=\[0\] \(the backbone's layers=\[1\]\)"):
+        keras_masking.methods.ASATrainer(model, layers=[0])
+    trainer = keras_masking.methods.ASATrainer(model, tau=0.3)  # the same value: accepted
+    assert trainer.tau == trainer.asa_tau == 0.3 and trainer.attacked_layers == [1]
+    assert keras_masking.methods.ASATrainer(model).tau == 0.3  # none given: the backbone's
