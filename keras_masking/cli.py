@@ -26,7 +26,7 @@ Example:
 ```
 keras-masking convert chinese_L-12_H-768_A-12/bert_config.json \\
     chinese_L-12_H-768_A-12/bert_model.ckpt ./bert_preset --model bert
-keras-masking clue tnews --data-dir fewclue --output-dir runs/tnews \\
+keras-masking clue tnews fewclue runs/tnews \\
     --checkpoint chinese_L-12_H-768_A-12/bert_model.ckpt --drop-token 0.1
 keras-masking clue submit runs --team mylab
 keras-masking compare tnews fewclue runs/tnews_compare --preset ./bert_preset \\
@@ -254,19 +254,37 @@ def _correct_embeddings(args):
     print(f"Corrected {rows} embedding rows; wrote {args.output}")
 
 
-# `keras-masking clue` flags -> `finetune` arguments (the others keep their name).
-CLUE_RENAMED = {"lr": "learning_rate", "warmup": "warmup_proportion"}
-CLUE_NOT_PASSED = ("command", "task", "data_dir", "output_dir", "quiet", "verbose")
+# `keras-masking clue` flags that are not `finetune` arguments (the others keep their name).
+CLUE_NOT_PASSED = ("command", "task", "data_dir", "output_dir", "quiet", "verbose",
+                   "old_data_dir", "old_output_dir")  # fmt: skip
+
+
+def _run_folders(args):
+    """``clue``'s DATA_DIR and OUTPUT: positionals, as ``compare`` takes them, or the
+    ``--data-dir`` / ``--output-dir`` options of 0.5 (with a warning)."""
+    for name in ("data_dir", "output_dir"):
+        old = getattr(args, f"old_{name}")
+        flag = "--" + name.replace("_", "-")
+        if old is not None and getattr(args, name) is not None:
+            raise ValueError(
+                f"{name.upper().replace('_DIR', '')} given twice: as a positional and as {flag}. "
+                f"Pass it once: {PROG} clue TASK DATA_DIR OUTPUT ..."
+            )
+        if old is not None:
+            print(
+                f"{PROG} clue: {flag} is deprecated and goes in the next release; pass "
+                "TASK DATA_DIR OUTPUT as positionals, as compare takes them.",
+                file=sys.stderr,
+            )
+            setattr(args, name, old)
+    if args.data_dir is None or args.output_dir is None:
+        raise ValueError(f"Expected {PROG} clue TASK DATA_DIR OUTPUT [options].")
 
 
 def _clue(args):
     from keras_masking import clue
 
-    options = {
-        CLUE_RENAMED.get(name, name): value
-        for name, value in vars(args).items()
-        if name not in CLUE_NOT_PASSED
-    }
+    options = {name: value for name, value in vars(args).items() if name not in CLUE_NOT_PASSED}
     try:
         result = clue.finetune(
             args.task, args.data_dir, args.output_dir, verbose=0 if args.quiet else 1, **options
@@ -525,6 +543,50 @@ def _add_convert_e5_parser(commands):
     convert.add_argument("--pooling", choices=["mean", "first"], default="mean")
 
 
+def _add_run_arguments(parser, what):
+    """The arguments ``clue`` and ``compare`` share, spelt the same in both.
+
+    ``TASK DATA_DIR OUTPUT`` as positionals, the model source, and the
+    training settings (their destinations are `finetune`'s argument names).
+    """
+    parser.add_argument(
+        "task",
+        metavar="TASK",
+        help="afqmc, tnews, iflytek, ocnli, cmnli, cluewsc, "
+        "csl, cluener, c3, chid, cmrc2018, bustm, eprstmt, csldcp",
+    )
+    optional = {"nargs": "?"} if what == "run" else {}  # clue: the 0.5 options still work
+    parser.add_argument("data_dir", metavar="DATA_DIR", help="folder with the task's folder",
+                        **optional)  # fmt: skip
+    parser.add_argument("output_dir", metavar="OUTPUT", help=f"the {what}'s folder (resumed)",
+                        **optional)  # fmt: skip
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="Google-layout TF checkpoint (prefix or folder)")
+    source.add_argument("--preset", help="preset folder (ours, keras-hub's, Hugging Face BERT)")
+    parser.add_argument("--model", default="bert", choices=FAMILIES, help="the checkpoint's family")
+    parser.add_argument("--config", help="bert_config.json (default: next to the checkpoint)")
+    parser.add_argument("--vocab", help="vocab.txt (default: next to the model)")
+    training = parser.add_argument_group("training (default: the task's)")
+    for flag in ("epochs", "batch-size", "max-length", "accumulation"):
+        training.add_argument(f"--{flag}", type=_flag(check_int, flag.replace("-", "_"), minimum=1))
+    training.add_argument(
+        "--learning-rate", "--lr",
+        type=_flag(check_float, "learning_rate", minimum=0.0, open_minimum=True),
+        help="peak learning rate",
+    )  # fmt: skip
+    training.add_argument(
+        "--warmup", dest="warmup_proportion", type=_share("warmup"), default=0.1,
+        help="warmup share",
+    )  # fmt: skip
+    training.add_argument(
+        "--weight-decay", type=_flag(check_float, "weight_decay", minimum=0.0), default=0.01
+    )
+    training.add_argument("--benchmark", choices=("clue", "fewclue"), help="default: detected")
+    training.add_argument("--few-shot", type=_few_shot, default="all", help="all or 0..4")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    return training
+
+
 def _add_clue_parser(commands):
     clue = commands.add_parser(
         "clue",
@@ -532,20 +594,10 @@ def _add_clue_parser(commands):
         description="Fine-tune a CLUE 1.1 or FewCLUE task; 'keras-masking clue submit RUNS_DIR' "
         "checks the submission files and builds CLUE's zip.",
     )
-    clue.add_argument(
-        "task",
-        metavar="TASK",
-        help="afqmc, tnews, iflytek, ocnli, cmnli, cluewsc, "
-        "csl, cluener, c3, chid, cmrc2018, bustm, eprstmt, csldcp",
-    )
-    clue.add_argument("--data-dir", required=True, help="folder with the task's folder")
-    clue.add_argument("--output-dir", required=True, help="the run's folder (resumed if it exists)")
-    source = clue.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", help="Google-layout TF checkpoint (prefix or folder)")
-    source.add_argument("--preset", help="preset folder (ours, keras-hub's, Hugging Face BERT)")
-    clue.add_argument("--model", default="bert", choices=FAMILIES, help="the checkpoint's family")
-    clue.add_argument("--config", help="bert_config.json (default: next to the checkpoint)")
-    clue.add_argument("--vocab", help="vocab.txt (default: next to the model)")
+    training = _add_run_arguments(clue, "run")
+    # The spellings of 0.5, kept for one release (a warning says so).
+    clue.add_argument("--data-dir", dest="old_data_dir", help=argparse.SUPPRESS)
+    clue.add_argument("--output-dir", dest="old_output_dir", help=argparse.SUPPRESS)
     methods = clue.add_argument_group("methods")
     methods.add_argument("--correct-embeddings", action="store_true")
     methods.add_argument("--drop-token", type=_share("drop_token"), default=0.0, metavar="RATE")
@@ -559,27 +611,12 @@ def _add_clue_parser(commands):
     methods.add_argument(
         "--exlm-k", type=_flag(check_int, "exlm_k", minimum=0), default=0, metavar="K"
     )
-    training = clue.add_argument_group("training (default: the task's)")
-    for flag in ("epochs", "batch-size", "max-length", "accumulation"):
-        training.add_argument(f"--{flag}", type=_flag(check_int, flag.replace("-", "_"), minimum=1))
-    training.add_argument(
-        "--lr",
-        type=_flag(check_float, "learning_rate", minimum=0.0, open_minimum=True),
-        help="peak learning rate",
-    )
-    training.add_argument("--warmup", type=_share("warmup"), default=0.1, help="warmup share")
-    training.add_argument(
-        "--weight-decay", type=_flag(check_float, "weight_decay", minimum=0.0), default=0.01
-    )
     training.add_argument("--seed", type=_flag(check_int, "seed", minimum=0), default=0)
-    training.add_argument("--benchmark", choices=("clue", "fewclue"), help="default: detected")
-    training.add_argument("--few-shot", type=_few_shot, default="all", help="all or 0..4")
     training.add_argument(
         "--data-parallel",
         action="store_true",
         help="train on every device with the backend's data-parallel engine",
     )
-    clue.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _add_compare_parser(commands):
@@ -591,15 +628,7 @@ def _add_compare_parser(commands):
         "when missing) seed by seed, with a 95% Student t interval. Writes OUTPUT/compare.json, "
         "compare.md and compare.png; the same command resumes.",
     )
-    compare.add_argument("task", metavar="TASK", help="a CLUE / FewCLUE task, as for 'clue'")
-    compare.add_argument("data_dir", metavar="DATA_DIR", help="folder with the task's folder")
-    compare.add_argument("output_dir", metavar="OUTPUT", help="the compare's folder (resumed)")
-    source = compare.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", help="Google-layout TF checkpoint (prefix or folder)")
-    source.add_argument("--preset", help="preset folder (ours, keras-hub's, Hugging Face BERT)")
-    compare.add_argument("--model", default="bert", choices=FAMILIES, help="checkpoint's family")
-    compare.add_argument("--config", help="bert_config.json (default: next to the checkpoint)")
-    compare.add_argument("--vocab", help="vocab.txt (default: next to the model)")
+    training = _add_run_arguments(compare, "compare")
     compare.add_argument(
         "--methods", nargs="+", required=True, type=_method_spec, metavar="SPEC",
         help="plain, drop_token=RATE, asa[=TAU], fl_tuning[=UNITS], prefix_tuning[=LENGTH], "
@@ -609,27 +638,10 @@ def _add_compare_parser(commands):
         "--seeds", nargs="+", type=_flag(check_int, "seeds", minimum=0), default=[0, 1, 2],
         metavar="SEED", help="default: 0 1 2",
     )  # fmt: skip
-    training = compare.add_argument_group("training (default: the task's)")
-    for flag in ("epochs", "batch-size", "max-length", "accumulation"):
-        training.add_argument(f"--{flag}", type=_flag(check_int, flag.replace("-", "_"), minimum=1))
-    training.add_argument(
-        "--learning-rate", "--lr",
-        type=_flag(check_float, "learning_rate", minimum=0.0, open_minimum=True),
-        help="peak learning rate",
-    )  # fmt: skip
     training.add_argument(
         "--learning-rate-for", type=_learning_rate_for, action="append", metavar="METHOD=RATE",
         help="a method's own learning rate, by label or name (repeatable): fl_tuning=5e-3",
     )  # fmt: skip
-    training.add_argument(
-        "--warmup", dest="warmup_proportion", type=_share("warmup"), default=0.1,
-        help="warmup share",
-    )  # fmt: skip
-    training.add_argument(
-        "--weight-decay", type=_flag(check_float, "weight_decay", minimum=0.0), default=0.01
-    )
-    training.add_argument("--benchmark", choices=("clue", "fewclue"), help="default: detected")
-    training.add_argument("--few-shot", type=_few_shot, default="all", help="all or 0..4")
     training.add_argument(
         "--split-seed", type=_flag(check_int, "split_seed", minimum=0), default=0,
         help="the seed of dev's halves",
@@ -643,7 +655,6 @@ def _add_compare_parser(commands):
         help="also score dev with this share of its characters replaced (0.1: 10%%), and "
         "compare the methods on it too (robustness; text and sentence-pair tasks)",
     )  # fmt: skip
-    compare.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def build_submit_parser():
@@ -694,6 +705,12 @@ def main(argv=None):
         return _exit_code(exit_request)
     if submit:
         return _run("clue submit", _clue_submit, args, verbose)
+    if args.command == "clue":
+        try:
+            _run_folders(args)
+        except ValueError as error:
+            print(f"{PROG} clue: error: {error}", file=sys.stderr)
+            return 2
     handlers = {
         "convert": _convert,
         "inspect": _inspect,

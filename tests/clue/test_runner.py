@@ -21,7 +21,9 @@ from keras_masking.clue.run_folder import RunFolder
 from tests.clue import fixtures as clue_fixtures
 from tests.clue.helpers import VOCABULARY
 
-SETTINGS = dict(epochs=2, batch_size=4, max_length=24, learning_rate=3e-3)
+# Without XLA, whose compile costs more than these tiny runs: the runs from
+# the command line (each kind, below) and the resumed run compile with XLA.
+SETTINGS = dict(epochs=2, batch_size=4, max_length=24, learning_rate=3e-3, jit_compile=False)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def _weights(model):
 
 def _cli(task, data, output, preset, *extra, **settings):
     options = {**SETTINGS, **settings}
-    argv = ["clue", task, "--data-dir", str(data), "--output-dir", str(output)]
+    argv = ["clue", task, str(data), str(output)]
     argv += ["--preset", str(preset), "--quiet"]
     argv += ["--epochs", str(options["epochs"]), "--batch-size", str(options["batch_size"])]
     argv += ["--max-length", str(options["max_length"]), "--lr", str(options["learning_rate"])]
@@ -190,7 +192,8 @@ class _Interrupt(keras.callbacks.Callback):
 
 # DropToken (attention mode, as ASA needs), ASA and the embedding correction
 # together: their random draws and their evidence must survive a resume.
-RESUMED = dict(SETTINGS, drop_token=0.3, asa=0.5, correct_embeddings=True)
+# Under XLA, as `keras-masking clue` runs them.
+RESUMED = dict(SETTINGS, drop_token=0.3, asa=0.5, correct_embeddings=True, jit_compile=True)
 
 
 @pytest.fixture(scope="module")
@@ -601,7 +604,7 @@ def test_missing_files_are_named(data, preset, tmp_path):
 
 
 def test_the_command_line_refuses_bad_flags_with_exit_code_2(capsys, tmp_path):
-    base = ["clue", "tnews", "--data-dir", "d", "--output-dir", "o"]
+    base = ["clue", "tnews", "d", "o"]
     assert main(base) == 2  # no model
     assert main(base + ["--preset", "p", "--checkpoint", "c"]) == 2
     assert main(base + ["--preset", "p", "--fl-tuning", "8", "--lora", "4"]) == 2
@@ -611,6 +614,15 @@ def test_the_command_line_refuses_bad_flags_with_exit_code_2(capsys, tmp_path):
     assert "--drop-token" in error and "--epochs" in error
     assert main(base + ["--preset", str(tmp_path / "p")]) == 1
     assert "no such folder" in capsys.readouterr().err
+    # DATA_DIR and OUTPUT: positionals as compare takes them; 0.5's options warn.
+    assert main(["clue", "tnews", "--preset", "p"]) == 2
+    assert "Expected keras-masking clue TASK DATA_DIR OUTPUT" in capsys.readouterr().err
+    assert main(["clue", "tnews", "d", "o", "--data-dir", "d", "--preset", "p"]) == 2
+    assert "given twice" in capsys.readouterr().err
+    old = ["clue", "tnews", "--data-dir", "d", "--output-dir", str(tmp_path / "o")]
+    assert main(old + ["--preset", str(tmp_path / "p")]) == 1  # parsed: the preset is missing
+    error = capsys.readouterr().err
+    assert "--data-dir is deprecated" in error and "no such folder" in error
 
 
 # === Submissions ===
