@@ -1,5 +1,6 @@
 """keras_masking.clue.compare and `keras-masking compare`, on a tiny model and FewCLUE EPRSTMT."""
 
+import importlib
 import json
 import math
 import statistics
@@ -160,6 +161,23 @@ def test_the_paired_difference_and_its_interval_by_hand():
     assert one["verdict"] == "cannot tell"
 
 
+def test_the_same_difference_on_every_seed_proves_nothing():
+    # +6.25 on every seed of an 80-example half is five examples, not proof.
+    found = paired_difference([56.25, 62.5, 50.0], [50.0, 56.25, 43.75])
+    assert found["sd"] == 0.0 and found["low"] == found["high"] == pytest.approx(6.25)
+    assert found["verdict"] == "cannot tell"
+    rows = summarize(
+        [{"method": m, "seed": s, "held_out": v, "status": "finished", "trainable_parameters": 1}
+         for m, values in (("plain", (50.0, 56.25, 43.75)), ("fl", (56.25, 62.5, 50.0)))
+         for s, v in zip((0, 1, 2), values)],
+        ["plain", "fl"], [0, 1, 2],
+    )  # fmt: skip
+    assert rows[1]["verdict"] == "cannot tell"
+    compare_module = importlib.import_module("keras_masking.clue.compare")
+    (note,) = compare_module._zero_spread_notes(rows)
+    assert note.startswith("fl: the same difference (+6.25) on every seed")
+
+
 def test_the_summary_is_the_hand_computation_of_the_runs(compared):
     output, result, record = compared
     held = {(run["method"], run["seed"]): run["held_out"] for run in record["runs"]}
@@ -312,6 +330,10 @@ def test_noise_on_a_task_that_is_not_text_classification_is_refused(preset, tmp_
         (["fl_tuning"], [0], {"learning_rates": {"fl_tuning": 0.0}}, r"learning_rates"),
         (["fl_tuning"], [0], {"epochs": 0}, r"epochs"),
         (["fl_tuning"], [0], {"noise": 1.5}, r"noise in \[0.0, 1.0\]"),
+        # numpy refused such a seed only after compare.json was written.
+        (["fl_tuning"], [99999999999], {}, r"seeds in \[0, 4294967295\]"),
+        # refused only after the first run had trained.
+        (["exlm_k=2"], [0], {}, r"--exlm-k needs an ExLM-pretrained backbone.*'absolute'"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(
@@ -360,19 +382,25 @@ def test_method_specs_map_to_finetune_keywords():
 def test_the_command_line_compares_end_to_end(data, preset, tmp_path, capsys):
     output = tmp_path / "out"
     argv = ["compare", "eprstmt", str(data), str(output), "--preset", str(preset), "--quiet"]
-    argv += ["--methods", "plain", METHOD, "--seeds", "0", "1", "--epochs", "1"]
+    # One seed, two runs (several seeds: the `compared` runs above).
+    argv += ["--methods", "plain", METHOD, "--seeds", "1", "--epochs", "1"]
     argv += ["--batch-size", "4", "--max-length", "24", "--learning-rate", "3e-2"]
     argv += ["--learning-rate-for", "drop_token=1e-2"]
     argv += [] if SETTINGS["jit_compile"] else ["--no-jit-compile"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     record = json.loads((output / "compare.json").read_text(encoding="utf-8"))
-    assert record["status"] == "finished" and len(record["runs"]) == 4
+    assert record["status"] == "finished" and len(record["runs"]) == 2
+    assert record["arguments"]["seeds"] == [1] and record["arguments"]["epochs"] == 1
     assert record["arguments"]["learning_rates"] == {"plain": 0.03, METHOD: 0.01}
-    assert [run["learning_rate"] for run in record["runs"]] == [0.03, 0.01] * 2
+    assert [run["learning_rate"] for run in record["runs"]] == [0.03, 0.01]
     assert all(run["chosen_epoch"] == 1 for run in record["runs"])
     assert f"| {METHOD} | " in printed and "compare.md" in printed
     assert main(argv[:4] + ["--preset", str(preset), "--methods", "dropout=1"]) == 2
     assert "methods entry 'dropout=1'" in capsys.readouterr().err
     assert main(argv[:4] + ["--preset", str(preset), "--methods", "plain", "--noise", "2"]) == 2
     assert "noise in [0.0, 1.0]" in capsys.readouterr().err
+    # --seeds takes several values, all passed on (a repeated one is refused).
+    assert main(argv[:4] + ["--preset", str(preset), "--methods", "plain", "--seeds", "0", "1",
+                            "0"]) == 1  # fmt: skip
+    assert "Received: seeds=[0, 1, 0]" in capsys.readouterr().err
