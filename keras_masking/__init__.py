@@ -14,8 +14,7 @@ Subpackages:
     ops: position-encoding, mask and embedding-correction maths as plain
         functions.
     methods: the embedding correction (`correct_mlm_embeddings`), model
-        averaging, adapters, ASA's trainer for a custom head, and the
-        deprecated function spellings of the methods.
+        averaging, adapters, ASA's trainer for a custom head.
     callbacks: `MLMEmbeddingCorrection` for `fit`.
     losses: ExLM's `dag_loss` / `DAGLoss`, ASA's divergences.
     utils: backend-edge helpers (`disable_xla_cpu_fusion_emitters`).
@@ -65,14 +64,8 @@ from keras_masking import ops
 from keras_masking import optimizers
 from keras_masking import utils
 from keras_masking.methods import correct_mlm_embeddings
-from keras_masking.methods import fl_tune
-from keras_masking.methods import merge_fl
 from keras_masking.methods import mlm_model_average
-from keras_masking.methods import prefix_tune
 from keras_masking.methods import undo_mlm_embedding_correction
-from keras_masking.methods import unmerge_fl
-from keras_masking.methods import with_asa
-from keras_masking.methods import with_drop_token
 from keras_masking.version import __version__
 
 

@@ -222,6 +222,9 @@ SETUP = {
         "model = _drop_token_model()"
     ),
     "keras_masking.methods.adapters.save_adapter": "classifier = _fl_tuned_classifier()",
+    # The examples tune the backbone that ``classifier`` is built on.
+    "keras_masking.methods.adapters.load_adapter": "classifier = _classifier(backbone)",
+    "keras_masking.methods.adapters.read_adapter": "classifier = _classifier(backbone)",
     "keras_masking.methods.adapters.AdapterSet": (
         "classifier = _fl_tuned_classifier()\n"
         "keras_masking.methods.save_adapter(classifier, 'tnews.npz', name='tnews')\n"
@@ -286,6 +289,7 @@ def _namespace(module, name, source):
         write_reference_checkpoint=write_reference_checkpoint,
         _features=_features,
         _backbone=_backbone,
+        _classifier=_classifier,
         _exlm_backbone=_exlm_backbone,
         _drop_token_model=_drop_token_model,
         _fl_tuned_classifier=_fl_tuned_classifier,

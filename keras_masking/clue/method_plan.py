@@ -226,7 +226,7 @@ class MethodPlan:
                 backbone,
                 k=self.exlm_k,
                 mask_token_id=tokenizer.mask_token_id,
-                special_token_ids=special,
+                unselectable_token_ids=special,
                 max_expanded_tokens=max([1, *counts]),
             )
         task_model = build_head(encoder)

@@ -8,7 +8,6 @@ from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.arguments import check_int_list
 from keras_masking.utils.arguments import check_seed
-from keras_masking.utils.arguments import pop_renamed_argument
 from keras_masking.utils.eager_checks import check_integer_ids
 from keras_masking.utils.eager_checks import check_zero_one
 
@@ -42,7 +41,6 @@ def repeated_mlm(
     mask_token_id,
     unselectable_token_ids=(),
     seed=None,
-    **deprecated,
 ):
     """Repeats every token ``k`` times, then masks each copy at ``mask_rate``.
 
@@ -58,11 +56,8 @@ def repeated_mlm(
         k: int >= 1, copies per token.
         mask_rate: float in (0, 1), the per-copy masking probability ``p``.
         mask_token_id: int >= 0.
-        unselectable_token_ids: ids never masked (formerly
-            ``special_token_ids``).
+        unselectable_token_ids: ids never masked.
         seed: int or None.
-        **deprecated: ``special_token_ids``, the old name of
-            ``unselectable_token_ids``.
 
     Raises:
         ValueError: for an argument of the wrong type or range, naming it.
@@ -76,11 +71,6 @@ def repeated_mlm(
     >>> batch.token_ids.shape
     (1, 8)
     """
-    unselectable_token_ids = pop_renamed_argument(
-        deprecated, "special_token_ids", "unselectable_token_ids", unselectable_token_ids
-    )
-    if deprecated:
-        raise TypeError(f"repeated_mlm() got unexpected keyword arguments {sorted(deprecated)}.")
     k = check_int("k", k, minimum=1)
     mask_rate = check_float("mask_rate", mask_rate, 0.0, 1.0, open_minimum=True, open_maximum=True)
     mask_token_id = check_int("mask_token_id", mask_token_id, minimum=0)

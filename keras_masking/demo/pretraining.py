@@ -172,7 +172,7 @@ def _pretrain_2d(settings, tokenizer, train, held_out, objective, progress):
         backbone,
         k=settings.exlm_k,
         mask_token_id=tokenizer.mask_token_id,
-        special_token_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
+        unselectable_token_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
         objective=objective,
         transition_heads=settings.architecture[2],
         seed=settings.seed,

@@ -16,7 +16,6 @@ from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.arguments import check_int_list
 from keras_masking.utils.arguments import check_seed
-from keras_masking.utils.arguments import pop_renamed_argument
 from keras_masking.utils.eager_checks import check_zero_one
 from keras_masking.utils.eager_checks import concrete_value
 from keras_masking.utils.eager_checks import dtype_name
@@ -55,7 +54,7 @@ class DropToken(keras.layers.Layer):
         rate: float in [0, 1), the share of droppable tokens to drop (numpy
             scalars accepted).
         unselectable_token_ids: list or tuple of ids never dropped (e.g.
-            ``(101, 102)``; formerly ``protected_token_ids``).
+            ``(101, 102)``).
         protected_positions: list or tuple of positions never dropped (e.g.
             ``(0,)``).
         mode: ``"gather"`` or ``"attention"``.
@@ -98,9 +97,6 @@ class DropToken(keras.layers.Layer):
         slot_multiple=8,
         **kwargs,
     ):
-        unselectable_token_ids = pop_renamed_argument(
-            kwargs, "protected_token_ids", "unselectable_token_ids", unselectable_token_ids
-        )
         super().__init__(**kwargs)
         self.rate = check_drop_rate(rate)
         self.unselectable_token_ids = check_int_list(
@@ -113,11 +109,6 @@ class DropToken(keras.layers.Layer):
         self.seed = check_seed("seed", seed)
         self.slot_multiple = check_int("slot_multiple", slot_multiple, minimum=1)
         self.seed_generator = keras.random.SeedGenerator(self.seed)
-
-    @property
-    def protected_token_ids(self):
-        """Deprecated name of ``unselectable_token_ids``."""
-        return self.unselectable_token_ids
 
     def set_rate(self, rate):
         """Changes the drop rate (takes effect at the next trace of a step).

@@ -28,8 +28,9 @@ def save_adapter(model, path, name=None):
     The file is written under a temporary name, then renamed.
 
     Args:
-        model: an FL-tuned or prefix-tuned model (see `keras_masking.fl_tune`,
-            `keras_masking.prefix_tune`) with one `TransformerBackbone`.
+        model: an FL-tuned or prefix-tuned model (see
+            `TransformerBackbone.enable_fl_tuning`, `enable_prefix_tuning`)
+            with one `TransformerBackbone`.
         path: file path (str or `os.PathLike`) in an existing folder;
             ``.npz`` is appended when missing.
         name: optional adapter name (a string) stored in the file.
@@ -75,9 +76,9 @@ def load_adapter(model, path):
     ```python
     fresh = keras.models.clone_model(classifier)
     fresh.set_weights(classifier.get_weights())  # the same base weights and head
-    tuned = keras_masking.fl_tune(classifier, units=8)
-    # ... compile and fit ...
-    keras_masking.methods.save_adapter(tuned, "tnews.npz", name="tnews")
+    backbone.enable_fl_tuning(units=8)  # the backbone classifier is built on
+    # ... compile and fit classifier ...
+    keras_masking.methods.save_adapter(classifier, "tnews.npz", name="tnews")
     keras_masking.methods.load_adapter(fresh, "tnews.npz")  # 'tnews'
     ```
     """
@@ -105,7 +106,8 @@ def read_adapter(path):
 
     Example:
     ```python
-    keras_masking.methods.save_adapter(keras_masking.fl_tune(classifier, units=8), "tnews.npz")
+    backbone.enable_fl_tuning(units=8)  # the backbone classifier is built on
+    keras_masking.methods.save_adapter(classifier, "tnews.npz")
     description, arrays = keras_masking.methods.read_adapter("tnews.npz")
     description["method"]["add_ffn"]  # {'units': 8, 'layers': [0, 1]}
     ```
@@ -159,8 +161,8 @@ class AdapterSet:
     the attachment layout and head architecture.
 
     Args:
-        model: a tuned model (see `keras_masking.fl_tune`), or a fresh one
-            that the first activated adapter file attaches to.
+        model: a tuned model (see `TransformerBackbone.enable_fl_tuning`),
+            or a fresh one that the first activated adapter file attaches to.
 
     Example:
     ```python

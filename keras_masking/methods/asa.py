@@ -1,8 +1,6 @@
 """ASA: adversarial self-attention fine-tuning of a user's Keras task model."""
 
 import copy
-import logging
-import warnings
 
 import keras
 
@@ -18,9 +16,6 @@ from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_seed
-from keras_masking.utils.training_state import unbuilt_optimizer_copy
-
-_LOGGER = logging.getLogger(__name__)
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -328,63 +323,3 @@ def _resolve_task(task, task_model):
         f"Cannot tell the task kind from an output of shape {shape} (a span or pointer head has "
         "no official ASA divergence). Pass task= or divergence=."
     )
-
-
-def with_asa(task_model, tau=0.5, layers=None, **options):
-    """Deprecated: ``backbone.enable_asa(...)`` is the one way to turn ASA on.
-
-    Returns an `ASATrainer` around ``task_model``, as before (compiled with
-    the task model's compile arguments if it was compiled). Instead: a
-    `TransformerTextClassifier` trains with ASA after
-    ``classifier.enable_asa(tau=...)``; a user's own head after
-    ``backbone.enable_asa(tau=...)`` and ``ASATrainer(task_model)``.
-
-    Example:
-    ```python
-    backbone.enable_asa(tau=0.5)  # instead
-    ```
-    """
-    warnings.warn(
-        "keras_masking.with_asa is deprecated; call classifier.enable_asa(...) (or "
-        "backbone.enable_asa(...) and keras_masking.methods.ASATrainer(task_model)).",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    trainer = ASATrainer(task_model, tau=tau, layers=layers, **options)
-    if getattr(task_model, "compiled", False):
-        _compile_like(trainer, task_model)
-    return trainer
-
-
-def _compile_like(trainer, task_model):
-    """Compiles ``trainer`` with the arguments ``task_model`` was compiled with.
-
-    The objects themselves (an optimizer holds settings its config does not,
-    a loss may have no config). A built optimizer tracks the task model's
-    variables only, so the trainer gets an unbuilt copy; metric objects are
-    copied so the two models share no state.
-    """
-    config = getattr(task_model, "_compile_config", None)
-    if config is None:  # a compile that Keras' did not record
-        trainer.compile_from_config(task_model.get_compile_config())
-        return
-    arguments = dict(config.config)
-    optimizer = task_model.optimizer
-    if optimizer is not None and getattr(optimizer, "built", False):
-        _LOGGER.warning(
-            "The task model's optimizer was built (trained) already; the ASA trainer gets a new "
-            "%s with the same configuration and weight-decay exclusions, whose moments and step "
-            "count start from 0.",
-            type(optimizer).__name__,
-        )
-        optimizer = unbuilt_optimizer_copy(optimizer)
-    arguments["optimizer"] = optimizer
-    for key in ("metrics", "weighted_metrics"):
-        arguments[key] = keras.tree.map_structure(_fresh_metric, arguments.get(key))
-    trainer.compile(**arguments)
-
-
-def _fresh_metric(metric):
-    if isinstance(metric, keras.metrics.Metric):
-        return keras.metrics.deserialize(keras.metrics.serialize(metric))
-    return metric

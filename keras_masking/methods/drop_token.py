@@ -6,16 +6,12 @@ as a separate functional model that also outputs ``token_mask``; the CLUE
 runner's heads use it.
 """
 
-import warnings
-
 import keras
 
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.models.transformer_backbone import encoder_drop_token
-from keras_masking.utils.arguments import pop_renamed_argument
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import check_backbone_features
-from keras_masking.utils.xla_cpu import warn_if_slow_token_dropping_under_xla
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -37,9 +33,7 @@ class DropTokenEncoder(ConcreteInputChecks, keras.Model):
         seed: int >= 0 or None.
         slot_multiple: int >= 1, see `DropToken`.
         dtype: dtype policy of the dropping layer; None takes the backbone's.
-        **kwargs: `keras.Model` arguments (``name``, ``trainable``);
-            ``protected_token_ids`` is the deprecated spelling of
-            ``unselectable_token_ids``.
+        **kwargs: `keras.Model` arguments (``name``, ``trainable``).
 
     Example:
     ```python
@@ -59,9 +53,6 @@ class DropTokenEncoder(ConcreteInputChecks, keras.Model):
         dtype=None,
         **kwargs,
     ):
-        unselectable_token_ids = pop_renamed_argument(
-            kwargs, "protected_token_ids", "unselectable_token_ids", unselectable_token_ids
-        )
         if not isinstance(backbone, TransformerBackbone):
             backbone = TransformerBackbone.from_keras_hub(backbone)
         policy = backbone.dtype_policy if dtype is None else keras.dtype_policies.get(dtype)
@@ -92,8 +83,6 @@ class DropTokenEncoder(ConcreteInputChecks, keras.Model):
         """The ids never dropped."""
         return self.drop_token.unselectable_token_ids
 
-    protected_token_ids = unselectable_token_ids
-
     def get_config(self):
         return {
             "backbone": keras.saving.serialize_keras_object(self.backbone),
@@ -112,40 +101,3 @@ class DropTokenEncoder(ConcreteInputChecks, keras.Model):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
         return cls(**config)
-
-
-def with_drop_token(
-    backbone,
-    rate,
-    protected_token_ids=None,
-    mode="gather",
-    seed=None,
-    slot_multiple=8,
-    unselectable_token_ids=(),
-):
-    """Deprecated: ``backbone.enable_drop_token(rate, ...)`` is the one way.
-
-    Returns a `DropTokenEncoder` (with its ``token_mask`` output) around
-    ``backbone``, as before; ``protected_token_ids`` is now spelled
-    ``unselectable_token_ids``.
-
-    Example:
-    ```python
-    backbone.enable_drop_token(0.15, unselectable_token_ids=(101, 102))  # instead
-    ```
-    """
-    warnings.warn(
-        "keras_masking.with_drop_token is deprecated; call "
-        "backbone.enable_drop_token(rate, unselectable_token_ids=...) instead.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    if protected_token_ids is not None:
-        unselectable_token_ids = protected_token_ids
-    options = dict(mode=mode, seed=seed, slot_multiple=slot_multiple)
-    encoder = DropTokenEncoder(
-        backbone, rate, unselectable_token_ids=unselectable_token_ids, **options
-    )
-    if encoder.mode == "gather" and encoder.rate:
-        warn_if_slow_token_dropping_under_xla()
-    return encoder

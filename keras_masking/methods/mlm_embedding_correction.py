@@ -14,7 +14,6 @@ on files. Each leaves an `MLMEmbeddingCorrectionRecord` that the models keep.
 
 import hashlib
 import logging
-import warnings
 import weakref
 
 import keras
@@ -44,19 +43,6 @@ DEFAULT_SETTINGS.update(unselectable_token_ids=None, tied_output="keep")
 # The exact original table of each correction made in this process, with a
 # digest of the table it became: `undo` uses it while the table is unchanged.
 _ORIGINAL_TABLES = weakref.WeakKeyDictionary()
-
-
-def __getattr__(name):
-    if name == "MLMEmbeddingCorrection":
-        warnings.warn(
-            "keras_masking.methods.MLMEmbeddingCorrection (the record) is now "
-            "keras_masking.models.MLMEmbeddingCorrectionRecord; the callback is "
-            "keras_masking.callbacks.MLMEmbeddingCorrection.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return MLMEmbeddingCorrectionRecord
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _digest(layer):

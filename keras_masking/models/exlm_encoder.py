@@ -8,7 +8,6 @@ from keras_masking.layers.state_expansion import StateExpansion
 from keras_masking.ops.token_dropping import batched_gather
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.arguments import check_int_list
-from keras_masking.utils.arguments import pop_renamed_argument
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import concrete_value
 
@@ -54,14 +53,11 @@ class ExLMModel(ConcreteInputChecks, keras.Model):
         k: int >= 1, states (copies) per expanded token.
         mask_token_id: int in ``[0, vocabulary_size)``, the [MASK] id.
         unselectable_token_ids: ids in ``[0, vocabulary_size)``, e.g.
-            ``(cls_id, sep_id)`` (formerly ``special_token_ids``).
+            ``(cls_id, sep_id)``.
         **kwargs: `keras.Model` arguments.
     """
 
     def __init__(self, backbone, k, mask_token_id, unselectable_token_ids, **kwargs):
-        unselectable_token_ids = pop_renamed_argument(
-            kwargs, "special_token_ids", "unselectable_token_ids", unselectable_token_ids
-        )
         if getattr(backbone, "position", None) != "rotary2d" or not getattr(
             backbone, "custom_position_ids", False
         ):
@@ -77,11 +73,6 @@ class ExLMModel(ConcreteInputChecks, keras.Model):
         self.unselectable_token_ids = check_int_list(
             "unselectable_token_ids", unselectable_token_ids, minimum=0, maximum=top
         )
-
-    @property
-    def special_token_ids(self):
-        """Deprecated name of ``unselectable_token_ids``."""
-        return self.unselectable_token_ids
 
     def check_inputs(self, inputs):
         """`TransformerBackbone.check_inputs` with a static length: run by
@@ -146,7 +137,7 @@ class ExLMEncoder(ExLMModel):
         mask_token_id: int, the [MASK] id (expanded too if the data has it,
             as in cloze-style fine-tuning).
         unselectable_token_ids: ids expanded in pretraining, ``(cls_id,
-            sep_id)`` (formerly ``special_token_ids``).
+            sep_id)``.
         max_expanded_tokens: int >= 0 or None, the most expanded tokens in
             one example (3: [CLS] and two [SEP]s); None sizes the expansion
             for any input. A row with more: eager calls raise; in compiled

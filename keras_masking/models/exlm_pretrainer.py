@@ -96,7 +96,7 @@ class ExLMPretrainer(ExLMModel):
         mask_rate: float in (0, 1), share of tokens picked (0.15).
         mask_token_id: int, the [MASK] id.
         unselectable_token_ids: ids never picked and always expanded ([CLS],
-            [SEP]; formerly ``special_token_ids``).
+            [SEP]).
         replacement: ``"mask"`` (all [MASK], official) or ``"bert"`` (80/10/10).
         objective: ``"exlm"`` or ``"mlm"``.
         transition_heads: int >= 1, heads of `DAGTransition`; must divide the

@@ -229,7 +229,7 @@ def to_keras_hub(backbone):
         raise ValueError(
             "This backbone has tuning attachments (addFFN / key-value prefixes / attention "
             "units) that keras-hub's "
-            "layers cannot hold. Merge addFFN first (keras_masking.merge_fl)."
+            "layers cannot hold. Merge addFFN first (backbone.merge_fl())."
         )
     if backbone.position != "absolute":
         raise ValueError(

@@ -7,7 +7,6 @@ silently truncated to an integer (``k=2.5`` is refused, not read as 2).
 
 import numbers
 import os
-import warnings
 
 
 def check_int(name, value, minimum=None, maximum=None):
@@ -194,37 +193,3 @@ def check_path(name, value):
         if isinstance(path, str):
             return path
     raise TypeError(f"Expected a path (str or os.PathLike) for {name}. Received: {name}={value!r}.")
-
-
-def pop_renamed_argument(kwargs, old_name, new_name, value):
-    """The value of an argument that was renamed, with a warning for the old name.
-
-    A public argument that is renamed keeps working for one release: a call
-    that still passes ``old_name`` gets a `DeprecationWarning` and its value.
-
-    Args:
-        kwargs: the call's ``**kwargs``; ``old_name`` is removed from it.
-        old_name: the old spelling.
-        new_name: the new spelling.
-        value: the value received under ``new_name``.
-
-    Returns:
-        ``kwargs[old_name]`` when it was passed, else ``value``.
-
-    Example:
-
-    >>> import warnings
-    >>> with warnings.catch_warnings(record=True):
-    ...     pop_renamed_argument({"special_token_ids": (1, 2)}, "special_token_ids",
-    ...                          "unselectable_token_ids", ())
-    (1, 2)
-    """
-    if old_name not in kwargs:
-        return value
-    warnings.warn(
-        f"The argument {old_name} is renamed {new_name}; the old name will stop working in "
-        "the next release.",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return kwargs.pop(old_name)

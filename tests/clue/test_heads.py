@@ -413,7 +413,7 @@ def _exlm_encoder():
     backbone = tiny_backbone(position="rotary2d", custom_position_ids=True)
     # C3 rows hold [CLS] and three [SEP]: four expanded tokens.
     return ExLMEncoder(
-        backbone, k=2, mask_token_id=MASK, special_token_ids=(CLS, SEP), max_expanded_tokens=4
+        backbone, k=2, mask_token_id=MASK, unselectable_token_ids=(CLS, SEP), max_expanded_tokens=4
     )
 
 

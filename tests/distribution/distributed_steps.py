@@ -182,7 +182,7 @@ def draws():
     layer_draws(
         "exlm_masking",
         lambda: keras_masking.models.ExLMPretrainer(
-            exlm_backbone, k=2, mask_token_id=MASK, special_token_ids=(CLS, SEP), seed=7
+            exlm_backbone, k=2, mask_token_id=MASK, unselectable_token_ids=(CLS, SEP), seed=7
         ),
         lambda model, b: model.pick_tokens(b["token_ids"], b["padding_mask"]),
         halves_alike(features(rotary2d=True)),

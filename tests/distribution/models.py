@@ -142,7 +142,7 @@ def build(method, dropout, optimizer=None):
             encoder,
             k=2,
             mask_token_id=MASK,
-            special_token_ids=(CLS, SEP),
+            unselectable_token_ids=(CLS, SEP),
             objective="exlm" if method == "exlm" else "mlm",
             replacement="mask" if method == "exlm" else "bert",
             mask_rate=0.2,

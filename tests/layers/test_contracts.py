@@ -130,7 +130,7 @@ def _pretrainer(**backbone_overrides):
         k=2,
         mask_rate=0.3,
         mask_token_id=3,
-        special_token_ids=(1, 2),
+        unselectable_token_ids=(1, 2),
         transition_heads=2,
         seed=3,
     )
@@ -143,7 +143,7 @@ def _classifier():
 
 
 def _drop_token_encoder(rate=0.0):
-    return DropTokenEncoder(tiny_backbone(), rate, protected_token_ids=(1, 2), seed=4)
+    return DropTokenEncoder(tiny_backbone(), rate, unselectable_token_ids=(1, 2), seed=4)
 
 
 def _prefix_backbone(reparameterize):
@@ -588,7 +588,7 @@ CASES = {
         no_gradient=(KEY_BIAS,),
     ),
     "ExLMEncoder": LayerCase(
-        lambda: ExLMEncoder(exlm_backbone(), k=2, mask_token_id=3, special_token_ids=(1, 2)),
+        lambda: ExLMEncoder(exlm_backbone(), k=2, mask_token_id=3, unselectable_token_ids=(1, 2)),
         lambda: (features(special=True),),
         masking=_padded_ids_masking(_backbone_outputs, special=True),
         train_model=_model_train(lambda out: out["pooled_output"]),

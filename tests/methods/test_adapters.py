@@ -18,7 +18,6 @@ import keras_hub
 import numpy as np
 import pytest
 
-import keras_masking
 from keras_masking.layers import AddFFN
 from keras_masking.layers import KeyValuePrefix
 from keras_masking.layers.key_value_prefix import PrefixEncoder
@@ -91,7 +90,7 @@ def plain():
 def tuned():
     """An FL-tuned classifier with random branches."""
     model, backbone = _classifier(seed=2)
-    keras_masking.fl_tune(model, units=UNITS)
+    backbone.enable_fl_tuning(units=UNITS)
     for block in backbone.transformer_layers:
         randomize_weights(block.feed_forward_branch, seed=5, scale=0.3)
     return model
@@ -99,14 +98,15 @@ def tuned():
 
 @pytest.fixture(scope="module")
 def ma_tuned():
-    model, _ = _classifier(seed=3)
-    keras_masking.fl_tune(model, units=UNITS, attention_units=2)
+    model, backbone = _classifier(seed=3)
+    backbone.enable_fl_tuning(units=UNITS, attention_units=2)
     return model
 
 
 @pytest.fixture(scope="module")
 def merged(tuned):
-    return keras_masking.merge_fl(tuned)
+    """The tuned classifier's backbone, merged."""
+    return model_backbone(tuned).merge_fl()
 
 
 @pytest.fixture(scope="module")
@@ -178,14 +178,14 @@ def adapter_files(tmp_path_factory, tuned):
         ("other_layers", dict(num_layers=3), 3),
         ("other_ffn", dict(intermediate_dim=40), 3),
     ):
-        other, _ = _classifier(head=head, **overrides)
-        keras_masking.fl_tune(other, units=UNITS)
+        other, other_backbone = _classifier(head=head, **overrides)
+        other_backbone.enable_fl_tuning(units=UNITS)
         files[name] = save_adapter(other, folder / name)
-    other, _ = _classifier()
-    keras_masking.fl_tune(other, units=UNITS + 1)
+    other, other_backbone = _classifier()
+    other_backbone.enable_fl_tuning(units=UNITS + 1)
     files["other_units"] = save_adapter(other, folder / "other_units")
-    other, _ = _classifier()
-    keras_masking.prefix_tune(other, length=2)
+    other, other_backbone = _classifier()
+    other_backbone.enable_prefix_tuning(length=2)
     files["prefix"] = save_adapter(other, folder / "prefix")
     return files
 
@@ -199,7 +199,9 @@ def _cases():
     def add(entry, case, call, error, match, model=p):
         cases.append((entry, case, call, error, match, model))
 
-    fl = keras_masking.fl_tune
+    def fl(model, **kwargs):
+        model_backbone(model).enable_fl_tuning(**kwargs)
+
     for case, kwargs, match in (
         ("units=0", dict(units=0), "units >= 1"),
         ("units=-1", dict(units=-1), "units=-1"),
@@ -227,23 +229,22 @@ def _cases():
         ("layers=1", dict(layers=1), "layers=1"),
         ("layers='0'", dict(layers="0"), "layers='0'"),
         ("layers=2d array", dict(layers=np.array([[0, 1]])), "for layers"),
-        ("verbose='yes'", dict(verbose="yes"), "verbose='yes'"),
-        ("verbose=2", dict(verbose=2), "verbose=2"),
     ):
-        add("fl_tune", case, lambda m, f, kw=kwargs: fl(m[p], **kw), ValueError, match)
-    add("fl_tune", "a Dense layer", lambda m, f: fl(keras.layers.Dense(2)), TypeError, "Received")
-    add("fl_tune", "None", lambda m, f: fl(None), TypeError, "TransformerBackbone")
-    add("fl_tune", "tuned twice", lambda m, f: fl(m[t], units=2), ValueError, "already has", t)
+        add("enable_fl_tuning", case, lambda m, f, kw=kwargs: fl(m[p], **kw), ValueError, match)
+    add("enable_fl_tuning", "tuned twice", lambda m, f: fl(m[t], units=2), ValueError,
+        "already has", t)  # fmt: skip
     add(
-        "fl_tune",
-        "keras-hub backbone, layers=[5]",
-        lambda m, f: fl(m["hub"], layers=[5]),
+        "enable_fl_tuning",
+        "keras-hub backbone converted, layers=[5]",
+        lambda m, f: fl(TransformerBackbone.from_keras_hub(m["hub"]), layers=[5]),
         ValueError,
         r"every entry of layers in \[0, 1\]",
         "hub",
     )
 
-    pt = keras_masking.prefix_tune
+    def pt(model, **kwargs):
+        model_backbone(model).enable_prefix_tuning(**kwargs)
+
     for case, kwargs, match in (
         ("length=-1", dict(length=-1), "length=-1"),
         ("length=2.5", dict(length=2.5), "Expected an integer for length"),
@@ -261,12 +262,10 @@ def _cases():
         ("dropout=True", dict(dropout=True), "Expected a number for dropout"),
         ("hidden_units=0", dict(hidden_units=0), "hidden_units=0"),
         ("hidden_units=8.0", dict(hidden_units=8.0), "Expected an integer for hidden_units"),
-        ("verbose=None", dict(verbose=None), "verbose"),
     ):
-        add("prefix_tune", case, lambda m, f, kw=kwargs: pt(m[p], **kw), ValueError, match)
-    add("prefix_tune", "a string", lambda m, f: pt("model"), TypeError, "TransformerBackbone")
+        add("enable_prefix_tuning", case, lambda m, f, kw=kwargs: pt(m[p], **kw), ValueError, match)
     add(
-        "prefix_tune",
+        "enable_prefix_tuning",
         "prefixed twice",
         lambda m, f: pt(m["prefixed"], length=2),
         ValueError,
@@ -274,7 +273,9 @@ def _cases():
         "prefixed",
     )
 
-    merge = keras_masking.merge_fl
+    def merge(model, *args):
+        return model_backbone(model).merge_fl(*args)
+
     for case, placement, match in (
         ("placement='middle'", "middle", "placement='middle'"),
         ("placement=-1", -1, r"\[0, 48\] for placement"),
@@ -286,9 +287,10 @@ def _cases():
         add("merge_fl", case, lambda m, f, x=placement: merge(m[t], x), ValueError, match, t)
     add("merge_fl", "untuned", lambda m, f: merge(m[p]), ValueError, r"enable_fl_tuning\(\) first")
     add("merge_fl", "MA units", lambda m, f: merge(m["ma"]), ValueError, "do not merge", "ma")
-    add("merge_fl", "a Dense layer", lambda m, f: merge(keras.layers.Dense(2)), TypeError, "Dense")
 
-    unmerge = keras_masking.unmerge_fl
+    def unmerge(model, **kwargs):
+        return model_backbone(model).unmerge_fl(**kwargs)
+
     mg = "merged"
     for case, kwargs, match in (
         ("units=0", dict(units=0), "units=0"),
@@ -498,8 +500,8 @@ CASES = _cases()
 
 @pytest.fixture(scope="module")
 def models(plain, tuned, ma_tuned, merged):
-    prefixed, _ = _classifier(seed=4)
-    keras_masking.prefix_tune(prefixed, length=2)
+    prefixed, prefixed_backbone = _classifier(seed=4)
+    prefixed_backbone.enable_prefix_tuning(length=2)
     hub = keras_hub.models.BertBackbone(**HUB_SIZES)
     first = TransformerBackbone(**tiny_backbone_kwargs(), name="first")
     second = TransformerBackbone(**tiny_backbone_kwargs(), name="second")
@@ -545,9 +547,9 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(
 def test_every_entry_point_is_tried():
     counts = collections.Counter(case[0] for case in CASES)
     assert counts == {
-        "fl_tune": 24,
-        "prefix_tune": 19,
-        "merge_fl": 9,
+        "enable_fl_tuning": 20,
+        "enable_prefix_tuning": 17,
+        "merge_fl": 8,
         "unmerge_fl": 10,
         "add_ffn_parameter_count": 4,
         "save_adapter": 7,
@@ -563,15 +565,14 @@ def test_every_entry_point_is_tried():
     }
 
 
-def test_a_refused_fl_tune_leaves_the_model_as_it_was_and_a_retry_works():
+def test_a_refused_enable_fl_tuning_leaves_the_model_as_it_was_and_a_retry_works():
     model, backbone = _classifier()
     before = snapshot(model)
     # The call of the report: addFFN attached, then attention_units refused.
     with pytest.raises(ValueError, match="attention_units=-1"):
-        keras_masking.fl_tune(model, units=4, attention_units=-1)
+        backbone.enable_fl_tuning(units=4, attention_units=-1)
     assert_unchanged(model, before)
-    tuned = keras_masking.fl_tune(model, units=np.int64(4), layers=np.array([1]))
-    assert tuned is model
+    backbone.enable_fl_tuning(units=np.int64(4), layers=np.array([1]))
     assert backbone.add_ffn == {"units": 4, "layers": [1]}
     assert type(backbone.add_ffn["units"]) is int
     assert [b.feed_forward_branch is not None for b in backbone.transformer_layers] == [
@@ -592,7 +593,7 @@ def test_a_failure_while_attaching_is_rolled_back(monkeypatch):
     # The addFFN is attached... then the second step fails.
     monkeypatch.setattr(backbone, "attach_attention_units", fail)
     with pytest.raises(RuntimeError, match="attaching failed"):
-        keras_masking.fl_tune(model, units=4, attention_units=2)
+        backbone.enable_fl_tuning(units=4, attention_units=2)
     assert_unchanged(model, before)
     real_freeze = backbone.freeze_base
 
@@ -602,23 +603,22 @@ def test_a_failure_while_attaching_is_rolled_back(monkeypatch):
 
     monkeypatch.setattr(backbone, "freeze_base", freeze_then_fail)
     with pytest.raises(RuntimeError, match="attaching failed"):
-        keras_masking.prefix_tune(model, length=2)
+        backbone.enable_prefix_tuning(length=2)
     assert_unchanged(model, before)
     monkeypatch.undo()
-    keras_masking.fl_tune(model, units=4, attention_units=2)
-    keras_masking.prefix_tune(model, length=2)
+    backbone.enable_fl_tuning(units=4, attention_units=2)
+    backbone.enable_prefix_tuning(length=2)
     assert backbone.add_ffn and backbone.add_attention_units and backbone.key_value_prefix
     assert backbone.embeddings.trainable is False
 
 
-def test_prefix_tune_accepts_numpy_numbers_and_a_refused_call_can_be_retried(features):
+def test_enable_prefix_tuning_accepts_numpy_numbers_and_a_refused_call_can_be_retried(features):
     model, backbone = _classifier()
     before = snapshot(model)
     with pytest.raises(ValueError, match="dropout"):
-        keras_masking.prefix_tune(model, length=2, dropout=1.5)
+        backbone.enable_prefix_tuning(length=2, dropout=1.5)
     assert_unchanged(model, before)
-    keras_masking.prefix_tune(
-        model,
+    backbone.enable_prefix_tuning(
         length=np.int64(2),
         dropout=np.float32(0.25),
         reparameterize=np.bool_(False),
@@ -668,7 +668,7 @@ def test_a_refused_adapter_leaves_a_fresh_model_unchanged_and_a_retry_loads(
 
 def test_a_refused_adapter_leaves_a_tuned_model_unchanged(tuned, adapter_files):
     model, backbone = _classifier(seed=2)
-    keras_masking.fl_tune(model, units=UNITS)
+    backbone.enable_fl_tuning(units=UNITS)
     randomize_weights(model, seed=11)  # branches and head: differ from the file
     before = snapshot(model)
     for bad in ("wrong_shapes.npz", "other_head", "corrupt.npz"):
@@ -747,11 +747,11 @@ def test_adapter_set_switches_are_all_or_nothing(tuned, adapter_files, tmp_path)
     assert read_adapter(saved)[0]["name"] == "good"
 
 
-def test_nothing_is_printed_by_default_and_the_report_is_logged(capsys, caplog):
-    model, _ = _classifier()
+def test_nothing_is_printed_and_the_report_is_logged(capsys, caplog):
+    _, backbone = _classifier()
     with caplog.at_level(logging.INFO, logger="keras_masking"):
-        keras_masking.fl_tune(model, units=UNITS)
-        keras_masking.prefix_tune(model, length=2)
+        backbone.enable_fl_tuning(units=UNITS)
+        backbone.enable_prefix_tuning(length=2)
     assert capsys.readouterr().out == ""
     messages = [r.getMessage() for r in caplog.records if "-tuning" in r.getMessage()]
     fl_count = add_ffn_parameter_count(32, UNITS, 2)
@@ -760,11 +760,6 @@ def test_nothing_is_printed_by_default_and_the_report_is_logged(capsys, caplog):
     assert f"trainable parameters: {fl_count + head:,} of" in messages[0]
     prefix_count = fl_count + head + 2 * 2 * 2 * 32
     assert f"P-tuning v2: prefix length 2; trainable parameters: {prefix_count:,}" in messages[1]
-
-    model, _ = _classifier()
-    keras_masking.fl_tune(model, units=UNITS, verbose=True)
-    out = capsys.readouterr().out
-    assert out.startswith("FL-tuning:") and f"{fl_count + 32 * 3 + 3:,}" in out  # with the head
 
 
 def test_prefix_encoder_round_trips_and_computes_in_the_policy_dtype():

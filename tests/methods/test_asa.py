@@ -425,7 +425,7 @@ def test_a_compiled_fit_step_has_the_loss_and_gradients_of_an_independent_comput
     )
     model = _classifier(backbone)
     _large_kernels(model, seed=9)
-    trainer = keras_masking.with_asa(model, tau=TAU)
+    trainer = keras_masking.methods.ASATrainer(model, tau=TAU)
     for index, adversary in enumerate(trainer.adversaries):
         randomize_weights(adversary, seed=10 + index, scale=0.4)
     features = random_features(batch=4, length=8, seed=11)
@@ -509,7 +509,7 @@ def _tiny_trainer(position="absolute", batch=3, task_model=None, **asa_kwargs):
     backbone = TransformerBackbone(**tiny_backbone_kwargs(position))
     model = task_model(backbone) if task_model else _classifier(backbone)
     _large_kernels(model, seed=12)
-    trainer = keras_masking.with_asa(model, **asa_kwargs)
+    trainer = keras_masking.methods.ASATrainer(model, **asa_kwargs)
     for index, adversary in enumerate(trainer.adversaries):
         randomize_weights(adversary, seed=20 + index, scale=0.4)
     return trainer, model, random_features(batch=batch, length=8, seed=13)
@@ -548,12 +548,12 @@ def test_keras_hub_models_go_through_from_keras_hub_and_back():
     bert = keras_hub.models.BertBackbone(**HUB_SIZES)
     refused = keras.Model(bert.input, keras.layers.Dense(2)(bert(bert.input)["pooled_output"]))
     with pytest.raises(ValueError, match="from_keras_hub"):
-        keras_masking.with_asa(refused)
+        keras_masking.methods.ASATrainer(refused)
     hub = keras_hub.models.RobertaBackbone(**HUB_SIZES)
     features = random_features(batch=2, length=8)
     features = {name: features[name] for name in hub.input}
     backbone = keras_masking.models.from_keras_hub(hub)
-    trainer = keras_masking.with_asa(_classifier(backbone, classes=2))
+    trainer = keras_masking.methods.ASATrainer(_classifier(backbone, classes=2))
     _keep_every_real_pair(trainer)
     outputs = trainer(features, training=True)
     np.testing.assert_allclose(outputs["adversarial"], outputs["clean"], atol=1e-5)
@@ -646,17 +646,16 @@ def test_span_heads_need_an_explicit_divergence():
     )
 
 
-@pytest.mark.filterwarnings("ignore:On TensorFlow's XLA CPU backend")
 def test_combinations_that_make_no_sense_are_refused():
     backbone = TransformerBackbone(**tiny_backbone_kwargs())
     for encoder, reason in [
-        (keras_masking.with_drop_token(backbone, 0.2, mode="gather"), "gather mode"),
+        (keras_masking.methods.DropTokenEncoder(backbone, 0.2, mode="gather"), "gather mode"),
         (
             keras_masking.models.ExLMEncoder(
                 TransformerBackbone(**tiny_backbone_kwargs("rotary2d", custom_position_ids=True)),
                 k=2,
                 mask_token_id=3,
-                special_token_ids=(1, 2),
+                unselectable_token_ids=(1, 2),
             ),
             "ExLMEncoder",
         ),
@@ -667,17 +666,17 @@ def test_combinations_that_make_no_sense_are_refused():
         }
         model = keras.Model(inputs, keras.layers.Dense(2)(encoder(inputs)["pooled_output"]))
         with pytest.raises(ValueError, match=reason):
-            keras_masking.with_asa(model)
+            keras_masking.methods.ASATrainer(model)
 
     class Subclassed(keras.Model):
         def call(self, inputs):
             return backbone(inputs)["pooled_output"]
 
     with pytest.raises(ValueError, match="functional"):
-        keras_masking.with_asa(Subclassed())
+        keras_masking.methods.ASATrainer(Subclassed())
     plain = keras.Input((4,))
     with pytest.raises(ValueError, match="calling 0 such encoders"):
-        keras_masking.with_asa(keras.Model(plain, keras.layers.Dense(2)(plain)))
+        keras_masking.methods.ASATrainer(keras.Model(plain, keras.layers.Dense(2)(plain)))
     model = _classifier(backbone)
     for kwargs, message in [
         ({"tau": -1.0}, r"Expected tau in \[0.0, inf\]. Received: tau=-1.0"),
@@ -700,9 +699,9 @@ def test_combinations_that_make_no_sense_are_refused():
         ({"task": "token_classification"}, "rank 3"),
     ]:
         with pytest.raises(ValueError, match=message):
-            keras_masking.with_asa(model, **kwargs)
+            keras_masking.methods.ASATrainer(model, **kwargs)
     # Numpy scalars are numbers.
-    trainer = keras_masking.with_asa(
+    trainer = keras_masking.methods.ASATrainer(
         model, tau=np.float32(0.25), alpha=np.float64(1.0), seed=np.int64(3)
     )
     assert (trainer.tau, trainer.alpha, trainer.seed) == (0.25, 1.0, 3)
@@ -714,12 +713,12 @@ def test_drop_token_attention_mode_is_attacked_with_its_dropping_kept():
     applied on top of the adversaries' masks."""
     keras.utils.set_random_seed(2)
     backbone = TransformerBackbone(**tiny_backbone_kwargs())
-    encoder = keras_masking.with_drop_token(backbone, 0.3, mode="attention", seed=3)
+    encoder = keras_masking.methods.DropTokenEncoder(backbone, 0.3, mode="attention", seed=3)
     model = keras.Model(
         encoder.input, keras.layers.Dense(2)(encoder(encoder.input)["pooled_output"])
     )
     _large_kernels(model, seed=5)
-    trainer = keras_masking.with_asa(model)
+    trainer = keras_masking.methods.ASATrainer(model)
     _keep_every_real_pair(trainer)
     features = random_features(batch=2, length=8)
     state = encoder.drop_token.seed_generator.state
@@ -749,12 +748,12 @@ def test_parameter_efficient_methods_train_their_weights_and_the_adversaries(met
     backbone = TransformerBackbone(**tiny_backbone_kwargs(num_layers=1))
     model = _classifier(backbone, classes=2)
     if method == "fl":
-        keras_masking.fl_tune(model, units=4, verbose=False)
+        backbone.enable_fl_tuning(units=4)
     elif method == "prefix":
-        keras_masking.prefix_tune(model, length=3, verbose=False)
+        backbone.enable_prefix_tuning(length=3)
     else:
         backbone.enable_lora(2)
-    trainer = keras_masking.with_asa(model)
+    trainer = keras_masking.methods.ASATrainer(model)
     changed = _trainable_changes(trainer, random_features(batch=2, length=8), np.array([0, 1]))
     marker = {"fl": "add_ffn", "prefix": "key_value_prefix", "lora": "lora_kernel"}[method]
     assert any(marker in path for path in changed)
@@ -874,64 +873,6 @@ def test_saving_keeps_adversaries_in_the_trainer_only(tmp_path):
     inference = keras.saving.load_model(tmp_path / "model.keras")
     assert not any("adversary" in v.path for v in inference.weights)
     assert inference.count_params() == model.count_params()
-
-
-def _decayed(optimizer, variables):
-    """The paths of ``variables`` that ``optimizer`` decays."""
-    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
-    return {v.path for v in variables if optimizer._use_weight_decay(v)}
-
-
-def _no_decay_names(variables):
-    return {v.path for v in variables if v.path.endswith(("bias", "gamma", "beta"))}
-
-
-def test_with_asa_keeps_the_task_models_compile_configuration():
-    trainer, model, features = _tiny_trainer()
-    optimizer = keras_masking.clue.optimization.fine_tuning_optimizer(
-        1e-3, total_steps=10, weight_decay=0.1
-    )
-    model.compile(optimizer=optimizer, loss=CE, metrics=["accuracy"], jit_compile=False)
-    trainer = keras_masking.with_asa(model)
-    # The optimizer itself, with the settings its config does not hold.
-    assert trainer.optimizer is optimizer
-    assert trainer.get_compile_config() == model.get_compile_config()
-    assert trainer.loss is CE and trainer.jit_compile is False
-    variables = trainer.trainable_variables
-    excluded = _no_decay_names(variables)
-    assert len(excluded) >= 20  # every bias and LayerNorm of 2 layers and the adversaries
-    assert _decayed(trainer.optimizer, variables) == {v.path for v in variables} - excluded
-    labels = np.array([0, 1, 2])
-    outputs = trainer(features, training=True)
-    result = trainer.compute_metrics(features, labels, outputs)
-    assert {"accuracy", "divergence", "mask_term", "masked_fraction_0"} <= set(result)
-    trainer.reset_metrics()
-    evaluated = trainer.compute_metrics(features, labels, trainer(features, training=False))
-    assert "accuracy" in evaluated and "divergence" not in evaluated
-
-
-def test_with_asa_after_the_task_model_trained_keeps_its_optimizer_settings(caplog):
-    """A built optimizer cannot take the adversaries' variables: the trainer
-    gets a new one of the same configuration and exclusions (a loss-scaled
-    one included), and says so."""
-    for scaled in (False, True):
-        _, model, features = _tiny_trainer()
-        optimizer = keras_masking.clue.optimization.fine_tuning_optimizer(1e-3, total_steps=10)
-        if scaled:
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        # Eager steps: what is checked is the optimizer, not a traced step.
-        model.compile(optimizer=optimizer, loss=CE, metrics=["accuracy"], run_eagerly=True)
-        model.fit(features, np.array([0, 1, 2]), verbose=0)
-        with caplog.at_level("WARNING", logger="keras_masking"):
-            trainer = keras_masking.with_asa(model)
-        assert "start from 0" in caplog.text
-        assert trainer.optimizer is not optimizer and type(trainer.optimizer) is type(optimizer)
-        assert trainer.optimizer.get_config() == optimizer.get_config()
-        variables = trainer.trainable_variables
-        expected = {v.path for v in variables} - _no_decay_names(variables)
-        assert _decayed(trainer.optimizer, variables) == expected
-        history = trainer.fit(features, np.array([0, 1, 2]), verbose=0).history
-        assert np.isfinite(history["loss"][0])
 
 
 def test_noise_is_a_named_option():

@@ -29,7 +29,7 @@ from tests.testing import tiny_backbone_kwargs
 @pytest.mark.parametrize("position", ["absolute", "rotary", "relative"])
 def test_gather_equals_backbone_on_kept_tokens(position):
     backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position=position)))
-    encoder = keras_masking.with_drop_token(backbone, 0.4, unselectable_token_ids=(1,), seed=3)
+    encoder = DropTokenEncoder(backbone, 0.4, unselectable_token_ids=(1,), seed=3)
     features = random_features(batch=3, length=12)
     outputs = encoder(features, training=True)
     token_mask = np.asarray(outputs["token_mask"]).astype(bool)
@@ -50,8 +50,8 @@ def test_gather_equals_backbone_on_kept_tokens(position):
 @pytest.mark.parametrize("position", ["absolute", "relative"])
 def test_attention_mode_equals_gather_on_kept_tokens(position):
     backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position=position)))
-    gather = keras_masking.with_drop_token(backbone, 0.3, seed=5)
-    attention = keras_masking.with_drop_token(backbone, 0.3, mode="attention", seed=5)
+    gather = DropTokenEncoder(backbone, 0.3, seed=5)
+    attention = DropTokenEncoder(backbone, 0.3, mode="attention", seed=5)
     features = random_features(batch=2, length=12)
     a, b = gather(features, training=True), attention(features, training=True)
     np.testing.assert_array_equal(a["token_mask"], b["token_mask"])
@@ -65,7 +65,7 @@ def test_attention_mode_equals_gather_on_kept_tokens(position):
 def test_keras_hub_bert_keeps_original_positions():
     hub = keras_hub.models.BertBackbone(**HUB_SIZES)
     randomize_weights(hub)
-    encoder = keras_masking.with_drop_token(hub, 0.5, seed=2)
+    encoder = DropTokenEncoder(hub, 0.5, seed=2)
     features = random_features(batch=2, length=12)
     np.testing.assert_allclose(
         encoder(features)["sequence_output"], hub(features)["sequence_output"], atol=1e-6
@@ -85,7 +85,7 @@ def test_fit_under_xla_and_save_load(tmp_path):
     """Each row's [CLS]/[SEP] fill its 6 slots, so every compiled step runs the
     encoder on exactly them: its loss equals the backbone's on those tokens."""
     backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position="rotary")))
-    encoder = keras_masking.with_drop_token(
+    encoder = DropTokenEncoder(
         backbone, 0.5, unselectable_token_ids=(1, 2), slot_multiple=1, seed=0
     )
     assert encoder.drop_token.keep_length(12) == 6
@@ -131,8 +131,8 @@ def test_keras_hub_roberta_attention_mode_matches_gather():
     randomize_weights(hub, seed=4)
     features = random_features(batch=2, length=12)
     features.pop("segment_ids")
-    gather = keras_masking.with_drop_token(hub, 0.3, seed=9)
-    attention = keras_masking.with_drop_token(hub, 0.3, mode="attention", seed=9)
+    gather = DropTokenEncoder(hub, 0.3, seed=9)
+    attention = DropTokenEncoder(hub, 0.3, mode="attention", seed=9)
     np.testing.assert_allclose(gather(features)["sequence_output"], hub(features), atol=1e-6)
     a, b = gather(features, training=True), attention(features, training=True)
     kept = np.asarray(a["token_mask"]).astype(bool)
@@ -147,7 +147,7 @@ def test_encoder_keeps_every_protected_token_when_they_fill_the_slots():
     """A classifier step on rows whose [CLS]/[SEP] fill the slots: eager and
     compiled, the encoder runs on exactly the protected tokens."""
     backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position="rotary")))
-    encoder = keras_masking.with_drop_token(
+    encoder = DropTokenEncoder(
         backbone, 0.5, unselectable_token_ids=(1, 2), slot_multiple=1, seed=0
     )
     features = random_features(batch=2, length=8, seed=1)
@@ -257,7 +257,7 @@ def test_two_dimensional_rotary_positions_are_gathered():
     backbone = randomize_weights(
         TransformerBackbone(**tiny_backbone_kwargs(position="rotary2d", custom_position_ids=True))
     )
-    encoder = keras_masking.with_drop_token(backbone, 0.4, seed=1)
+    encoder = DropTokenEncoder(backbone, 0.4, seed=1)
     features = random_features(batch=2, length=12)
     positions = np.stack([np.arange(12), np.arange(12) % 3], -1)[None].repeat(2, 0)
     features["position_ids"] = positions.astype("int32")
@@ -279,10 +279,14 @@ def test_two_dimensional_rotary_positions_are_gathered():
         np.testing.assert_allclose(sequence[b, keep[b]], reference[b, :kept], atol=2e-5)
 
 
+def _enable_drop_token(backbone, **kwargs):
+    backbone.enable_drop_token(**kwargs)
+
+
 @pytest.mark.parametrize("kwargs, pattern", ENCODER_CASES)
-@pytest.mark.parametrize("entry", ["DropTokenEncoder", "with_drop_token"])
+@pytest.mark.parametrize("entry", ["DropTokenEncoder", "enable_drop_token"])
 def test_encoder_bad_input(entry, kwargs, pattern, recwarn):
-    build = DropTokenEncoder if entry == "DropTokenEncoder" else keras_masking.with_drop_token
+    build = DropTokenEncoder if entry == "DropTokenEncoder" else _enable_drop_token
     backbone = _backbone()
     weights = [np.array(w) for w in backbone.get_weights()]
     _raises(pattern, build, backbone, **{"rate": 0.1, **kwargs})
@@ -292,7 +296,5 @@ def test_encoder_bad_input(entry, kwargs, pattern, recwarn):
 
 
 def test_encoder_refuses_what_is_not_a_backbone():
-    with pytest.raises(TypeError, match=r"BertBackbone or RobertaBackbone.*Dense"):
-        keras_masking.with_drop_token(keras.layers.Dense(2), 0.1)
     with pytest.raises(TypeError, match=r"BertBackbone or RobertaBackbone.*Dense"):
         DropTokenEncoder(keras.layers.Dense(2), 0.1)

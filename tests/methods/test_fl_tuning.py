@@ -34,6 +34,14 @@ def _classifier(position="absolute", seed=0, **overrides):
     return keras.Model(inputs, logits), backbone
 
 
+def _with_head(backbone, classifier):
+    """A classifier on ``backbone`` with a copy of ``classifier``'s head (a merged model)."""
+    logits = keras.layers.Dense(3, name="head")(backbone(backbone.input)["pooled_output"])
+    model = keras.Model(backbone.input, logits)
+    model.get_layer("head").set_weights(classifier.get_layer("head").get_weights())
+    return model
+
+
 def _branches(backbone):
     return [b.feed_forward_branch for b in backbone.transformer_layers if b.feed_forward_branch]
 
@@ -87,7 +95,7 @@ def test_add_ffn_output_matches_the_formula():
 def test_the_branch_is_added_before_dropout_residual_and_layer_norm():
     backbone = TransformerBackbone(**tiny_backbone_kwargs())
     randomize_weights(backbone, seed=1)
-    keras_masking.fl_tune(backbone, units=UNITS)
+    backbone.enable_fl_tuning(units=UNITS)
     _randomize_branches(backbone, seed=2)
     block = backbone.transformer_layers[1]
     hidden = np.random.default_rng(4).normal(size=(2, 5, 32)).astype("float32")
@@ -105,7 +113,7 @@ def test_the_branch_is_added_before_dropout_residual_and_layer_norm():
 def test_tuned_and_merged_models_equal_an_independently_widened_model(position, features):
     classifier, backbone = _classifier(position)
     base = np.asarray(classifier(features))
-    keras_masking.fl_tune(classifier, units=UNITS)
+    backbone.enable_fl_tuning(units=UNITS)
     _randomize_branches(backbone)
     tuned = np.asarray(classifier(features))
     assert np.abs(tuned - base).max() > 1e-3
@@ -126,10 +134,8 @@ def test_tuned_and_merged_models_equal_an_independently_widened_model(position, 
     np.testing.assert_allclose(tuned, expected, atol=1e-5)
 
     for placement, at in (("suffix", 48), ("prefix", 0), (np.int64(5), 5)):
-        merged = keras_masking.merge_fl(classifier, placement=placement)
-        merged_backbone = [
-            layer for layer in walk_layers(merged) if isinstance(layer, TransformerBackbone)
-        ][0]
+        merged_backbone = backbone.merge_fl(placement=placement)
+        merged = _with_head(merged_backbone, classifier)
         assert merged_backbone.intermediate_dim == 48 + UNITS
         assert merged_backbone.add_ffn is None
         assert merged_backbone.merged_add_ffn["placement"] == (
@@ -147,30 +153,34 @@ def test_tuned_and_merged_models_equal_an_independently_widened_model(position, 
         # The tuned model itself is untouched by merging.
         assert backbone.add_ffn == {"units": UNITS, "layers": [0, 1]}
 
-    unmerged = keras_masking.unmerge_fl(merged)
+    unmerged_backbone = merged_backbone.unmerge_fl()
+    unmerged = _with_head(unmerged_backbone, classifier)
     np.testing.assert_allclose(np.asarray(unmerged(features)), expected, atol=1e-5)
-    unmerged_backbone = [
-        layer for layer in walk_layers(unmerged) if isinstance(layer, TransformerBackbone)
-    ][0]
     for old, new in zip(_branches(backbone), _branches(unmerged_backbone)):
         for i in range(3):  # W1', b1', W2' come back exactly; b2' is folded into b2
             np.testing.assert_array_equal(new.get_weights()[i], old.get_weights()[i])
 
 
-def test_untuned_layers_get_zero_units_and_a_masked_lm_task_merges(features):
+def test_untuned_layers_get_zero_units_and_a_masked_lm_on_the_merged_backbone_agrees(features):
     backbone = TransformerBackbone(**tiny_backbone_kwargs())
     randomize_weights(backbone)
     masked_lm = TransformerMaskedLM(backbone)
-    keras_masking.fl_tune(masked_lm, units=UNITS, layers=[1])
+    backbone.enable_fl_tuning(units=UNITS, layers=[1])
     assert [bool(b.feed_forward_branch) for b in backbone.transformer_layers] == [False, True]
     _randomize_branches(backbone)
     inputs = {**features, "mask_positions": np.array([[1, 2], [3, 4]], "int32")}
-    merged = keras_masking.merge_fl(masked_lm)
-    assert isinstance(merged, TransformerMaskedLM)
+
+    def on(other):
+        """A masked LM on ``other`` with ``masked_lm``'s head."""
+        task = TransformerMaskedLM(other)
+        task.masked_lm_head.set_weights(masked_lm.masked_lm_head.get_weights())
+        return task
+
+    merged = on(backbone.merge_fl())
     np.testing.assert_allclose(np.asarray(merged(inputs)), np.asarray(masked_lm(inputs)), atol=1e-5)
     kernel = merged.backbone.transformer_layers[0].feed_forward.output_dense.kernel
     assert np.all(np.asarray(kernel)[48:] == 0)
-    split = keras_masking.unmerge_fl(merged)
+    split = on(merged.backbone.unmerge_fl())
     np.testing.assert_allclose(np.asarray(split(inputs)), np.asarray(masked_lm(inputs)), atol=1e-5)
 
 
@@ -178,7 +188,7 @@ def test_trainable_counts_match_the_formula():
     assert add_ffn_parameter_count(768, 160, 12) == 2_960_256
     classifier, backbone = _classifier()
     frozen = parameter_report(backbone).total
-    keras_masking.fl_tune(classifier, units=UNITS)
+    backbone.enable_fl_tuning(units=UNITS)
     report = parameter_report(backbone)
     assert report.trainable == add_ffn_parameter_count(32, UNITS, 2) == 2 * (2 * 32 * 8 + 8 + 32)
     assert report.total == frozen + report.trainable
@@ -186,7 +196,7 @@ def test_trainable_counts_match_the_formula():
     assert parameter_report(classifier).trainable == report.trainable + head
 
     classifier, backbone = _classifier()
-    keras_masking.prefix_tune(classifier, length=5)
+    backbone.enable_prefix_tuning(length=5)
     # Keys and values of (P, heads, head_dim) per layer: 2 * layers * P * d.
     assert parameter_report(backbone).trainable == 2 * 2 * 5 * 32
 
@@ -195,13 +205,13 @@ def test_trainable_counts_match_the_formula():
 def test_a_training_step_changes_only_the_intended_weights(method):
     classifier, backbone = _classifier(dropout=0.1)
     if method == "fl":
-        keras_masking.fl_tune(classifier, units=UNITS)
+        backbone.enable_fl_tuning(units=UNITS)
         tuned = [v for b in _branches(backbone) for v in b.weights]
     elif method == "ma":
-        keras_masking.fl_tune(classifier, units=0, attention_units=2)
+        backbone.enable_fl_tuning(units=0, attention_units=2)
         tuned = [v for b in backbone.transformer_layers for v in b.attention_units.weights]
     else:
-        keras_masking.prefix_tune(classifier, length=4)
+        backbone.enable_prefix_tuning(length=4)
         tuned = [v for b in backbone.transformer_layers for v in b.key_value_prefix.weights]
     head = classifier.get_layer("head").weights
     before = {id(v): keras.ops.convert_to_numpy(v) for v in classifier.weights}
@@ -230,21 +240,16 @@ def test_keras_hub_backbones_are_converted_and_merge_back(features):
     ):
         hub = cls(**HUB_SIZES)
         randomize_weights(hub)
-        tuned = keras_masking.fl_tune(hub, units=UNITS)
-        assert isinstance(tuned, TransformerBackbone)
+        tuned = TransformerBackbone.from_keras_hub(hub)
+        tuned.enable_fl_tuning(units=UNITS)
         _randomize_branches(tuned)
         expected = np.asarray(tuned(inputs)["sequence_output"])
-        back = keras_masking.merge_fl(tuned).to_keras_hub()
+        back = tuned.merge_fl().to_keras_hub()
         assert isinstance(back, cls)
         assert back.intermediate_dim == HUB_SIZES["intermediate_dim"] + UNITS
         output = back(inputs)
         output = output["sequence_output"] if isinstance(output, dict) else output
         np.testing.assert_allclose(np.asarray(output), expected, atol=1e-5)
-    hub = keras_hub.models.BertBackbone(**HUB_SIZES)
-    inputs = hub.input
-    task = keras.Model(inputs, keras.layers.Dense(2)(hub(inputs)["pooled_output"]))
-    with pytest.raises(TypeError, match="from_keras_hub"):
-        keras_masking.fl_tune(task)
     with pytest.raises(ValueError, match="merge_fl"):
         tuned.to_keras_hub()
 
@@ -261,7 +266,7 @@ def test_adapter_files_round_trip_and_switch(tmp_path, features):
     paths, outputs = {}, {}
     for name, seed in (("a", 11), ("b", 12)):
         model, backbone = fresh()
-        keras_masking.fl_tune(model, units=UNITS)
+        backbone.enable_fl_tuning(units=UNITS)
         _randomize_branches(backbone, seed=seed)
         randomize_weights(model.get_layer("head"), seed=seed)
         outputs[name] = np.asarray(model(features))
@@ -297,11 +302,11 @@ def test_adapter_files_round_trip_and_switch(tmp_path, features):
 )
 def test_an_adapter_that_does_not_fit_is_refused_and_nothing_changes(tmp_path, change, message):
     model, backbone = _classifier()
-    keras_masking.fl_tune(model, units=UNITS)
+    backbone.enable_fl_tuning(units=UNITS)
     path = save_adapter(model, tmp_path / "adapter")
     units = change.pop("units", UNITS)
     other, other_backbone = _classifier(seed=5, **change)
-    keras_masking.fl_tune(other, units=units)
+    other_backbone.enable_fl_tuning(units=units)
     before = [keras.ops.convert_to_numpy(v) for v in other.weights]
     with pytest.raises(ValueError, match=message):
         load_adapter(other, path)
@@ -313,7 +318,7 @@ def test_an_adapter_that_does_not_fit_is_refused_and_nothing_changes(tmp_path, c
 def test_prefix_tuning_with_zero_length_equals_the_base_model(features):
     classifier, backbone = _classifier()
     base = np.asarray(classifier(features))
-    keras_masking.prefix_tune(classifier, length=0)
+    backbone.enable_prefix_tuning(length=0)
     np.testing.assert_allclose(np.asarray(classifier(features)), base, atol=1e-6)
 
 
@@ -332,9 +337,7 @@ def _prefix_mlp(encoder, num_layers, heads=4):
 def test_reparameterised_prefixes_come_from_one_shared_mlp(layers, features):
     classifier, backbone = _classifier()
     base = np.asarray(classifier(features))
-    keras_masking.prefix_tune(
-        classifier, length=4, reparameterize=True, hidden_units=16, layers=layers
-    )
+    backbone.enable_prefix_tuning(length=4, reparameterize=True, hidden_units=16, layers=layers)
     tuned = [b for b in backbone.transformer_layers if b.key_value_prefix is not None]
     assert len(tuned) == (2 if layers is None else 1)
     encoders = {id(b.key_value_prefix.encoder) for b in tuned}
@@ -354,7 +357,7 @@ def test_reparameterised_prefixes_come_from_one_shared_mlp(layers, features):
     # The same keys and values as free tables, in a model built separately,
     # give the same outputs.
     free, free_backbone = _classifier()
-    keras_masking.prefix_tune(free, length=4, layers=layers)
+    free_backbone.enable_prefix_tuning(length=4, layers=layers)
     free_tuned = [b for b in free_backbone.transformer_layers if b.key_value_prefix is not None]
     for block, (keys, values) in zip(free_tuned, reference):
         block.key_value_prefix.set_weights([keys, values])
@@ -366,7 +369,7 @@ def test_reparameterised_prefixes_come_from_one_shared_mlp(layers, features):
 
 def test_shared_prefix_mlp_survives_saving_and_adapter_files(tmp_path, features):
     classifier, backbone = _classifier()
-    keras_masking.prefix_tune(classifier, length=3, reparameterize=True, hidden_units=8)
+    backbone.enable_prefix_tuning(length=3, reparameterize=True, hidden_units=8)
     encoder = backbone.transformer_layers[0].key_value_prefix.encoder
     randomize_weights(encoder, seed=7, scale=0.3)
     randomize_weights(classifier.get_layer("head"), seed=8)
@@ -389,9 +392,9 @@ def test_shared_prefix_mlp_survives_saving_and_adapter_files(tmp_path, features)
 
 def test_saving_keeps_attachments_and_frozen_flags(tmp_path, features):
     classifier, backbone = _classifier()
-    keras_masking.fl_tune(classifier, units=UNITS)
+    backbone.enable_fl_tuning(units=UNITS)
     _randomize_branches(backbone)
-    keras_masking.prefix_tune(classifier, length=3)
+    backbone.enable_prefix_tuning(length=3)
     expected = np.asarray(classifier(features))
     path = str(tmp_path / "tuned.keras")
     classifier.save(path)
@@ -407,20 +410,18 @@ def test_saving_keeps_attachments_and_frozen_flags(tmp_path, features):
 def test_bad_arguments_are_refused():
     classifier, backbone = _classifier()
     with pytest.raises(ValueError, match="units"):
-        keras_masking.fl_tune(classifier, units=0)
+        backbone.enable_fl_tuning(units=0)
     with pytest.raises(ValueError, match="layers"):
-        keras_masking.fl_tune(classifier, layers=[2])
+        backbone.enable_fl_tuning(layers=[2])
     with pytest.raises(ValueError, match=r"enable_fl_tuning\(\) first"):
-        keras_masking.merge_fl(classifier)
-    keras_masking.fl_tune(classifier, units=UNITS)
+        backbone.merge_fl()
+    backbone.enable_fl_tuning(units=UNITS)
     with pytest.raises(ValueError, match="already has addFFN"):
-        keras_masking.fl_tune(classifier, units=UNITS)
+        backbone.enable_fl_tuning(units=UNITS)
     with pytest.raises(ValueError, match="placement"):
-        keras_masking.merge_fl(classifier, placement="middle")
+        backbone.merge_fl(placement="middle")
     with pytest.raises(ValueError, match="length"):
-        keras_masking.prefix_tune(classifier, length=-1)
-    with pytest.raises(TypeError, match="TransformerBackbone"):
-        keras_masking.fl_tune(keras.layers.Dense(3))
+        backbone.enable_prefix_tuning(length=-1)
 
 
 def test_ma_tuning_attention_units_match_the_formula():
@@ -459,7 +460,7 @@ def test_ma_tuning_attention_units_match_the_formula():
 
 def test_ma_tuning_saves_loads_and_refuses_to_merge(tmp_path, features):
     classifier, backbone = _classifier()
-    keras_masking.fl_tune(classifier, units=UNITS, attention_units=2)
+    backbone.enable_fl_tuning(units=UNITS, attention_units=2)
     for block in backbone.transformer_layers:
         randomize_weights(block.attention_units, seed=4)
     expected = np.asarray(classifier(features))
@@ -473,4 +474,4 @@ def test_ma_tuning_saves_loads_and_refuses_to_merge(tmp_path, features):
     load_adapter(fresh, adapter)
     np.testing.assert_allclose(np.asarray(fresh(features)), expected, atol=1e-6)
     with pytest.raises(ValueError, match="do not merge"):
-        keras_masking.merge_fl(classifier)
+        backbone.merge_fl()

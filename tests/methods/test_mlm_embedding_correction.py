@@ -4,7 +4,6 @@ Each bad-input case asserts the clear message and that nothing was changed.
 """
 
 import json
-import warnings
 
 import keras
 import keras_hub
@@ -18,7 +17,6 @@ from keras_masking.methods import masking_configuration
 from keras_masking.methods.mlm_embedding_correction import check_mlm_correction
 from keras_masking.methods.mlm_embedding_correction import correct_embedding_table
 from keras_masking.methods.token_embedding_lookup import find_tied_heads
-from keras_masking.models import MLMEmbeddingCorrectionRecord
 from keras_masking.models import TransformerBackbone
 from keras_masking.models import TransformerMaskedLM
 from tests.methods.mlm_correction_helpers import MASK
@@ -233,16 +231,6 @@ def test_correct_embedding_table_is_the_formula_on_a_bare_table():
     np.testing.assert_allclose(corrected, numpy_formula(table, 1), atol=1e-6)
     assert corrected.dtype == np.float32 and record.embedding == "words"
     assert record.corrected_rows == 6 and record.vocabulary_size == 6
-
-
-def test_the_record_under_its_old_name_still_imports_with_a_warning():
-    from keras_masking.methods import mlm_embedding_correction
-
-    with pytest.warns(DeprecationWarning, match="MLMEmbeddingCorrectionRecord"):
-        assert mlm_embedding_correction.MLMEmbeddingCorrection is MLMEmbeddingCorrectionRecord
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert keras_masking.callbacks.MLMEmbeddingCorrection is not MLMEmbeddingCorrectionRecord
 
 
 @pytest.fixture(scope="module")

@@ -163,7 +163,7 @@ def test_messages_name_conversion_functions_that_exist():
         assert callable(getattr(target, "from_keras_hub")), owner
 
 
-def test_fl_tune_refusal_names_the_classmethod():
+def test_model_backbone_refusal_names_the_classmethod():
     from keras_masking.methods import model_backbone
 
     hub = keras_hub.models.BertBackbone(**HUB_SIZES)

@@ -287,9 +287,11 @@ def test_save_load_and_preset_round_trips_give_equal_predictions(vocab_file, tmp
 
 
 # === The package's methods ===
-def test_fl_tune_leaves_only_the_add_ffn_units_and_the_head_trainable(preprocessor, tmp_path):
+def test_enable_fl_tuning_leaves_only_the_add_ffn_units_and_the_head_trainable(
+    preprocessor, tmp_path
+):
     classifier = _classifier(preprocessor, seed=2)
-    assert keras_masking.fl_tune(classifier, units=4) is classifier
+    classifier.enable_fl_tuning(units=4)
     branches = [block.feed_forward_branch for block in classifier.backbone.transformer_layers]
     expected_ids = {id(v) for branch in branches for v in branch.weights}
     expected_ids |= {id(v) for v in classifier.output_dense.weights}
@@ -330,21 +332,20 @@ def test_lora_trains_only_lora_and_the_head_and_round_trips(preprocessor, tmp_pa
     )
 
 
-def test_with_asa_trains_the_classifier_on_preprocessed_batches(preprocessor):
+def test_an_asa_trainer_trains_the_classifier_on_preprocessed_batches(preprocessor):
     import tensorflow as tf
 
     classifier = _classifier(preprocessor, seed=5, randomize=False)
-    # The trainer takes the classifier's compile settings. ASA under XLA is
-    # tests/test_asa.py's; TensorFlow's XLA compile of both passes is slow, so
-    # this test of the task integration compiles with XLA on JAX only.
-    classifier.compile(
+    trainer = keras_masking.methods.ASATrainer(classifier)
+    assert trainer.backbone is classifier.backbone and trainer.task == "classification"
+    # ASA under XLA is tests/methods/test_asa.py's; TensorFlow's XLA compile of
+    # both passes is slow, so this test of the task integration compiles with
+    # XLA on JAX only.
+    trainer.compile(
         optimizer=keras.optimizers.Adam(1e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=keras.config.backend() == "jax",
     )
-    trainer = keras_masking.with_asa(classifier)
-    assert trainer.backbone is classifier.backbone and trainer.task == "classification"
-    assert float(trainer.optimizer.learning_rate) == pytest.approx(1e-3)
     trainer.optimizer.build(trainer.trainable_variables)  # one trace on TensorFlow
     features = _numpy(preprocessor(TEXTS))
     before = np.asarray(classifier(features))

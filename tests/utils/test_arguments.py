@@ -78,13 +78,3 @@ def test_paths_are_str_or_path_like_and_nothing_else():
     for value in (None, 3, True, b"a", ["a"]):
         with pytest.raises(TypeError, match=r"Expected a path \(str or os.PathLike\) for folder"):
             check_path("folder", value)
-
-
-def test_a_renamed_argument_warns_and_keeps_its_value():
-    from keras_masking.utils.arguments import pop_renamed_argument
-
-    kwargs = {"special_token_ids": (1, 2), "name": "x"}
-    with pytest.warns(DeprecationWarning, match="special_token_ids is renamed unselectable"):
-        value = pop_renamed_argument(kwargs, "special_token_ids", "unselectable_token_ids", ())
-    assert value == (1, 2) and kwargs == {"name": "x"}
-    assert pop_renamed_argument(kwargs, "special_token_ids", "unselectable_token_ids", (3,)) == (3,)
