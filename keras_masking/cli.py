@@ -49,6 +49,7 @@ if "--verbose" not in sys.argv[1:]:
 from keras_masking.clue.model_source import FAMILIES  # noqa: E402
 from keras_masking.clue.model_source import checkpoint_prefix  # noqa: E402
 from keras_masking.clue.model_source import existing_file  # noqa: E402
+from keras_masking.utils.arguments import MAX_SEED  # noqa: E402
 from keras_masking.utils.arguments import check_float  # noqa: E402
 from keras_masking.utils.arguments import check_int  # noqa: E402
 from keras_masking.utils.arguments import check_int_list  # noqa: E402
@@ -256,7 +257,7 @@ def _correct_embeddings(args):
 
 # `keras-masking clue` flags that are not `finetune` arguments (the others keep their name).
 CLUE_NOT_PASSED = ("command", "task", "data_dir", "output_dir", "quiet", "verbose",
-                   "old_data_dir", "old_output_dir")  # fmt: skip
+                   "old_data_dir", "old_output_dir", "no_jit_compile")  # fmt: skip
 
 
 def _run_folders(args):
@@ -287,8 +288,9 @@ def _clue(args):
     options = {name: value for name, value in vars(args).items() if name not in CLUE_NOT_PASSED}
     try:
         result = clue.finetune(
-            args.task, args.data_dir, args.output_dir, verbose=0 if args.quiet else 1, **options
-        )
+            args.task, args.data_dir, args.output_dir, verbose=0 if args.quiet else 1,
+            jit_compile=not args.no_jit_compile, **options,
+        )  # fmt: skip
     except KeyboardInterrupt:
         print(f"{PROG} clue: interrupted; {_kept_run(args.output_dir)}", file=sys.stderr)
         raise SystemExit(130) from None
@@ -583,6 +585,9 @@ def _add_run_arguments(parser, what):
     )
     training.add_argument("--benchmark", choices=("clue", "fewclue"), help="default: detected")
     training.add_argument("--few-shot", type=_few_shot, default="all", help="all or 0..4")
+    training.add_argument(
+        "--no-jit-compile", action="store_true", help="no XLA: a faster start for tiny models"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return training
 
@@ -611,7 +616,9 @@ def _add_clue_parser(commands):
     methods.add_argument(
         "--exlm-k", type=_flag(check_int, "exlm_k", minimum=0), default=0, metavar="K"
     )
-    training.add_argument("--seed", type=_flag(check_int, "seed", minimum=0), default=0)
+    training.add_argument(
+        "--seed", type=_flag(check_int, "seed", minimum=0, maximum=MAX_SEED), default=0
+    )
     training.add_argument(
         "--data-parallel",
         action="store_true",
@@ -635,20 +642,17 @@ def _add_compare_parser(commands):
         "lora=RANK, correct_embeddings, exlm_k=K",
     )  # fmt: skip
     compare.add_argument(
-        "--seeds", nargs="+", type=_flag(check_int, "seeds", minimum=0), default=[0, 1, 2],
-        metavar="SEED", help="default: 0 1 2",
+        "--seeds", nargs="+", type=_flag(check_int, "seeds", minimum=0, maximum=MAX_SEED),
+        default=[0, 1, 2], metavar="SEED", help="default: 0 1 2",
     )  # fmt: skip
     training.add_argument(
         "--learning-rate-for", type=_learning_rate_for, action="append", metavar="METHOD=RATE",
         help="a method's own learning rate, by label or name (repeatable): fl_tuning=5e-3",
     )  # fmt: skip
     training.add_argument(
-        "--split-seed", type=_flag(check_int, "split_seed", minimum=0), default=0,
+        "--split-seed", type=_flag(check_int, "split_seed", minimum=0, maximum=MAX_SEED), default=0,
         help="the seed of dev's halves",
     )  # fmt: skip
-    training.add_argument(
-        "--no-jit-compile", action="store_true", help="no XLA: a faster start for tiny models"
-    )
     compare.add_argument(
         "--noise", type=_flag(check_float, "noise", minimum=0.0, maximum=1.0), default=0.0,
         metavar="SHARE",

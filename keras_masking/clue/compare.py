@@ -31,6 +31,7 @@ from keras_masking.clue.readers import read_split
 from keras_masking.clue.run_folder import RunFolder
 from keras_masking.clue.runner import finetune
 from keras_masking.clue.tasks import get_task
+from keras_masking.utils.arguments import MAX_SEED
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
@@ -184,18 +185,24 @@ def compare(
     """
     task = get_task(task)
     specs, added = _method_specs(methods, task)
-    seeds = list(check_int_list("seeds", seeds, minimum=0, allow_empty=False, unique=True))
+    seeds = check_int_list(
+        "seeds", seeds, minimum=0, maximum=MAX_SEED, allow_empty=False, unique=True
+    )
+    seeds = list(seeds)
     rates = _learning_rates(specs, learning_rate, learning_rates)
     settings = _check_settings(dict(
         epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, max_length=max_length,
         accumulation=accumulation, warmup_proportion=warmup_proportion,
         weight_decay=weight_decay, jit_compile=jit_compile,
     ))  # fmt: skip
-    split_seed = check_int("split_seed", split_seed, minimum=0)
+    split_seed = check_int("split_seed", split_seed, minimum=0, maximum=MAX_SEED)
     noise = check_noise_rate("noise", noise, task)
     source = {"checkpoint": checkpoint, "preset": preset, "model": model, "config": config,
               "vocab": vocab}  # fmt: skip
-    files = ModelSource(checkpoint, preset, model, config, vocabulary=vocab).check()
+    model_source = ModelSource(checkpoint, preset, model, config, vocabulary=vocab)
+    files = model_source.check()
+    for spec in specs:  # every method fits the model before the first run writes anything
+        MethodPlan(**spec["switches"]).check_source(model_source)
     benchmark, _ = detect_benchmark(data_dir, task, benchmark)
     dev = read_split(data_dir, task, "dev", benchmark, few_shot).examples
     halves = split_halves([example.id for example in dev], split_seed)
@@ -262,7 +269,7 @@ def _finish(record, output, task):
     arguments = record["arguments"]
     rows = summarize(record["runs"], arguments["methods"], arguments["seeds"])
     noised_rows = None
-    record["notes"] += _notes(record["runs"], arguments["seeds"])
+    record["notes"] += _notes(record["runs"], arguments["seeds"]) + _zero_spread_notes(rows)
     record["summary"] = rows
     if arguments.get("noise"):
         noised_rows = summarize(
@@ -552,7 +559,10 @@ def paired_difference(scores, baseline):
         A dict: ``n``, ``mean``, ``sd`` (n - 1 in the denominator; None for
         n = 1), ``t`` (the quantile used), ``low`` and ``high`` (None for
         n = 1: one seed gives no interval), and the ``verdict``: ``"helps"``
-        (low > 0), ``"hurts"`` (high < 0) or ``"cannot tell"``.
+        (low > 0), ``"hurts"`` (high < 0) or ``"cannot tell"``. The same
+        difference on every seed (sd 0, an interval of width 0) is "cannot
+        tell": the spread of so few seeds is then unknown, not zero (with
+        80 examples, a difference of 6.25 points is five examples).
 
     Example:
     >>> found = paired_difference([3.0, 5.0, 4.0], [1.0, 2.0, 1.0])
@@ -572,6 +582,8 @@ def paired_difference(scores, baseline):
     half_width = t * sd / math.sqrt(n)
     low, high = mean - half_width, mean + half_width
     verdict = "helps" if low > 0 else "hurts" if high < 0 else "cannot tell"
+    if sd == 0.0:
+        verdict = "cannot tell"  # a zero-width interval says nothing about the spread
     return {"n": n, "mean": mean, "sd": sd, "t": t, "low": low, "high": high, "verdict": verdict}
 
 
@@ -634,6 +646,17 @@ def _notes(runs, seeds):
             "One seed: the 95% interval cannot be computed; every verdict is 'cannot tell'."
         )
     return notes
+
+
+def _zero_spread_notes(rows):
+    """A note for each method whose difference was the same on every seed."""
+    return [
+        f"{row['method']}: the same difference ({row['difference']['mean']:+.2f}) on every seed; "
+        "an interval of width 0 proves nothing about the spread, so the verdict is 'cannot "
+        "tell'. Run more seeds, or a larger dev half."
+        for row in rows
+        if row["difference"] and row["difference"]["sd"] == 0.0
+    ]
 
 
 # === Writing ===

@@ -151,6 +151,29 @@ class MethodPlan:
         """A JSON-ready dict of the switches."""
         return dataclasses.asdict(self)
 
+    def check_source(self, source):
+        """Refuses a method the model cannot take, before anything is written.
+
+        ``exlm_k`` needs an ExLM-pretrained backbone (2D rotary positions of
+        its own); the other methods take any BERT-family backbone.
+
+        Args:
+            source: the run's `ModelSource`.
+
+        Example:
+        ```python
+        MethodPlan(fl_tuning=8).check_source(ModelSource(preset="my_preset"))
+        ```
+        """
+        if not self.exlm_k:
+            return
+        position, custom = source.position_scheme()
+        if position != "rotary2d" or not custom:
+            raise ValueError(
+                f"--exlm-k needs an ExLM-pretrained backbone (position='rotary2d' with "
+                f"custom_position_ids=True); this model has position={position!r}."
+            )
+
     def apply(self, backbone, task, tokenizer, build_head, seed=0, correct_now=False,
               token_ids=()):  # fmt: skip
         """Applies the methods to ``backbone`` and builds the models to train.

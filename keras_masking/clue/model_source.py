@@ -3,6 +3,7 @@ TF checkpoint (``bert_config.json`` and ``vocab.txt`` beside it) or a preset
 folder (this package's, keras-hub's or a Hugging Face BERT folder)."""
 
 import dataclasses
+import json
 import os
 import pathlib
 
@@ -114,6 +115,30 @@ class ModelSource:
             "config": None if config is None else os.path.abspath(config),
             "vocabulary": os.path.abspath(self.vocabulary_file()),
         }
+
+    def position_scheme(self):
+        """``(position, custom_position_ids)`` of the backbone, read without its weights.
+
+        A checkpoint's family fixes its scheme; a preset of this package says
+        it in its config.json (a keras-hub or Hugging Face one is absolute).
+
+        Example:
+        ```python
+        ModelSource(preset="my_preset").position_scheme()  # ("rotary2d", True)
+        ```
+        """
+        from keras_masking.models.backbone_config import FAMILY_POSITIONS
+
+        if self.checkpoint is not None:
+            return FAMILY_POSITIONS[self.model], False
+        path = pathlib.Path(self.preset, "config.json")
+        try:
+            config = json.loads(path.read_text(encoding="utf-8")).get("config", {})
+        except (OSError, ValueError, AttributeError):
+            return "absolute", False  # the loader names a bad file when it reads it
+        if not isinstance(config, dict):
+            return "absolute", False
+        return config.get("position", "absolute"), bool(config.get("custom_position_ids"))
 
     def load(self, required_tokens=()):
         """Loads the backbone and a tokenizer that fits it.

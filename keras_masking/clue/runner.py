@@ -50,6 +50,7 @@ from keras_masking.distribution import engine_scope
 from keras_masking.distribution import replicas_in_sync
 from keras_masking.distribution.replicas import in_tf_distribute_scope
 from keras_masking.utils import disable_xla_cpu_fusion_emitters
+from keras_masking.utils.arguments import MAX_SEED
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
@@ -198,6 +199,7 @@ def finetune(
     ```
     """
     if check_bool("data_parallel", data_parallel):
+        _check_data_parallel_accumulation(task, accumulation)  # before anything is written
         options = dict(locals(), data_parallel=False, **methods)
         del options["methods"]
         with engine_scope(data_parallel_engine()):
@@ -215,6 +217,7 @@ def finetune(
     jit_compile = check_bool("jit_compile", jit_compile) and not in_tf_distribute_scope()
     source = ModelSource(checkpoint, preset, model, config, vocabulary=vocab)
     files = source.check()
+    plan.check_source(source)
     benchmark, _ = detect_benchmark(data_dir, task, benchmark)
     arguments = {
         "task": task.name,
@@ -462,6 +465,17 @@ def _result(record, task_model, folder):
 
 
 # === Settings ===
+def _check_data_parallel_accumulation(task, accumulation):
+    """Refuses accumulation in a TensorFlow data-parallel run (Keras' fails there)."""
+    steps = get_task(task).defaults["accumulation"] if accumulation is None else accumulation
+    if keras.backend.backend() == "tensorflow" and check_int("accumulation", steps) > 1:
+        raise ValueError(
+            f"accumulation={steps} cannot run data parallel on TensorFlow (Keras' gradient "
+            "accumulation fails inside a tf.distribute step). Pass accumulation=1 with a "
+            f"batch_size {steps} times larger: the replicas share the global batch."
+        )
+
+
 def _settings(task, given, warmup_proportion, weight_decay, seed):
     values = {
         name: task.defaults[name] if given[name] is None else given[name] for name in TASK_SETTINGS
@@ -476,7 +490,7 @@ def _settings(task, given, warmup_proportion, weight_decay, seed):
             "warmup_proportion", warmup_proportion, 0.0, 1.0, open_maximum=True
         ),
         "weight_decay": check_float("weight_decay", weight_decay, minimum=0.0),
-        "seed": check_int("seed", seed, minimum=0),
+        "seed": check_int("seed", seed, minimum=0, maximum=MAX_SEED),
         "stride": task.defaults.get("stride"),
     }
 

@@ -121,11 +121,7 @@ def engine_scope(engine):
     """
     if engine is None:
         return contextlib.nullcontext()
-    if not callable(getattr(engine, "scope", None)):
-        raise ValueError(
-            "Expected a keras.distribution.Distribution, a tf.distribute.Strategy or None "
-            f"for engine. Received: engine={engine!r} of type {type(engine).__name__}."
-        )
+    _check_engine(engine)
     return engine.scope()
 
 
@@ -167,6 +163,7 @@ def replicas_in_sync(engine=None):
         engine = engine_in_scope()
     if engine is None:
         return 1
+    _check_engine(engine)
     if hasattr(engine, "num_replicas_in_sync"):
         return int(engine.num_replicas_in_sync)
     mesh = getattr(engine, "device_mesh", None)
@@ -174,3 +171,12 @@ def replicas_in_sync(engine=None):
         return 1
     batch_axis = getattr(engine, "batch_dim_name", mesh.axis_names[0])
     return int(mesh.shape[list(mesh.axis_names).index(batch_axis)])
+
+
+def _check_engine(engine):
+    """Refuses what is not a data-parallel engine (a Distribution or a Strategy)."""
+    if not callable(getattr(engine, "scope", None)):
+        raise ValueError(
+            "Expected a keras.distribution.Distribution, a tf.distribute.Strategy or None "
+            f"for engine. Received: engine={engine!r} of type {type(engine).__name__}."
+        )

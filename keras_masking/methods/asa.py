@@ -16,10 +16,12 @@ from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_seed
+from keras_masking.utils.eager_checks import ConcreteInputChecks
+from keras_masking.utils.eager_checks import check_input_keys
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
-class ASATrainer(ASAObjective, keras.Model):
+class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
     """Fine-tunes a user's task model with adversarial self-attention (ASA).
 
     Wu et al. (2023), "Adversarial Self-Attention for Language
@@ -201,7 +203,25 @@ class ASATrainer(ASAObjective, keras.Model):
         """The task model: what to save, export and serve."""
         return self.task_model
 
+    def check_inputs(self, inputs):
+        """The task model's input keys, and the backbone's checks of its features.
+
+        Run by every call, and by ``fit`` / ``evaluate`` / ``predict`` on
+        numpy data before a step compiles (see `TransformerBackbone.check_inputs`):
+        a key the task model does not take is refused (Keras would match it
+        to another input by position), ids are checked before they reach a
+        compiled step.
+        """
+        expected = self.task_model.input
+        if not isinstance(expected, dict) or not isinstance(inputs, dict):
+            return
+        check_input_keys(inputs, tuple(expected))
+        own = tuple(self.backbone.input)
+        features = {name: value for name, value in inputs.items() if name in own}
+        self.backbone.check_inputs(features, required=sorted(set(own) & set(expected)))
+
     def call(self, inputs, training=False):
+        self.check_inputs(inputs)
         if not training:
             return self.task_model(inputs, training=False)
         clean = self.task_model(inputs, training=True)

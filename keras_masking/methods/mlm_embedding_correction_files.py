@@ -12,6 +12,7 @@ from keras_masking.methods.mlm_embedding_correction import check_correction_sett
 from keras_masking.methods.mlm_embedding_correction import correct_embedding_table
 from keras_masking.methods.mlm_embedding_correction import correct_mlm_embeddings
 from keras_masking.models import google_checkpoint_layout as layout
+from keras_masking.models.backbone_loading import read_keras_hub_preset
 from keras_masking.models.mlm_embedding_correction_record import RECORD_FILE
 from keras_masking.models.mlm_embedding_correction_record import write_correction_record
 from keras_masking.models.tf_checkpoint import read_tf_checkpoint
@@ -165,7 +166,7 @@ def correct_preset_embeddings(
     output_dir = _check_folders(preset_dir, output_dir)
     has_task = os.path.exists(os.path.join(preset_dir, "task.json"))
     loader = keras_hub.models.Task if has_task else keras_hub.models.Backbone
-    model = loader.from_preset(str(preset_dir))
+    model = read_keras_hub_preset(loader, str(preset_dir))
     record = correct_mlm_embeddings(model, **settings)
     if record is None:
         raise ValueError(f"{preset_dir}: its embeddings were already corrected.")

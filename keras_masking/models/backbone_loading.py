@@ -1,18 +1,22 @@
-"""TransformerBackbone's loaders: keras-hub backbones, local presets (ours, keras-hub's, HF)."""
+"""TransformerBackbone's loaders: keras-hub backbones, presets (ours, keras-hub's, HF), weights."""
 
+import inspect
 import json
 import os
 
 import keras_hub
+import numpy as np
 
 from keras_masking.models import keras_hub_conversion
+from keras_masking.models.backbone_config import plain_record
 from keras_masking.models.mlm_embedding_correction_record import load_folder_record
 from keras_masking.models.mlm_embedding_correction_record import mark_loaded_record
 from keras_masking.utils.eager_checks import non_finite_variables
 
 
 class BackboneLoading:
-    """`TransformerBackbone`'s conversions from and to keras-hub, and its preset loader.
+    """`TransformerBackbone`'s conversions from and to keras-hub, its preset loader, and
+    the method layout its weights files carry.
 
     Example:
     ```python
@@ -52,6 +56,13 @@ class BackboneLoading:
         hub_again = backbone.to_keras_hub()
         ```
         """
+        accepted = set(inspect.signature(cls.__init__).parameters) | {"name", "trainable"}
+        unknown = sorted(set(overrides) - accepted)
+        if unknown:
+            raise ValueError(
+                f"Unknown TransformerBackbone argument(s) {unknown} for from_keras_hub. "
+                f"Expected overrides among {sorted(accepted - {'self', 'kwargs'})}."
+            )
         kwargs = keras_hub_conversion.transformer_backbone_arguments(
             backbone, activation=activation, overrides=overrides
         )
@@ -90,6 +101,57 @@ class BackboneLoading:
         """
         return load_backbone_preset(cls, preset, load_weights, **kwargs)
 
+    # === Weights files: the method layout travels with the weights ===
+    def method_layout(self):
+        """Which layers each method changes: what a weights file must match.
+
+        Keras loads a weights file (``load_weights``) by the order of the
+        layers, so weights saved with ASA's adversaries (or addFFN units,
+        prefixes, LoRA) on other layers would load into the wrong ones
+        silently; the backbone saves this record with its weights and
+        refuses a file whose record differs.
+
+        Example:
+        ```python
+        backbone.method_layout()["asa_layers"]  # None, or the attacked layers
+        ```
+        """
+        return {
+            "asa_layers": None if self.asa is None else list(self.asa["layers"]),
+            "add_ffn": plain_record(self.add_ffn),
+            "key_value_prefix": plain_record(self.key_value_prefix),
+            "add_attention_units": plain_record(self.add_attention_units),
+            "lora": plain_record(self.lora),
+        }
+
+    def save_own_variables(self, store):
+        super().save_own_variables(store)
+        layout = json.dumps(self.method_layout(), sort_keys=True).encode("utf-8")
+        store[_LAYOUT_KEY] = np.frombuffer(layout, "uint8")
+
+    def load_own_variables(self, store):
+        keys = list(store.keys())
+        if _LAYOUT_KEY not in keys:
+            # Older files carry no record. Keras visits a backbone under each
+            # of its paths (a task's ``backbone`` too): a mismatch seen under one
+            # is not forgotten under another.
+            if getattr(self, "_layout_mismatch", None):
+                raise ValueError(self._layout_mismatch)
+            return
+        saved = json.loads(bytes(np.asarray(store[_LAYOUT_KEY], "uint8")).decode("utf-8"))
+        own = self.method_layout()
+        differing = sorted(key for key in own if saved.get(key) != own[key])
+        self._layout_mismatch = None
+        if differing:
+            details = "; ".join(f"{k}: file {saved.get(k)}, model {own[k]}" for k in differing)
+            self._layout_mismatch = (
+                "These weights were saved from a backbone whose methods sit on other layers "
+                f"({details}); Keras would load them by position into the wrong layers. Build "
+                "the model with the same methods (or load the whole model with "
+                "keras.saving.load_model, which restores them)."
+            )
+            raise ValueError(self._layout_mismatch)
+
 
 def load_backbone_preset(cls, preset, load_weights=True, **kwargs):
     """`TransformerBackbone.from_preset`'s body: ``cls`` is the class asked for.
@@ -108,21 +170,9 @@ def load_backbone_preset(cls, preset, load_weights=True, **kwargs):
     """
     # keras-hub's generic loader picks the class the preset declares.
     preset = os.fspath(preset)
-    _check_preset_json_files(preset)
-    try:
-        loaded = keras_hub.models.Backbone.from_preset(preset, load_weights=load_weights, **kwargs)
-    except OSError as error:
-        weights = _preset_file(preset, _PRESET_WEIGHTS_FILE)
-        if not load_weights or weights is None:
-            raise
-        # h5py's message names no file ("Unable to synchronously open file").
-        raise ValueError(
-            f"{weights}: cannot read the preset's weights; the file is truncated or corrupt "
-            f"({type(error).__name__}: {error}). Expected the {_PRESET_WEIGHTS_FILE} that "
-            "save_to_preset wrote: copy it again."
-        ) from None
-    if load_weights:
-        _check_finite_weights(loaded, _preset_file(preset, _PRESET_WEIGHTS_FILE) or preset)
+    loaded = read_keras_hub_preset(
+        keras_hub.models.Backbone, preset, load_weights=load_weights, **kwargs
+    )
     if isinstance(loaded, cls):
         return loaded
     converted = cls.from_keras_hub(loaded, activation=_declared_activation(preset))
@@ -130,9 +180,52 @@ def load_backbone_preset(cls, preset, load_weights=True, **kwargs):
     return converted
 
 
-_PRESET_WEIGHTS_FILE = "model.weights.h5"
+_LAYOUT_KEY = "method_layout"
 
-_PRESET_JSON_FILES = ("config.json", "metadata.json")
+_PRESET_WEIGHTS_FILES = ("model.weights.h5", "task.weights.h5")
+
+_PRESET_JSON_FILES = ("config.json", "metadata.json", "task.json", "preprocessor.json")
+
+
+def read_keras_hub_preset(loader, preset, load_weights=True, **kwargs):
+    """``loader.from_preset(preset)`` with every problem naming its file.
+
+    A JSON file that does not parse, a truncated or corrupt weights file
+    (h5py's message names none) and NaN or infinite weights are refused with
+    the file's path.
+
+    Args:
+        loader: `keras_hub.models.Backbone` or `keras_hub.models.Task` (or a
+            subclass).
+        preset: a local preset folder.
+        load_weights: bool. Whether to load the weights.
+        **kwargs: passed to ``loader.from_preset``.
+
+    Example:
+    ```python
+    backbone.save_to_preset("preset")
+    loaded = read_keras_hub_preset(keras_hub.models.Backbone, "preset")
+    ```
+    """
+    preset = os.fspath(preset)
+    _check_preset_json_files(preset)
+    try:
+        loaded = loader.from_preset(preset, load_weights=load_weights, **kwargs)
+    except OSError as error:
+        weights = [path for path in map(lambda n: _preset_file(preset, n), _PRESET_WEIGHTS_FILES)
+                   if path is not None]  # fmt: skip
+        if not load_weights or not weights:
+            raise
+        # h5py's message names no file ("Unable to synchronously open file").
+        raise ValueError(
+            f"{' or '.join(weights)}: cannot read the preset's weights; the file is truncated or "
+            f"corrupt ({type(error).__name__}: {error}). Expected the file that save_to_preset "
+            "wrote: copy it again."
+        ) from None
+    if load_weights:
+        weights = _preset_file(preset, _PRESET_WEIGHTS_FILES[0]) or preset
+        _check_finite_weights(loaded, weights)
+    return loaded
 
 
 def _mark_preset_record(backbone, preset):

@@ -12,7 +12,9 @@ from keras_masking.ops.attention_masks import validate_mask_semantics
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_int_list
 from keras_masking.utils.arguments import check_seed
+from keras_masking.utils.arguments import check_str_list
 from keras_masking.utils.xla_cpu import warn_if_slow_token_dropping_under_xla
 
 
@@ -60,6 +62,12 @@ class BackboneMethods:
                 "DropToken is already enabled; change its rate with "
                 "backbone.drop_token.set_rate(rate)."
             )
+        unselectable_token_ids = check_int_list(
+            "unselectable_token_ids",
+            unselectable_token_ids,
+            minimum=0,
+            maximum=self.vocabulary_size - 1,
+        )
         options = dict(unselectable_token_ids=unselectable_token_ids, mode=mode, seed=seed)
         layer = encoder_drop_token(rate, self.dtype_policy, slot_multiple=slot_multiple, **options)
         if self.asa is not None and layer.mode == "gather":
@@ -231,14 +239,7 @@ class BackboneMethods:
         if target_layer_names is None:
             names = [name for name in self.default_lora_layer_names() if name in adaptable]
         else:
-            if isinstance(target_layer_names, str) or not isinstance(
-                target_layer_names, (list, tuple)
-            ):
-                raise ValueError(
-                    "Expected a list of layer names for target_layer_names. "
-                    f"Received: target_layer_names={target_layer_names!r}."
-                )
-            names = list(dict.fromkeys(target_layer_names))
+            names = list(dict.fromkeys(check_str_list("target_layer_names", target_layer_names)))
             unknown = [name for name in names if name not in adaptable]
             if unknown or not names:
                 raise ValueError(

@@ -78,7 +78,11 @@ class ExLMModel(ConcreteInputChecks, keras.Model):
         """`TransformerBackbone.check_inputs` with a static length: run by
         ``fit`` / ``evaluate`` / ``predict`` on numpy data before a step
         compiles, and by every call."""
-        self.backbone.check_inputs(inputs, required=("token_ids", "padding_mask"))
+        self.backbone.check_inputs(
+            inputs,
+            required=("token_ids", "padding_mask"),
+            allowed=("token_ids", "segment_ids", "padding_mask"),  # positions are its own
+        )
         shape = tuple(inputs["token_ids"].shape)
         if shape[1] is None:
             raise ValueError(

@@ -15,6 +15,7 @@ import keras_hub
 import numpy as np
 
 from keras_masking.models.google_checkpoint_layout import backbone_variables_by_name
+from keras_masking.utils.eager_checks import non_finite_variables
 
 logger = logging.getLogger("keras_masking")
 
@@ -48,6 +49,21 @@ def _hub_variables_by_name(backbone, kind):
     """Google checkpoint names -> keras-hub variables (by variable path)."""
     own_prefix = backbone.name + "/"
     by_path = {variable.path.removeprefix(own_prefix): variable for variable in backbone.weights}
+    for path, count in non_finite_variables(backbone.weights)[:1]:
+        raise ValueError(
+            f"The keras-hub {kind}'s weight {path!r} holds {count} NaN or infinite value(s); "
+            "expected finite weights (the training that wrote them diverged)."
+        )
+    for layer in backbone._flatten_layers(include_self=False):
+        if getattr(layer, "quantization_mode", None) is not None:
+            raise ValueError(
+                f"The keras-hub {kind}'s layer {layer.path!r} is quantized "
+                f"({layer.quantization_mode}); convert a float model."
+            )
+        if getattr(layer, "lora_enabled", False):
+            # keras-hub's LoRA: the kernel converts merged, W + (alpha / rank) A B.
+            (kernel,) = [v for v in layer.weights if v.name == "kernel"]
+            by_path[kernel.path.removeprefix(own_prefix)] = layer.kernel
     if kind == "RobertaBackbone":
         pairs = {
             "bert/embeddings/word_embeddings": "embeddings/token_embedding/embeddings",

@@ -249,8 +249,14 @@ def corpus_texts(paths):
         path = os.fspath(path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{path}: no such file (a corpus file to prune to).")
-        with open(path, encoding="utf-8") as file:
-            content = file.read()
+        try:
+            with open(path, encoding="utf-8") as file:
+                content = file.read()
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); save the corpus "
+                "as UTF-8 (a GBK file, say, converts with iconv -f GBK -t UTF-8)."
+            ) from None
         if not path.endswith(".json"):
             texts.extend(line for line in content.splitlines() if line.strip())
             continue

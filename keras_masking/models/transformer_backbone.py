@@ -384,7 +384,7 @@ class TransformerBackbone(
             sequence = restore(sequence, dropped["keep_mask"])
         return {"sequence_output": sequence, "pooled_output": pooled, "token_mask": token_mask}
 
-    def check_inputs(self, inputs, required=None):
+    def check_inputs(self, inputs, required=None, allowed=None):
         """Checks an input dict at the backbone's door; raises a ValueError.
 
         Every entry point runs it (``backbone(inputs)``, `forward_stages`, and
@@ -399,6 +399,9 @@ class TransformerBackbone(
             required: keys that must be present; None for the backbone's
                 own inputs (``segment_ids`` without segments and
                 ``position_ids`` without ``custom_position_ids`` are not).
+            allowed: the keys the calling model takes; None for the
+                backbone's own inputs. Any other key is refused: Keras would
+                match it to another input by position, silently.
 
         Example:
         ```python
@@ -411,12 +414,12 @@ class TransformerBackbone(
         ```
         """
         embeddings = self.embeddings
-        if required is None:
-            required = ["token_ids", "padding_mask"]
-            if embeddings.num_segments > 0:
-                required.append("segment_ids")
-            if self.custom_position_ids:
-                required.append("position_ids")
+        own = ["token_ids", "padding_mask"]
+        if embeddings.num_segments > 0:
+            own.append("segment_ids")
+        if self.custom_position_ids:
+            own.append("position_ids")
+        required = own if required is None else required
         check_encoder_inputs(
             inputs,
             vocabulary_size=embeddings.vocabulary_size,
@@ -426,6 +429,7 @@ class TransformerBackbone(
             max_position=(
                 embeddings.max_sequence_length if embeddings.use_position_embedding else None
             ),
+            allowed=own if allowed is None else allowed,
         )
 
     def pool(self, hidden, padding_mask=None):

@@ -76,7 +76,7 @@ class TransformerMaskedLM(ConcreteInputChecks, keras_hub.models.MaskedLM):
         """The backbone's `check_inputs`, and ``mask_positions``: integers
         ``(batch, masks)`` in ``[0, sequence)``; see
         `TransformerBackbone.check_inputs` for when each check runs."""
-        self.backbone.check_inputs(inputs)
+        self.backbone.check_inputs(inputs, allowed=tuple(self.input))
         positions = inputs.get("mask_positions") if isinstance(inputs, dict) else None
         if positions is None:
             raise ValueError(

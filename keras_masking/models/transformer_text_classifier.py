@@ -2,6 +2,7 @@
 
 import keras
 import keras_hub
+import numpy as np
 
 from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import bert_initializer
@@ -13,6 +14,8 @@ from keras_masking.models.transformer_text_classifier_preprocessor import (
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import ConcreteInputChecks
+from keras_masking.utils.eager_checks import concrete_value
+from keras_masking.utils.training_state import refresh_training
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -146,6 +149,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         ```
         """
         self.backbone.enable_drop_token(rate, **kwargs)
+        refresh_training(self)
 
     def enable_asa(self, tau=0.5, layers=None, **kwargs):
         """ASA fine-tuning: ``fit`` minimises ASA's objective from now on.
@@ -169,6 +173,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
             )
         self.backbone.enable_asa(tau, layers, **kwargs)
         self._start_asa()
+        refresh_training(self)
 
     def _start_asa(self):
         self.asa_task = "classification"
@@ -192,6 +197,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         ```
         """
         self.backbone.enable_fl_tuning(units, layers, attention_units)
+        refresh_training(self)
 
     def enable_prefix_tuning(self, length=160, **kwargs):
         """P-tuning v2 (`TransformerBackbone.enable_prefix_tuning`); the head trains.
@@ -203,6 +209,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         ```
         """
         self.backbone.enable_prefix_tuning(length, **kwargs)
+        refresh_training(self)
 
     def enable_lora(self, rank, target_layer_names=None):
         """keras-hub's LoRA on the backbone's query and value projections; the head trains.
@@ -214,6 +221,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         ```
         """
         self.backbone.enable_lora(rank, target_layer_names)
+        refresh_training(self)
 
     def merge_fl(self, placement="suffix"):
         """A new classifier on ``backbone.merge_fl(placement)``, the head's weights copied.
@@ -261,7 +269,31 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
     def check_inputs(self, inputs):
         """The backbone's `check_inputs` on the feature dict (``segment_ids``
         required); see `TransformerBackbone.check_inputs` for when it runs."""
-        self.backbone.check_inputs(inputs, required=sorted(self.input))
+        self.backbone.check_inputs(inputs, required=sorted(self.input), allowed=tuple(self.input))
+
+    def check_labels(self, labels):
+        """Class labels must be ints in ``[0, num_classes)`` (checked when concrete).
+
+        Run by ``fit`` / ``evaluate`` before a step compiles: an out-of-range
+        label would reach TensorFlow's loss as an InvalidArgumentError, or a
+        NaN loss on JAX. One-hot labels ``(batch, num_classes)`` pass as they are.
+        """
+        if labels is None or isinstance(labels, dict):
+            return
+        values = concrete_value(labels)
+        if values is None or values.dtype.kind not in "iuf" or not values.size:
+            return
+        values = np.asarray(values)
+        if values.ndim == 2 and values.shape[1] == self.num_classes and self.num_classes > 1:
+            return  # one-hot
+        flat = values.reshape(-1)
+        bad = flat[(flat != np.round(flat)) | (flat < 0) | (flat >= self.num_classes)]
+        if bad.size:
+            raise ValueError(
+                f"Expected class labels in [0, {self.num_classes}) for this classifier of "
+                f"{self.num_classes} classes. Received: labels with the values "
+                f"{sorted(set(bad.tolist()))[:5]}."
+            )
 
     def compile_from_config(self, config):
         """Compiles as the saved model was compiled (`keras.saving.load_model`).

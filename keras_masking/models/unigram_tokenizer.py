@@ -95,8 +95,17 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
             self._held.model = self.vocabulary = None
             return
         if isinstance(unigram_model, (str, os.PathLike)):
-            with open(unigram_model, encoding="utf-8") as file:
-                unigram_model = json.load(file)
+            path = os.fspath(unigram_model)
+            try:
+                with open(path, encoding="utf-8") as file:
+                    unigram_model = json.load(file)
+            except (UnicodeDecodeError, ValueError) as error:
+                raise ValueError(
+                    f"{path}: not a unigram model's JSON ({type(error).__name__}: {error}); the "
+                    "file is truncated or corrupt."
+                ) from None
+            if not isinstance(unigram_model, dict):
+                raise ValueError(f"{path}: expected a JSON object (the unigram model).")
         model = _checked_model(unigram_model)
         self._held.model = model
         pieces = model["pieces"]
@@ -254,6 +263,8 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         import tensorflow as tf
 
         self._check_model()
+        if inputs is None:
+            raise ValueError("Expected strings to tokenize. Received: None.")
         if not isinstance(inputs, (tf.Tensor, tf.RaggedTensor)):
             inputs = tf.convert_to_tensor(inputs)
         if inputs.dtype != tf.string:
@@ -294,6 +305,12 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         return [self._detokenize_row(row) for row in ids]
 
     def _detokenize_row(self, ids):
+        size = len(self.vocabulary)
+        bad = [int(i) for i in ids if not 0 <= int(i) < size]
+        if bad:
+            raise ValueError(
+                f"Expected token ids in [0, {size}) to detokenize. Received: ids {bad[:5]}."
+            )
         skipped = {self.bos_token_id, self.eos_token_id, self.pad_token_id}
         text = "".join(self.vocabulary[int(i)] for i in ids if int(i) not in skipped)
         return text.replace(META, " ").lstrip(" ")
@@ -411,10 +428,24 @@ def _checked_model(model):
         )
     if len(set(pieces)) != len(pieces):
         raise ValueError("The unigram model's pieces repeat.")
+    bad = [index for index, score in enumerate(scores) if not np.isfinite(score)]
+    if bad:
+        raise ValueError(
+            f"Expected finite piece scores. Received: {len(bad)} NaN or infinite score(s), the "
+            f"first at piece {bad[0]} ({pieces[bad[0]]!r}); the model file is corrupt."
+        )
     special = {name: int(model["special_ids"].get(name, -1)) for name in SPECIAL_NAMES}
     if not all(0 <= value < len(pieces) for value in special.values()):
         raise ValueError(f"Expected ids {SPECIAL_NAMES} among the pieces. Received: {special}.")
-    normalization = {str(int(k)): [int(c) for c in v] for k, v in model["normalization"].items()}
+    try:
+        normalization = {
+            str(int(k)): [int(c) for c in v] for k, v in model["normalization"].items()
+        }
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            "Expected the normalization to map codepoints (integers, as strings) to lists of "
+            f"codepoints. Received: {error}."
+        ) from None
     checked = {
         "pieces": pieces,
         "scores": scores,

@@ -1,5 +1,6 @@
 """AdamW with exact updates of embedding rows on TensorFlow and schedules in updates."""
 
+import math
 import numbers
 
 import keras
@@ -8,6 +9,7 @@ from keras_masking.optimizers.dense_gradients import densify_gradients
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_str_list
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -28,7 +30,11 @@ class AdamW(keras.optimizers.AdamW):
     Args:
         learning_rate: float > 0, or a
             `keras.optimizers.schedules.LearningRateSchedule` (or a callable
-            of no argument).
+            of no argument). A schedule is evaluated at steps 0 and 1 when
+            the optimizer is made, and a NaN, infinite or negative rate is
+            refused; one that turns NaN later makes the weights NaN, as with
+            Keras' optimizers (`keras.callbacks.TerminateOnNaN` stops such a
+            ``fit``; the CLUE runner stops a diverging run itself).
         weight_decay: float >= 0.
         beta_1: float in [0, 1).
         beta_2: float in [0, 1).
@@ -93,12 +99,54 @@ class AdamW(keras.optimizers.AdamW):
             return list(grads_and_vars)
         return super()._all_reduce_sum_gradients(grads_and_vars)
 
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """Keras' `exclude_from_weight_decay`, with its arguments checked.
+
+        ``var_names`` must be a list of strings: a string alone would be
+        matched character by character (``"bias"`` excluding every variable
+        whose name holds a b, i, a or s).
+
+        Args:
+            var_list: None or a list of variables to exclude.
+            var_names: None or a list of strings; a variable whose name
+                contains one of them is excluded.
+
+        Example:
+
+        >>> optimizer = AdamW(1e-3)
+        >>> optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+        """
+        if var_names is not None:
+            var_names = check_str_list("var_names", var_names)
+        if var_list is not None and not isinstance(var_list, (list, tuple)):
+            raise ValueError(
+                f"Expected a list of variables for var_list. Received: var_list={var_list!r}."
+            )
+        super().exclude_from_weight_decay(var_list=var_list, var_names=var_names)
+
     def apply(self, grads, trainable_variables=None):
+        _refuse_accumulation_under_tf_distribute(self.gradient_accumulation_steps)
         grads = list(grads)
         variables = trainable_variables
         if variables is None and self.built:
             variables = self._trainable_variables
         return super().apply(densify_gradients(grads, variables), trainable_variables)
+
+
+def _refuse_accumulation_under_tf_distribute(steps):
+    """Keras' gradient accumulation fails inside a `tf.distribute` step
+    (TensorFlow's "merge_call called while defining a new graph"): say so."""
+    if not steps or keras.backend.backend() != "tensorflow":
+        return
+    import tensorflow as tf
+
+    if tf.distribute.has_strategy():
+        raise ValueError(
+            f"gradient_accumulation_steps={steps} cannot run under a tf.distribute strategy "
+            "(Keras' accumulation calls merge_call inside the replicated step). Use a global "
+            "batch that many times larger across the replicas instead, or accumulate on one "
+            "device."
+        )
 
 
 def _check_optimizer_arguments(kwargs):
@@ -121,6 +169,14 @@ def _check_optimizer_arguments(kwargs):
 
 def _check_learning_rate(value):
     if isinstance(value, keras.optimizers.schedules.LearningRateSchedule):
+        # A compiled step cannot raise: a NaN rate would turn every weight NaN.
+        for step in (0, 1):
+            rate = float(keras.ops.convert_to_numpy(value(step)))
+            if not math.isfinite(rate) or rate < 0:
+                raise ValueError(
+                    "Expected a learning-rate schedule with finite rates >= 0. Received: a "
+                    f"{type(value).__name__} whose rate at step {step} is {rate}."
+                )
         return value
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return check_float("learning_rate", value, minimum=0.0, open_minimum=True)

@@ -8,6 +8,9 @@ silently truncated to an integer (``k=2.5`` is refused, not read as 2).
 import numbers
 import os
 
+#: The largest seed numpy's generators take (2**32 - 1).
+MAX_SEED = 2**32 - 1
+
 
 def check_int(name, value, minimum=None, maximum=None):
     """Returns ``value`` as a Python int, or raises a ValueError naming it.
@@ -131,7 +134,33 @@ def check_seed(name, value):
     """
     if value is None:
         return None
-    return check_int(name, value, minimum=0)
+    return check_int(name, value, minimum=0, maximum=MAX_SEED)
+
+
+def check_str_list(name, value, allow_empty=True):
+    """Returns ``value`` as a list of strings, or raises a ValueError.
+
+    A list or tuple of strings is accepted; a string alone is not (iterating
+    it would give its characters, each then a name of its own).
+
+    Args:
+        name: the argument's name in the message.
+        value: the sequence received.
+        allow_empty: False to refuse an empty sequence.
+
+    Example:
+
+    >>> check_str_list("var_names", ("bias", "gamma"))
+    ['bias', 'gamma']
+    """
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(
+            f"Expected a list of strings for {name} (a single name in a list: [{value!r}]). "
+            f"Received: {name}={value!r}."
+        )
+    if not allow_empty and not value:
+        raise ValueError(f"Expected a non-empty list of strings for {name}. Received: {name}=[].")
+    return list(value)
 
 
 def check_int_list(name, value, minimum=None, maximum=None, allow_empty=True, unique=False):

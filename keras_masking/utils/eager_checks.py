@@ -156,6 +156,7 @@ def check_encoder_inputs(
     required=("token_ids", "padding_mask"),
     position_ranks=(2,),
     max_position=None,
+    allowed=None,
 ):
     """One check of an encoder's input dict, shared by every entry point.
 
@@ -179,6 +180,9 @@ def check_encoder_inputs(
         required: keys that must be present.
         position_ranks: the allowed ranks of ``position_ids``.
         max_position: exclusive upper bound of ``position_ids`` or None.
+        allowed: the keys the model takes, or None for any; another key is
+            refused (Keras matches an unknown key of a functional model's
+            input dict to another input by position, silently).
 
     Raises:
         ValueError: naming the input, what was expected and what was received.
@@ -195,6 +199,7 @@ def check_encoder_inputs(
             f"Expected a dict of inputs with the keys {list(required)}. "
             f"Received: inputs of type {type(inputs).__name__}."
         )
+    check_input_keys(inputs, allowed)
     missing = [key for key in required if key not in inputs or inputs[key] is None]
     if missing:
         raise ValueError(
@@ -249,10 +254,38 @@ def check_encoder_inputs(
     check_ids_in_range(token_ids, vocabulary_size, "token_ids", "vocabulary_size")
 
 
-def check_backbone_features(backbone, inputs):
-    """``backbone.check_inputs``, or `check_encoder_inputs` with a keras-hub backbone's sizes."""
+def check_input_keys(inputs, allowed):
+    """Refuses a key of ``inputs`` outside ``allowed`` (None: any key).
+
+    Args:
+        inputs: a dict of inputs.
+        allowed: the keys the model takes, or None.
+
+    Example:
+    ```python
+    try:
+        check_input_keys({"token_ids": 1, "labels": 2}, ["token_ids", "padding_mask"])
+    except ValueError as error:
+        print(error)  # ... Received: the unknown key(s) ['labels'], which the model ...
+    ```
+    """
+    if allowed is None or not isinstance(inputs, Mapping):
+        return
+    unknown = sorted(set(inputs) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"Expected inputs with the keys {sorted(allowed)}. Received: the unknown key(s) "
+            f"{unknown}, which the model does not use (labels go in `y`)."
+        )
+
+
+def check_backbone_features(backbone, inputs, allowed=None):
+    """``backbone.check_inputs``, or `check_encoder_inputs` with a keras-hub backbone's sizes.
+
+    ``allowed``: the keys the caller's model takes (None: the backbone's inputs).
+    """
     if hasattr(backbone, "check_inputs"):
-        backbone.check_inputs(inputs)
+        backbone.check_inputs(inputs, allowed=allowed)
         return
     check_encoder_inputs(
         inputs,
@@ -260,14 +293,17 @@ def check_backbone_features(backbone, inputs):
         num_segments=getattr(backbone, "num_segments", 0) or 0,
         required=tuple(backbone.input),
         max_position=getattr(backbone, "max_sequence_length", None),
+        allowed=tuple(backbone.input) if allowed is None else allowed,
     )
 
 
-def _checking_data(name):
-    """The Model method ``name``, checking concrete dict data ``x`` first."""
+def _checking_data(name, labelled=False):
+    """The Model method ``name``, checking concrete dict data ``x`` (and labels ``y``) first."""
 
     def method(self, x=None, *args, **kwargs):
         self._check_data(x)
+        if labelled:
+            self.check_labels(args[0] if args else kwargs.get("y"))
         return getattr(super(ConcreteInputChecks, self), name)(x, *args, **kwargs)
 
     method.__name__ = method.__qualname__ = name
@@ -287,6 +323,9 @@ class ConcreteInputChecks:
     def check_inputs(self, inputs):
         raise NotImplementedError
 
+    def check_labels(self, labels):
+        """Checks concrete labels ``y`` before a step compiles; the default checks none."""
+
     def _check_data(self, x):
         """Checks ``x`` when it is a dict of concrete values (numpy, lists, eager tensors)."""
         if isinstance(x, Mapping) and all(
@@ -303,13 +342,16 @@ class ConcreteInputChecks:
 
     def fit(self, x=None, *args, **kwargs):
         self._check_data(x)
+        self.check_labels(args[0] if args else kwargs.get("y"))
         validation = kwargs.get("validation_data")
         if isinstance(validation, (tuple, list)) and validation:
             self._check_data(validation[0])
+            if len(validation) > 1:
+                self.check_labels(validation[1])
         return super().fit(x, *args, **kwargs)
 
-    evaluate = _checking_data("evaluate")
+    evaluate = _checking_data("evaluate", labelled=True)
     predict = _checking_data("predict")
-    train_on_batch = _checking_data("train_on_batch")
-    test_on_batch = _checking_data("test_on_batch")
+    train_on_batch = _checking_data("train_on_batch", labelled=True)
+    test_on_batch = _checking_data("test_on_batch", labelled=True)
     predict_on_batch = _checking_data("predict_on_batch")

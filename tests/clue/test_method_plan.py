@@ -82,3 +82,18 @@ def test_apply_puts_every_method_in_its_place():
     later = MethodPlan(correct_embeddings=True).apply(_backbone(), "eprstmt", tokenizer(), _head)
     (callback,) = later.callbacks
     assert isinstance(callback, MLMEmbeddingCorrection) and later.correction is None
+
+
+def test_exlm_fits_an_exlm_preset_and_no_other(tmp_path):
+    from keras_masking.clue.model_source import ModelSource
+    from tests.clue import fixtures as clue_fixtures
+
+    exlm = clue_fixtures.tiny_preset(
+        tmp_path / "exlm", position="rotary2d", custom_position_ids=True, num_heads=2
+    )
+    plain = clue_fixtures.tiny_preset(tmp_path / "plain")
+    assert ModelSource(preset=str(exlm)).position_scheme() == ("rotary2d", True)
+    MethodPlan(exlm_k=2).check_source(ModelSource(preset=str(exlm)))
+    with pytest.raises(ValueError, match="position='absolute'"):
+        MethodPlan(exlm_k=2).check_source(ModelSource(preset=str(plain)))
+    MethodPlan(fl_tuning=4).check_source(ModelSource(preset=str(plain)))  # any backbone

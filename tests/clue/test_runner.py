@@ -58,6 +58,7 @@ def _cli(task, data, output, preset, *extra, **settings):
     argv += ["--preset", str(preset), "--quiet"]
     argv += ["--epochs", str(options["epochs"]), "--batch-size", str(options["batch_size"])]
     argv += ["--max-length", str(options["max_length"]), "--lr", str(options["learning_rate"])]
+    argv += [] if options["jit_compile"] else ["--no-jit-compile"]
     return main(argv + list(extra))
 
 
@@ -77,7 +78,10 @@ def cli_runs(data, preset, tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     done = {}
     for task, (_, _, max_length) in KINDS.items():
-        code = _cli(task, data, runs / task, preset, max_length=max_length, epochs=1)
+        # One kind compiles with XLA from the command line on TensorFlow too.
+        xla = SETTINGS["jit_compile"] or task == "eprstmt"
+        code = _cli(task, data, runs / task, preset, max_length=max_length, epochs=1,
+                    jit_compile=xla)  # fmt: skip
         done[task] = code
     return runs, done
 
@@ -98,6 +102,7 @@ def test_each_kind_runs_from_the_command_line_to_a_valid_submission(task, cli_ru
     train = record["data"]["train"]
     assert train["examples"] > 0 and all(len(f["sha256"]) == 64 for f in train["files"])
     assert record["versions"]["backend"] == keras.config.backend()
+    assert record["compile"]["jit_compile"] == (SETTINGS["jit_compile"] or task == "eprstmt")
     test = read_split(data, task, "test")
     assert check_submission(output / submission, task, benchmark, test) == []
     assert not [name for name in os.listdir(output) if ".partial" in name]
@@ -342,6 +347,26 @@ def test_accumulation_over_more_batches_than_an_epoch_has_still_updates(data, pr
         "updates_per_epoch": 1,
         "updates": epochs,
     }
+
+
+def test_exlm_on_a_backbone_without_its_positions_is_refused_before_anything_is_written(
+    data, preset, tmp_path
+):
+    with pytest.raises(ValueError, match="--exlm-k needs an ExLM-pretrained backbone"):
+        finetune("eprstmt", data, tmp_path / "run", preset=preset, exlm_k=2, **SETTINGS)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the refusal is TensorFlow's (tf.distribute)"
+)
+def test_accumulation_data_parallel_on_tensorflow_is_refused_before_anything_is_written(
+    data, preset, tmp_path
+):
+    with pytest.raises(ValueError, match="accumulation=2 cannot run data parallel"):
+        finetune("eprstmt", data, tmp_path / "run", preset=preset, data_parallel=True,
+                 **dict(SETTINGS, accumulation=2))  # fmt: skip
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_diverging_run_fails_on_the_command_line_without_a_submission(

@@ -233,6 +233,8 @@ def test_engine_scope_refuses_what_is_not_an_engine(engine):
         rf"for engine\. Received: engine=.* of type {type(engine).__name__}\.",
     ):
         keras_masking.distribution.engine_scope(engine)
+    with pytest.raises(ValueError, match="Expected a keras.distribution.Distribution"):
+        keras_masking.distribution.replicas_in_sync(engine)  # was 1, silently
     with keras_masking.distribution.engine_scope(None):
         assert keras_masking.distribution.replicas_in_sync() == 1
 

@@ -290,7 +290,7 @@ def test_lora_composes_with_fl_tuning_and_prefixes_and_survives_saving(tmp_path)
         ({"rank": -2}, "Expected an integer >= 1 for rank"),
         ({"rank": 2.5}, "Expected an integer for rank"),
         ({"rank": 2, "target_layer_names": ["nope"]}, r"\['nope'\] match no such layer"),
-        ({"rank": 2, "target_layer_names": "query"}, "Expected a list of layer names"),
+        ({"rank": 2, "target_layer_names": "query"}, "Expected a list of strings"),
         ({"rank": 2, "target_layer_names": []}, "empty"),
     ],
 )
@@ -300,3 +300,17 @@ def test_lora_refuses_bad_arguments_before_changing_anything(arguments, message)
     with pytest.raises(ValueError, match=message):
         backbone.enable_lora(**arguments)
     assert backbone.lora is None and len(backbone.trainable_weights) == trainable
+
+
+def test_fl_tuning_on_a_loaded_trained_classifier_trains_its_units(tmp_path):
+    # The loaded model's optimizer was built by `compile_from_config` over the
+    # old trainable set; `fit` then failed with Keras' "Unknown variable".
+    model, _ = _model("classifier")
+    _compiled(model).fit(TEXTS, LABELS, batch_size=4, epochs=1, verbose=0)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    loaded.enable_fl_tuning(units=4)
+    moved, _ = _moved(loaded, lambda: loaded.fit(TEXTS, LABELS, batch_size=4, verbose=0))
+    branches = [layer.feed_forward_branch for layer in loaded.backbone.transformer_layers]
+    assert {v.path for b in branches for v in b.weights} <= moved
+    assert loaded.backbone.token_embedding.embeddings.path not in moved

@@ -188,13 +188,35 @@ def test_from_keras_hub_bad_inputs():
         (dict(backbone=hub, position="rotary"), ValueError, "position='rotary'"),
         (dict(backbone=hub, dropout=1.5), ValueError, "dropout=1.5"),
         (dict(backbone=hub, activation="swishy"), ValueError, "activation='swishy'"),
+        (dict(backbone=hub, bogus_arg=1), ValueError, r"Unknown .* argument\(s\) \['bogus_arg'\]"),
     ]
-    assert len(cases) == 7
+    assert len(cases) == 8
     for arguments, error, message in cases:
         with pytest.raises(error, match=message):
             TransformerBackbone.from_keras_hub(**arguments)
     for a, b in zip(hub.get_weights(), before):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_keras_hub_backbone_with_trained_lora_converts_merged():
+    hub = _hub_bert()
+    hub.enable_lora(2)
+    for variable in hub.weights:
+        if "lora_kernel" in variable.path:  # a trained LoRA: B is no longer zero
+            variable.assign(np.random.default_rng(0).normal(0, 0.5, variable.shape))
+    features = random_features()
+    expected = hub(features)
+    ours = TransformerBackbone.from_keras_hub(hub)
+    for key in ("sequence_output", "pooled_output"):
+        np.testing.assert_allclose(ours(features)[key], expected[key], atol=1e-5)
+
+
+def test_a_keras_hub_backbone_with_a_nan_weight_is_refused():
+    hub = _hub_bert()
+    table = hub.token_embedding.embeddings
+    table.assign(np.where(np.arange(table.shape[0])[:, None] == 3, np.nan, np.asarray(table)))
+    with pytest.raises(ValueError, match="token_embedding/embeddings.*NaN or infinite"):
+        TransformerBackbone.from_keras_hub(hub)
 
 
 def test_to_keras_hub_bad_inputs():

@@ -228,3 +228,10 @@ def test_convert_e5_command_writes_a_preset_and_refuses_a_full_folder(tiny_file,
         == 1
     )
     assert "empty" in capsys.readouterr().err and not (tmp_path / "p2").exists()
+
+
+def test_a_corpus_file_that_is_not_utf8_names_the_file(tmp_path):
+    corpus = tmp_path / "reviews.txt"
+    corpus.write_bytes("今天很好\n".encode("gbk"))
+    with pytest.raises(ValueError, match=r"reviews.txt: not UTF-8 text.*iconv -f GBK"):
+        corpus_texts([corpus])

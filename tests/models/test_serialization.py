@@ -9,6 +9,7 @@ import pytest
 
 from keras_masking.models import TransformerBackbone
 from keras_masking.models import TransformerMaskedLM
+from keras_masking.models import TransformerTextClassifier
 from tests.testing import random_features
 from tests.testing import randomize_weights
 from tests.testing import tiny_backbone_kwargs
@@ -169,6 +170,18 @@ def test_corrupt_preset_json_names_the_file(name, tmp_path):
         TransformerBackbone.from_preset(str(preset))
 
 
+@pytest.mark.parametrize("name", ["model.weights.h5", "config.json"])
+def test_correcting_a_damaged_preset_names_the_file(name, tmp_path):
+    # `correct_preset_embeddings` (and `keras-masking correct-embeddings`) read
+    # presets through the same checks as `from_preset`.
+    from keras_masking.methods.mlm_embedding_correction_files import correct_preset_embeddings
+
+    preset, path = _damaged_preset(tmp_path, name, 0.5)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: .*truncated"):
+        correct_preset_embeddings(str(preset), str(tmp_path / "out"), mask_token_id=4)
+    assert not (tmp_path / "out").exists()
+
+
 def test_preset_with_nan_weights_is_refused(tmp_path):
     backbone = TransformerBackbone(**tiny_backbone_kwargs())
     table = keras.ops.convert_to_numpy(backbone.token_embedding.embeddings).copy()
@@ -180,3 +193,23 @@ def test_preset_with_nan_weights_is_refused(tmp_path):
         match=r"model.weights.h5: weight '.*token_embedding/embeddings' holds 1 NaN or infinite",
     ):
         TransformerBackbone.from_preset(str(tmp_path / "preset"))
+
+
+def test_weights_of_another_method_layout_are_refused_not_loaded_by_position(tmp_path):
+    # Keras loads a weights file by the order of the layers: adversaries saved
+    # on layer 0 would load into the adversary of layer 1, silently.
+    def classifier(asa_layers):
+        keras.utils.set_random_seed(0)
+        backbone = TransformerBackbone(**tiny_backbone_kwargs())
+        model = TransformerTextClassifier(backbone, num_classes=2)
+        model.enable_asa(tau=0.5, layers=asa_layers)
+        return model
+
+    saved = classifier([0])
+    saved.save_weights(tmp_path / "asa.weights.h5")
+    with pytest.raises(ValueError, match=r"asa_layers: file \[0\], model \[1\]"):
+        classifier([1]).load_weights(tmp_path / "asa.weights.h5")
+    same = classifier([0])
+    same.load_weights(tmp_path / "asa.weights.h5")  # the same layout loads
+    for a, b in zip(same.weights, saved.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

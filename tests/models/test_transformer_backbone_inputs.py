@@ -162,6 +162,11 @@ BAD_ATTACHMENTS = [
     ("attach_key_value_prefixes", {"length": 2, "reparameterize": "yes"}, "reparameterize"),
     ("attach_key_value_prefixes", {"length": 2, "hidden_units": 0}, "hidden_units=0"),
     ("attach_attention_units", {"units_per_head": -1}, "units_per_head=-1"),
+    (
+        "enable_drop_token",
+        {"rate": 0.1, "unselectable_token_ids": [1000]},
+        r"in \[0, 63\]. Received: unselectable_token_ids=\[1000\]",
+    ),
 ]
 
 
@@ -176,3 +181,43 @@ def test_bad_attachment_arguments_attach_nothing(method, arguments, message):
     for block in backbone.transformer_layers:
         assert block.feed_forward_branch is None and block.key_value_prefix is None
         assert block.attention_units is None
+
+
+def _models_taking_features():
+    """Every model of the package that takes the backbone's feature dict."""
+    from keras_masking.methods import ASATrainer
+    from keras_masking.methods import DropTokenEncoder
+    from keras_masking.models import TransformerTextClassifier
+
+    keras.utils.set_random_seed(0)
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    classifier = TransformerTextClassifier(backbone, num_classes=2)
+    head = keras.layers.Dense(2)(backbone(backbone.input)["pooled_output"])
+    return {
+        "backbone": backbone,
+        "classifier": classifier,
+        "drop_token_encoder": DropTokenEncoder(backbone, 0.1, mode="attention"),
+        "asa_trainer": ASATrainer(keras.Model(backbone.input, head)),
+    }
+
+
+@pytest.mark.parametrize("entry", ("call", "predict"))
+def test_an_unknown_input_key_is_refused_by_every_model(entry):
+    # Keras matches an unknown key of a functional model's dict to another
+    # input by position: predictions changed silently (by 0.26 for ASATrainer).
+    features = random_features()
+    extra = {**features, "labels": np.ones_like(features["token_ids"])}
+    for name, model in _models_taking_features().items():
+        run = model if entry == "call" else lambda x, m=model: m.predict(x, verbose=0)
+        with pytest.raises(ValueError, match=r"unknown key\(s\) \['labels'\]"):
+            run(extra)
+        assert run(features) is not None, name
+
+
+def test_the_asa_trainer_checks_ids_before_a_compiled_step():
+    trainer = _models_taking_features()["asa_trainer"]
+    features = random_features()
+    with pytest.raises(ValueError, match="Expected token_ids in"):
+        trainer.predict({**features, "token_ids": features["token_ids"] + 1000}, verbose=0)
+    with pytest.raises(ValueError, match="token_ids"):
+        trainer.predict({**features, "token_ids": features["token_ids"] + 0.5}, verbose=0)

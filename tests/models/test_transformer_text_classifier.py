@@ -420,3 +420,19 @@ def test_a_backbone_without_segments_takes_the_preprocessor_outputs(preprocessor
     np.testing.assert_allclose(
         np.asarray(classifier(features)), cls_state @ kernel + bias, atol=1e-5
     )
+
+
+def test_labels_outside_the_classes_are_refused_before_a_step(preprocessor):
+    # TensorFlow's loss raised a raw InvalidArgumentError (JAX: a NaN loss).
+    classifier = _classifier(preprocessor)
+    classifier.compile(
+        optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    texts = TEXTS[:2]
+    for labels in (np.array([5, 7]), np.array([0, -1]), np.array([0.5, 1.0])):
+        with pytest.raises(ValueError, match=r"Expected class labels in \[0, 3\)"):
+            classifier.fit(texts, labels, verbose=0)
+        with pytest.raises(ValueError, match=r"Expected class labels in \[0, 3\)"):
+            classifier.evaluate(texts, labels, verbose=0)
+    classifier.fit(texts, np.array([0, 2]), verbose=0)  # in range
+    classifier.fit(texts, np.eye(3)[[0, 2]], verbose=0, epochs=0)  # one-hot passes the check

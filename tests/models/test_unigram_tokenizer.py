@@ -517,6 +517,8 @@ def _changed(**changes):
         (_changed(kept_ids=[0, 1, 2, 3, 3]), "distinct piece ids"),
         (_changed(kept_ids=[0, 1, 2, 3, 18]), "distinct piece ids"),
         (_changed(rows=17), "Expected an integer >= 18 for rows"),
+        (_changed(scores=[0.0] * 4 + [float("nan")] + [0.0] * 13), "finite piece scores.*piece 4"),
+        (_changed(normalization={"x": [32]}), "normalization to map codepoints"),
     ],
     ids=[
         "no-scores",
@@ -530,6 +532,8 @@ def _changed(**changes):
         "kept-repeated",
         "kept-out-of-range",
         "rows-too-few",
+        "nan-score",
+        "normalization-key",
     ],
 )
 def test_bad_models_are_refused(model, message):
@@ -549,6 +553,10 @@ def test_bad_arguments_are_refused(toy):
         toy.token_to_id("ab")
     with pytest.raises(ValueError, match="Expected an integer >= 3 for sequence_length"):
         TransformerTextClassifierPreprocessor(toy, sequence_length=2)
+    with pytest.raises(ValueError, match="Expected strings to tokenize. Received: None"):
+        toy.tokenize(None)
+    with pytest.raises(ValueError, match=r"token ids in \[0, 18\) to detokenize. .*\[999\]"):
+        toy.detokenize([[999]])
 
 
 def test_a_tokenizer_without_a_model_says_so(tmp_path):
@@ -641,3 +649,13 @@ def test_masked_mean():
     result = _numpy(masked_mean(hidden, np.array([[True, True, False], [False, True, False]])))
     assert result.tolist() == [[1.0, 2.0], [8.0, 9.0]]
     assert _numpy(masked_mean(hidden)).tolist() == [[2.0, 3.0], [8.0, 9.0]]
+
+
+def test_a_model_file_that_is_not_json_names_the_file(tmp_path):
+    path = tmp_path / "unigram_model.json"
+    path.write_text('{"pieces": [', encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{path.name}: not a unigram model's JSON"):
+        UnigramTokenizer(str(path))
+    path.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        UnigramTokenizer(str(path))

@@ -312,3 +312,45 @@ def test_a_finished_fit_leaves_no_train_graph_in_memory():
         del model
         keras.backend.clear_session(free_memory=True)
     assert _alive_train_graphs() == before
+
+
+def test_weight_decay_exclusions_take_a_list_of_names_not_a_string():
+    # "bias" as a string was matched character by character: a kernel whose
+    # name holds a b, i, a or s lost its weight decay.
+    optimizer = AdamW(learning_rate=0.1, weight_decay=0.5)
+    with pytest.raises(ValueError, match=r"Expected a list of strings for var_names"):
+        optimizer.exclude_from_weight_decay(var_names="bias")
+    with pytest.raises(ValueError, match="Expected a list of variables for var_list"):
+        optimizer.exclude_from_weight_decay(var_list=keras.Variable(1.0))
+    optimizer.exclude_from_weight_decay(var_names=["bias"])
+    kernel = keras.Variable(np.ones((2,)), name="kernel_basis")
+    bias = keras.Variable(np.ones((2,)), name="bias")
+    optimizer.apply([np.zeros(2), np.zeros(2)], [kernel, bias])
+    assert np.all(np.asarray(kernel) < 1.0)  # decayed
+    np.testing.assert_allclose(np.asarray(bias), 1.0)  # excluded
+
+
+class _NaNAtStart(keras.optimizers.schedules.LearningRateSchedule):
+    def __call__(self, step):
+        return keras.ops.cast(step, "float32") / keras.ops.cast(step, "float32")  # 0 / 0
+
+    def get_config(self):
+        return {}
+
+
+def test_a_schedule_with_a_nan_rate_is_refused_before_it_turns_the_weights_nan():
+    with pytest.raises(ValueError, match="rate at step 0 is nan"):
+        AdamW(learning_rate=_NaNAtStart())
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.distribute is TensorFlow's")
+def test_accumulation_under_a_tf_distribute_strategy_is_refused_clearly():
+    # Keras' accumulation fails there with "merge_call called while defining a new graph".
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        optimizer = AdamW(1e-3, gradient_accumulation_steps=2)
+        variable = keras.Variable(np.ones(2, "float32"))
+        with pytest.raises(ValueError, match="cannot run under a tf.distribute strategy"):
+            optimizer.apply([np.ones(2, "float32")], [variable])
