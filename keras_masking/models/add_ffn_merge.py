@@ -10,15 +10,14 @@ from keras_masking.utils.arguments import check_int
 
 
 def merge_add_ffn(backbone, placement="suffix"):
-    """A new backbone whose FFNs carry the addFFN units: same function, no branch.
+    """`TransformerBackbone.merge_fl`: each tuned FFN and its `AddFFN` as one wider FFN.
 
-    Each tuned FFN becomes one FFN with ``m + k`` hidden units
-    (`merge_feed_forward_weights`); untuned layers get ``k`` zero units,
-    so the result converts to keras-hub. The merged backbone is trainable
-    and records the merge for `unmerge_fl`; this one is not changed.
+    The hidden units are concatenated (`merge_feed_forward_weights`);
+    untuned layers get zero units, so every layer has the same width.
 
     Args:
-        placement: ``"suffix"``, ``"prefix"`` or an int in ``[0, m]``.
+        backbone: an FL-tuned `TransformerBackbone` (not changed).
+        placement: as `TransformerBackbone.merge_fl` takes it.
 
     Example:
     ```python
@@ -56,21 +55,16 @@ def merge_add_ffn(backbone, placement="suffix"):
 
 
 def unmerge_add_ffn(backbone, units=None, placement=None, layers=None):
-    """A new FL-tuned backbone: merged FFNs split into base FFN and `AddFFN`.
-
-    The converse of `merge_fl` (its record gives the defaults); this
-    backbone is not changed.
+    """`TransformerBackbone.unmerge_fl`: merged FFNs split again into base FFN and `AddFFN`.
 
     Args:
-        units: int >= 1, fewer than the FFNs' hidden units.
-        placement: where the units sit (see `merge_fl`); else ``"suffix"``.
-        layers: the tuned layers; else every layer.
+        backbone: a merged `TransformerBackbone` (not changed).
+        units, placement, layers: as `TransformerBackbone.unmerge_fl` takes them.
 
     Example:
     ```python
     backbone.enable_fl_tuning(units=8)
-    merged = backbone.merge_fl()
-    tuned_again = keras_masking.models.add_ffn_merge.unmerge_add_ffn(merged)  # merged.unmerge_fl()
+    tuned_again = keras_masking.models.add_ffn_merge.unmerge_add_ffn(backbone.merge_fl())
     ```
     """
     if backbone.add_ffn is not None or backbone.add_attention_units is not None:

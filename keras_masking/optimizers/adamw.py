@@ -125,7 +125,7 @@ class AdamW(keras.optimizers.AdamW):
         super().exclude_from_weight_decay(var_list=var_list, var_names=var_names)
 
     def apply(self, grads, trainable_variables=None):
-        _refuse_accumulation_under_tf_distribute(self.gradient_accumulation_steps)
+        _check_tf_distribute(self)
         grads = list(grads)
         variables = trainable_variables
         if variables is None and self.built:
@@ -133,19 +133,34 @@ class AdamW(keras.optimizers.AdamW):
         return super().apply(densify_gradients(grads, variables), trainable_variables)
 
 
-def _refuse_accumulation_under_tf_distribute(steps):
-    """Keras' gradient accumulation fails inside a `tf.distribute` step
-    (TensorFlow's "merge_call called while defining a new graph"): say so."""
-    if not steps or keras.backend.backend() != "tensorflow":
+def _check_tf_distribute(optimizer):
+    """What Keras' optimizer cannot do under a `tf.distribute` strategy, said clearly.
+
+    Gradient accumulation fails inside a replicated step (TensorFlow's
+    "merge_call called while defining a new graph"), and an optimizer made
+    outside the strategy's scope fails with "Mixing different
+    tf.distribute.Strategy objects".
+    """
+    if keras.backend.backend() != "tensorflow":
         return
     import tensorflow as tf
 
-    if tf.distribute.has_strategy():
+    if not tf.distribute.has_strategy():
+        return
+    steps = optimizer.gradient_accumulation_steps
+    if steps:
         raise ValueError(
             f"gradient_accumulation_steps={steps} cannot run under a tf.distribute strategy "
             "(Keras' accumulation calls merge_call inside the replicated step). Use a global "
             "batch that many times larger across the replicas instead, or accumulate on one "
             "device."
+        )
+    # Keras' TensorFlow optimizer keeps the strategy it was made under.
+    made_under = getattr(optimizer, "_distribution_strategy", None)
+    if made_under is not None and made_under is not tf.distribute.get_strategy():
+        raise ValueError(
+            "This optimizer was made outside the tf.distribute strategy it now runs under. "
+            "Make it inside `with strategy.scope():`, as the model."
         )
 
 

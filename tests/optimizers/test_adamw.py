@@ -344,7 +344,7 @@ def test_a_schedule_with_a_nan_rate_is_refused_before_it_turns_the_weights_nan()
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.distribute is TensorFlow's")
-def test_accumulation_under_a_tf_distribute_strategy_is_refused_clearly():
+def test_what_cannot_run_under_a_tf_distribute_strategy_is_refused_clearly():
     # Keras' accumulation fails there with "merge_call called while defining a new graph".
     import tensorflow as tf
 
@@ -354,3 +354,8 @@ def test_accumulation_under_a_tf_distribute_strategy_is_refused_clearly():
         variable = keras.Variable(np.ones(2, "float32"))
         with pytest.raises(ValueError, match="cannot run under a tf.distribute strategy"):
             optimizer.apply([np.ones(2, "float32")], [variable])
+    outside = AdamW(1e-3)  # TensorFlow's "Mixing different tf.distribute.Strategy objects"
+    with strategy.scope():
+        variable = keras.Variable(np.ones(2, "float32"))
+        with pytest.raises(ValueError, match="made outside the tf.distribute strategy"):
+            outside.apply([np.ones(2, "float32")], [variable])
