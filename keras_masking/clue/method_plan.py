@@ -162,7 +162,10 @@ class MethodPlan:
 
         Example:
         ```python
-        MethodPlan(fl_tuning=8).check_source(ModelSource(preset="my_preset"))
+        from keras_masking.clue.model_source import ModelSource
+
+        backbone.save_to_preset("my_preset")
+        MethodPlan(fl_tuning=8).check_source(ModelSource(preset="my_preset"))  # any backbone
         ```
         """
         if not self.exlm_k:

@@ -18,6 +18,7 @@ from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_seed
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import check_input_keys
+from keras_masking.utils.eager_checks import concrete_value
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -218,6 +219,15 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
         check_input_keys(inputs, tuple(expected))
         own = tuple(self.backbone.input)
         features = {name: value for name, value in inputs.items() if name in own}
+        if len(getattr(features.get("token_ids"), "shape", (0, 0))) > 2:
+            # A head that groups rows (multiple choice: (batch, choices, sequence))
+            # hands the backbone the rows flattened: check them so, when concrete.
+            concrete = {name: concrete_value(value) for name, value in features.items()}
+            if any(value is None for value in concrete.values()):
+                return  # traced: the backbone checks shapes in its own call
+            features = {
+                name: value.reshape(-1, value.shape[-1]) for name, value in concrete.items()
+            }
         self.backbone.check_inputs(features, required=sorted(set(own) & set(expected)))
 
     def call(self, inputs, training=False):
