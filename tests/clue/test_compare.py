@@ -186,7 +186,12 @@ def test_the_summary_is_the_hand_computation_of_the_runs(compared):
     rows = {row["method"]: row for row in record["summary"]}
     assert [row["method"] for row in record["summary"]] == ["plain", METHOD]
     assert record["arguments"]["methods"] == ["plain", METHOD]
-    assert record["notes"] == ["'plain' was added: the baseline."]
+    assert record["notes"][0] == "'plain' was added: the baseline."
+    # A method whose difference is the same on every seed gets its note (and "cannot tell").
+    zero = [
+        r["method"] for r in record["summary"] if r["difference"] and r["difference"]["sd"] == 0
+    ]
+    assert [note.split(":")[0] for note in record["notes"][1:]] == zero
     assert rows["plain"]["scores"] == plain and rows[METHOD]["scores"] == method
     assert rows[METHOD]["mean"] == pytest.approx(statistics.mean(method))
     assert rows[METHOD]["sd"] == pytest.approx(statistics.stdev(method))
