@@ -390,7 +390,10 @@ def test_drop_token_task_model_is_the_backbones_at_inference(backbone):
     model = build_task_model(name, encoder, max_length=LENGTH)
     model.set_weights(reference.get_weights())
     expected, outputs = run(lambda x: (reference(x), model(x)), encoded.features)
-    np.testing.assert_allclose(outputs, expected, atol=1e-5)
+    # Two graphs of one function (attention mode adds a zero bias): float32
+    # rounding differs with the compiled fusion, 1.4e-5 seen on JAX; a dropped
+    # token would change the scores by orders of magnitude more.
+    np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-4)
 
 
 # Training-mode calls run eagerly (the dropping draws random numbers): slow on JAX.
