@@ -305,6 +305,7 @@ ENCODER_CASES = [
     ({"mode": "mask"}, r"for mode\. Received: mode='mask'"),
     ({"unselectable_token_ids": "101"}, r"for unselectable_token_ids\. Received"),
     ({"unselectable_token_ids": (101.0,)}, r"for unselectable_token_ids\."),
+    ({"unselectable_token_ids": (1000,)}, r"unselectable_token_ids in \[0, \d+\]\. Received"),
     ({"slot_multiple": 0}, r"integer >= 1 for slot_multiple\. Received: slot_multiple=0"),
     ({"seed": 2.5}, r"Expected an integer for seed\. Received: seed=2\.5"),
 ]

@@ -278,7 +278,7 @@ def test_drop_token_constructor_bad_input(kwargs, pattern):
 def test_bad_input_counts():
     assert len(DROP_TOKEN_CASES) == 26
     assert len(CALL_CASES) == 12
-    assert len(ENCODER_CASES) == 8
+    assert len(ENCODER_CASES) == 9
     assert len(SCHEDULE_CASES) == 9
 
 
