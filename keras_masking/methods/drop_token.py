@@ -10,7 +10,6 @@ import keras
 
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.models.transformer_backbone import encoder_drop_token
-from keras_masking.utils.arguments import check_int_list
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import check_backbone_features
 
@@ -57,14 +56,10 @@ class DropTokenEncoder(ConcreteInputChecks, keras.Model):
         if not isinstance(backbone, TransformerBackbone):
             backbone = TransformerBackbone.from_keras_hub(backbone)
         policy = backbone.dtype_policy if dtype is None else keras.dtype_policies.get(dtype)
-        unselectable_token_ids = check_int_list(
-            "unselectable_token_ids",
-            unselectable_token_ids,
-            minimum=0,
-            maximum=backbone.vocabulary_size - 1,
-        )
         options = dict(unselectable_token_ids=unselectable_token_ids, mode=mode, seed=seed)
-        drop = encoder_drop_token(rate, policy, slot_multiple=slot_multiple, **options)
+        drop = encoder_drop_token(
+            rate, policy, backbone.vocabulary_size, slot_multiple=slot_multiple, **options
+        )
         inputs = dict(backbone.input)
         outputs = backbone.forward_stages(inputs, drop_token=drop)
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)

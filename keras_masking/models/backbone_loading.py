@@ -12,6 +12,7 @@ from keras_masking.models.backbone_config import plain_record
 from keras_masking.models.mlm_embedding_correction_record import load_folder_record
 from keras_masking.models.mlm_embedding_correction_record import mark_loaded_record
 from keras_masking.utils.eager_checks import non_finite_variables
+from keras_masking.utils.files import read_json_object
 
 
 class BackboneLoading:
@@ -248,20 +249,8 @@ def _check_preset_json_files(preset):
     """Refuses a local preset whose JSON files do not parse, naming the file."""
     for name in _PRESET_JSON_FILES:
         path = _preset_file(preset, name)
-        if path is None:
-            continue
-        try:
-            with open(path, encoding="utf-8") as file:
-                value = json.load(file)
-        except (UnicodeDecodeError, ValueError) as error:
-            raise ValueError(
-                f"{path}: not valid JSON ({error}); the file is truncated or corrupt. "
-                f"Expected the {name} that save_to_preset wrote: copy it again."
-            ) from None
-        if not isinstance(value, dict):
-            raise ValueError(
-                f"{path}: expected a JSON object. Received: a JSON {type(value).__name__}."
-            )
+        if path is not None:
+            read_json_object(path, f"the {name} that save_to_preset wrote: copy it again")
 
 
 def _check_finite_weights(model, source):

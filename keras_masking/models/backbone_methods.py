@@ -62,14 +62,10 @@ class BackboneMethods:
                 "DropToken is already enabled; change its rate with "
                 "backbone.drop_token.set_rate(rate)."
             )
-        unselectable_token_ids = check_int_list(
-            "unselectable_token_ids",
-            unselectable_token_ids,
-            minimum=0,
-            maximum=self.vocabulary_size - 1,
-        )
         options = dict(unselectable_token_ids=unselectable_token_ids, mode=mode, seed=seed)
-        layer = encoder_drop_token(rate, self.dtype_policy, slot_multiple=slot_multiple, **options)
+        layer = encoder_drop_token(
+            rate, self.dtype_policy, self.vocabulary_size, slot_multiple=slot_multiple, **options
+        )
         if self.asa is not None and layer.mode == "gather":
             raise ValueError(ASA_WITH_GATHER)
         self._track("drop_token", layer)
@@ -337,12 +333,14 @@ class BackboneMethods:
         return unmerge_add_ffn(self, units, placement, layers)
 
 
-def encoder_drop_token(rate, dtype=None, **options):
+def encoder_drop_token(rate, dtype=None, vocabulary_size=None, **options):
     """The `DropToken` an encoder runs after its embedding: [CLS] is always kept.
 
     Args:
         rate: float in [0, 1).
         dtype: dtype or `keras.DTypePolicy` of the layer.
+        vocabulary_size: the encoder's vocabulary, or None; with it, an
+            ``unselectable_token_ids`` entry outside the vocabulary is refused.
         **options: `DropToken`'s ``unselectable_token_ids``, ``mode``,
             ``seed`` and ``slot_multiple``.
 
@@ -350,4 +348,11 @@ def encoder_drop_token(rate, dtype=None, **options):
     >>> encoder_drop_token(0.15, unselectable_token_ids=(101, 102)).protected_positions
     (0,)
     """
+    if vocabulary_size is not None:
+        options["unselectable_token_ids"] = check_int_list(
+            "unselectable_token_ids",
+            options.get("unselectable_token_ids", ()),
+            minimum=0,
+            maximum=vocabulary_size - 1,
+        )
     return DropToken(rate, protected_positions=(0,), dtype=dtype, name="drop_token", **options)

@@ -33,6 +33,7 @@ import keras_hub
 import numpy as np
 
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.files import read_json_object
 from keras_masking.utils.files import write_atomically
 
 MODEL_FILE = "unigram_model.json"
@@ -95,17 +96,7 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
             self._held.model = self.vocabulary = None
             return
         if isinstance(unigram_model, (str, os.PathLike)):
-            path = os.fspath(unigram_model)
-            try:
-                with open(path, encoding="utf-8") as file:
-                    unigram_model = json.load(file)
-            except (UnicodeDecodeError, ValueError) as error:
-                raise ValueError(
-                    f"{path}: not a unigram model's JSON ({type(error).__name__}: {error}); the "
-                    "file is truncated or corrupt."
-                ) from None
-            if not isinstance(unigram_model, dict):
-                raise ValueError(f"{path}: expected a JSON object (the unigram model).")
+            unigram_model = read_json_object(unigram_model, "a unigram model (save_assets' file)")
         model = _checked_model(unigram_model)
         self._held.model = model
         pieces = model["pieces"]

@@ -26,6 +26,42 @@ def _temporary_name(path):
     return path.with_name(f".{path.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
+def read_json_object(path, expected):
+    """The JSON object in ``path``; a file that does not parse is refused, naming it.
+
+    Args:
+        path: the file.
+        expected: what the file should be, for the message ("the config.json
+            that save_to_preset wrote: copy it again").
+
+    Returns:
+        The dict the file holds.
+
+    Raises:
+        ValueError: the file is not UTF-8 JSON, or holds no JSON object.
+
+    Example:
+    ```python
+    backbone.save_to_preset("preset")
+    config = read_json_object("preset/config.json", "the preset's config.json")
+    ```
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as file:
+            value = json.load(file)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ValueError(
+            f"{path}: not valid JSON ({error}); the file is truncated or corrupt. "
+            f"Expected {expected}."
+        ) from None
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"{path}: expected a JSON object. Received: a JSON {type(value).__name__}."
+        )
+    return value
+
+
 def write_atomically(path, write, mode="w"):
     """Writes ``path`` through a temporary file next to it, then renames it.
 
