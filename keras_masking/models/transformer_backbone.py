@@ -23,6 +23,7 @@ from keras_masking.ops.pooling import masked_mean
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import check_encoder_inputs
 from keras_masking.utils.training_state import CallerRecord
+from keras_masking.utils.training_state import outermost_caller
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -247,10 +248,7 @@ class TransformerBackbone(
             self.enable_lora(**lora)
 
     def call(self, inputs, training=None, mask=None):
-        # Keras' call context names the outermost model being called (the
-        # one whose train/predict step this is); there is no public hook.
-        context = self._get_call_context()
-        self.callers.add(getattr(context, "entry_layer", None))
+        self.callers.add(outermost_caller(default=self))
         # The functional graph is the plain encoder; token dropping changes
         # the training graph only (identity at inference).
         if self.drop_token is None or not training:

@@ -3,6 +3,8 @@
 import copy
 import weakref
 
+from keras.src.backend.common import global_state
+
 #: Optimizer settings Keras keeps outside `get_config` (set by
 #: ``exclude_from_weight_decay``).
 _UNCONFIGURED_OPTIMIZER_SETTINGS = (
@@ -92,6 +94,30 @@ def refresh_training(model):
         }
 
 
+def outermost_caller(default=None):
+    """The outermost layer or model being called right now, or ``default``.
+
+    Reads Keras' call context (there is no public hook) without creating
+    one: a model run through ``stateless_call`` (JAX's ``fit`` and
+    ``predict``) calls its layers' ``call`` with no context open, and a
+    context opened there would never be closed, leaving the next calls
+    in the process with a stale ``training`` flag.
+
+    Args:
+        default: what to return when no call is in progress (typically the
+            layer asking, which is then the outermost one).
+
+    Example:
+    ```python
+    assert keras_masking.utils.outermost_caller(default="none") == "none"
+    ```
+    """
+    context = global_state.get_global_attribute("current_call_ctx")
+    if context is None:
+        return default
+    return getattr(context, "entry_layer", default)
+
+
 class CallerRecord:
     """The models a layer was called from, kept weakly.
 
@@ -119,6 +145,10 @@ class CallerRecord:
         """
         if model is not None:
             self._models.add(model)
+
+    def __iter__(self):
+        """The recorded models that are still alive."""
+        return iter(list(self._models))
 
     def refresh(self):
         """Runs `refresh_training` on every recorded model that is compiled or callable."""
