@@ -49,3 +49,40 @@ def restore_policy():
         yield
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+# CI runs `pytest -n 2 --dist loadfile`: each test file is one unit of work,
+# handed out in the order of this list. xdist's default order (most tests per
+# file first) hands out the files with few but long tests (README's code,
+# docstring examples, the quick demo) last, and one worker then runs them alone
+# while the other idles. Heaviest first (measured, TensorFlow and JAX), then the
+# rest in collection order; the order within a file is unchanged.
+HEAVY_FILES_FIRST = (
+    "tests/methods/test_enable.py",
+    "tests/test_readme.py",
+    "tests/demo/test_pipeline.py",
+    "tests/clue/test_runner.py",
+    "tests/distribution/test_distribution.py",
+    "tests/test_docstring_examples.py",
+    "tests/layers/test_contracts.py",
+    "tests/clue/test_compare.py",
+    "tests/models/test_multilingual_e5.py",
+    "tests/test_examples.py",
+    "tests/models/test_mixed_precision.py",
+)
+
+
+def pytest_configure(config):
+    # Keep the file order pytest_collection_modifyitems sets (xdist's option).
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: i for i, path in enumerate(HEAVY_FILES_FIRST)}
+
+    def file_rank(item):
+        path = item.nodeid.split("::", 1)[0]
+        return rank.get(path, len(rank))
+
+    items.sort(key=file_rank)  # stable: the rest keeps collection order
