@@ -78,7 +78,21 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+# The application end to end (the quick demo, README's code) runs once, on
+# TensorFlow: the backend the CLI, the demo and README's commands run on by
+# default. Everything it is made of runs on both backends in its own tests.
+APPLICATION_SKIP = pytest.mark.skip(
+    reason="the application end to end runs once, on TensorFlow; "
+    "its layers, models and losses are tested on both backends"
+)
+
+
 def pytest_collection_modifyitems(config, items):
+    if keras.config.backend() != "tensorflow":
+        for item in items:
+            if item.get_closest_marker("application"):
+                item.add_marker(APPLICATION_SKIP)
+
     rank = {path: i for i, path in enumerate(HEAVY_FILES_FIRST)}
 
     def file_rank(item):

