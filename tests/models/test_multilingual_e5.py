@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 
+import keras
 import numpy as np
 import pytest
 
@@ -99,17 +100,27 @@ def sentences():
     return _chinese_sentences(80) + ENGLISH
 
 
-def _embed(backbone, tokenizer, texts):
-    """e5's query embeddings (not normalised), in batches of similar lengths."""
+def _embed(backbone, tokenizer, texts, batch_size=16):
+    """e5's query embeddings (not normalised), in batches of similar lengths.
+
+    JAX compiles each eager op once per shape: there each batch is padded to a
+    full batch and to a power-of-two length of at least 64, two shapes for
+    these 110 sentences instead of seven (19.5 s -> 8.5 s). TensorFlow's eager
+    ops compile nothing: there each batch keeps its own length (less padding,
+    4.0 s; padded, 5.8 s)."""
     texts = [E5_QUERY_PREFIX + text for text in texts]
     order = sorted(range(len(texts)), key=lambda i: len(tokenizer.encode(texts[i])))
     pooled = np.zeros((len(texts), backbone.hidden_dim), "float32")
-    for start in range(0, len(order), 16):
-        batch = order[start : start + 16]
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
         length = max(len(tokenizer.encode(texts[i])) for i in batch) + 2
+        rows = [texts[i] for i in batch]
+        if keras.config.backend() == "jax":
+            length = max(64, 1 << (length - 1).bit_length())
+            rows += rows[-1:] * (batch_size - len(rows))
         preprocessor = TransformerTextClassifierPreprocessor(tokenizer, sequence_length=length)
-        features = preprocessor([texts[i] for i in batch])
-        pooled[batch] = np.asarray(backbone(features)["pooled_output"])
+        features = preprocessor(rows)
+        pooled[batch] = np.asarray(backbone(features)["pooled_output"])[: len(batch)]
     return pooled
 
 
