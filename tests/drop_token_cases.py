@@ -1,4 +1,4 @@
-"""What the DropToken tests share (the layer, the op, the encoder, the schedule):
+"""What the DropToken tests share (the layer, the op, the backbone, the schedule):
 reference computations, compiled calls and tables of bad arguments."""
 
 import keras
@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from keras_masking.layers import DropToken
-from keras_masking.methods import DropTokenEncoder
 from keras_masking.models import TransformerBackbone
 from tests.testing import randomize_weights
 from tests.testing import tiny_backbone_kwargs
@@ -184,25 +183,27 @@ def _dtype(x):
     return keras.backend.standardize_dtype(x.dtype)
 
 
-# === DropTokenEncoder's config, saving and loading ===
-def _tiny_encoder(**kwargs):
+# === A backbone with DropToken on ===
+def with_drop_token(backbone, rate, **options):
+    """``backbone`` (a keras-hub one converted) with ``enable_drop_token(rate, **options)``."""
+    if not isinstance(backbone, TransformerBackbone):
+        backbone = TransformerBackbone.from_keras_hub(backbone)
+    backbone.enable_drop_token(rate, **options)
+    return backbone
+
+
+def copied(backbone):
+    """A second backbone with ``backbone``'s config and weights."""
+    twin = TransformerBackbone.from_config(backbone.get_config())
+    twin.set_weights(backbone.get_weights())
+    return twin
+
+
+def _tiny_encoder(**options):
     backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position="rotary")))
     arguments = dict(rate=0.25, unselectable_token_ids=(1, 2), seed=4, slot_multiple=4)
-    arguments.update(kwargs)
-    return DropTokenEncoder(backbone, **arguments)
-
-
-ENCODER_KEYS = {
-    "backbone",
-    "rate",
-    "unselectable_token_ids",
-    "mode",
-    "seed",
-    "slot_multiple",
-    "dtype",
-    "name",
-    "trainable",
-}
+    arguments.update(options)
+    return with_drop_token(backbone, **arguments)
 
 
 # === Bad input: a clear error for each, naming the argument ===

@@ -231,6 +231,16 @@ SETUP = {
         "keras_masking.methods.save_adapter(classifier, 'iflytek.npz', name='iflytek')"
     ),
     "keras_masking.methods.asa.ASATrainer": "backbone = _backbone()",
+    # A classifier that takes strings: a WordPiece preprocessor over the tiny vocabulary.
+    "keras_masking.models.text_classifier_export.export_text_classifier": (
+        "from keras_masking.data import bert_tokenizer\n"
+        "tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']\n"
+        "tokens += [f't{i}' for i in range(123)]\n"
+        "classifier = keras_masking.models.TransformerTextClassifier(\n"
+        "    _backbone(), num_classes=2,\n"
+        "    preprocessor=keras_masking.models.TransformerTextClassifierPreprocessor(\n"
+        "        bert_tokenizer(tokens), sequence_length=8))"
+    ),
     "keras_masking.models.exlm_encoder.ExLMEncoder": "backbone = _exlm_backbone()",
     "keras_masking.models.exlm_pretrainer.ExLMPretrainer": "backbone = _exlm_backbone()",
     "keras_masking.models.exlm_pretrainer.ExLMPretrainer.aligned_entropy": (

@@ -72,14 +72,16 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
 
     def _apply(self):
         rate = self.rate_at(self.step)
-        # A backbone with enable_drop_token (or a DropTokenEncoder) holds its
-        # layer as ``drop_token``; a DropToken may also be a model's layer.
-        layers = {}
+        # A backbone with enable_drop_token holds its layer as ``drop_token``
+        # (None while off); a DropToken may also be a model's own layer.
+        layers, off = {}, set()
         for layer in (self.model, *walk_layers(self.model)):
             drop = layer if isinstance(layer, DropToken) else getattr(layer, "drop_token", None)
             if isinstance(drop, DropToken):
                 layers[id(drop)] = drop
-        layers = list(layers.values())
+            if getattr(layer, "drop_token", DropToken) is None:  # a backbone's, still off
+                off.add(id(getattr(layer, "token_dropping", None)))
+        layers = [layer for key, layer in layers.items() if key not in off]
         if not layers:
             raise ValueError(
                 "Expected a model with a DropToken layer (backbone.enable_drop_token) for "

@@ -50,8 +50,8 @@ def build_task_model(task, encoder, num_labels=None, max_length=None, **options)
     Args:
         task: a `ClueTask` or a task name.
         encoder: any layer taking the input dict and returning
-            ``sequence_output`` and ``pooled_output`` (a `TransformerBackbone`,
-            `DropTokenEncoder` or `ExLMEncoder`).
+            ``sequence_output`` and ``pooled_output`` (a `TransformerBackbone`
+            or an `ExLMEncoder`).
         num_labels: classification: the number of classes (default: the
             task's labels; required for csldcp); entity: the number of types
             (default: the task's). Unused by the other kinds.

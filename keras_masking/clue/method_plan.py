@@ -41,7 +41,8 @@ class AppliedPlan:
     """The models `MethodPlan.apply` built.
 
     Attributes:
-        encoder: the backbone, or the DropToken / ExLM encoder around it.
+        encoder: the backbone (DropToken, ASA and the parameter-efficient
+            methods turned on in it), or the ExLM encoder around it.
         task_model: the task model on ``encoder`` (what predicts and is saved).
         trainer: what ``fit`` trains: ASA's trainer around ``task_model``, or
             ``task_model`` itself.
@@ -214,8 +215,6 @@ class MethodPlan:
         import keras_masking
         from keras_masking.clue.tasks import get_task
         from keras_masking.methods import ASATrainer
-        from keras_masking.methods import DropTokenEncoder
-        from keras_masking.utils.xla_cpu import warn_if_slow_token_dropping_under_xla
 
         task = get_task(task)
         callbacks, correction = [], None
@@ -240,11 +239,9 @@ class MethodPlan:
         special = (tokenizer.cls_token_id, tokenizer.sep_token_id)
         encoder = backbone
         if self.drop_token:
-            # The encoder outputs ``token_mask`` too: `MethodEvidence` measures the drop share.
-            encoder = DropTokenEncoder(backbone, self.drop_token, unselectable_token_ids=special,
+            # The backbone outputs ``token_mask``: `MethodEvidence` measures the drop share.
+            backbone.enable_drop_token(self.drop_token, unselectable_token_ids=special,
                                        mode=self.drop_token_mode(task), seed=seed)  # fmt: skip
-            if encoder.mode == "gather":
-                warn_if_slow_token_dropping_under_xla()
         elif self.exlm_k:
             expanded = special + (tokenizer.mask_token_id,)
             counts = [int(np.isin(ids, expanded).sum(axis=-1).max()) for ids in token_ids]
@@ -255,11 +252,13 @@ class MethodPlan:
                 unselectable_token_ids=special,
                 max_expanded_tokens=max([1, *counts]),
             )
+        if self.asa is not None:
+            backbone.enable_asa(tau=self.asa, seed=seed)
         task_model = build_head(encoder)
         trainer = task_model
         if self.asa is not None:
             divergence = (
                 keras_masking.losses.span_position_divergence if task.kind == "span" else None
             )
-            trainer = ASATrainer(task_model, tau=self.asa, seed=seed, divergence=divergence)
+            trainer = ASATrainer(task_model, divergence=divergence)
         return AppliedPlan(encoder, task_model, trainer, callbacks, correction)

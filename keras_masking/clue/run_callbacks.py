@@ -87,8 +87,8 @@ class MethodEvidence(keras.callbacks.Callback):
     Args:
         plan: the run's `MethodPlan`.
         task_model: the task model (its trainable count is reported).
-        encoder: the encoder inside it (a `DropTokenEncoder` when DropToken
-            is on).
+        encoder: the encoder inside it (the backbone, whose ``token_mask``
+            output shows what DropToken kept).
         sample: a dict of encoded training features to measure DropToken on
             (its first ``batch_size`` rows are used).
         batch_size: rows to measure on.
@@ -98,10 +98,8 @@ class MethodEvidence(keras.callbacks.Callback):
     Example:
     ```python
     from keras_masking.clue import MethodPlan
-    from keras_masking.methods import DropTokenEncoder
-
-    encoder = DropTokenEncoder(backbone, 0.5, unselectable_token_ids=(101, 102))
-    evidence = MethodEvidence(MethodPlan(drop_token=0.5), encoder, encoder, features, 2)
+    backbone.enable_drop_token(0.5, unselectable_token_ids=(101, 102))
+    evidence = MethodEvidence(MethodPlan(drop_token=0.5), backbone, backbone, features, 2)
     share = evidence.drop_share()  # the share of real tokens dropped in training mode
     assert 0.0 < share < 1.0
     # In fit: model.fit(..., callbacks=[evidence]) adds `drop_share` to the logs.

@@ -5,13 +5,13 @@ import numpy as np
 from keras import ops
 
 from keras_masking.distribution.random import batch_uniform
-from keras_masking.ops.attention_masks import large_negative
 from keras_masking.ops.token_dropping import batched_gather
 from keras_masking.ops.token_dropping import check_drop_rate
 from keras_masking.ops.token_dropping import kept_indices
 from keras_masking.ops.token_dropping import restore_full_length
 from keras_masking.ops.token_dropping import sample_keep_mask
 from keras_masking.ops.token_dropping import static_keep_length
+from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.arguments import check_int_list
@@ -19,6 +19,7 @@ from keras_masking.utils.arguments import check_seed
 from keras_masking.utils.eager_checks import check_zero_one
 from keras_masking.utils.eager_checks import concrete_value
 from keras_masking.utils.eager_checks import dtype_name
+from keras_masking.utils.eager_checks import static_shape
 
 MODES = ("gather", "attention")
 
@@ -46,9 +47,12 @@ class DropToken(keras.layers.Layer):
       raises a ValueError; a compiled step returns NaN hidden states for
       that row so that the loss shows it.
     * ``mode="attention"`` (full length, for token-level tasks): returns the
-      sequence unchanged and an additive ``attention_bias`` ``(batch, 1, 1,
-      sequence)`` that hides the dropped tokens' keys from every query (the
-      tokens gather mode drops).
+      sequence unchanged and a ``padding_mask`` that also hides the dropped
+      tokens' keys from every query (the tokens gather mode drops).
+
+    Both modes return the same entries, so the layer sits in a functional
+    graph whatever its settings (a backbone keeps one from the start, the
+    identity until `reconfigure` turns it on).
 
     Args:
         rate: float in [0, 1), the share of droppable tokens to drop (numpy
@@ -74,10 +78,11 @@ class DropToken(keras.layers.Layer):
         training: bool. Identity when False.
 
     Returns:
-        A dict with ``hidden``, ``padding_mask``, ``position_ids``,
+        A dict with ``hidden``, ``padding_mask`` (the keys attention may
+        read), ``position_ids`` (as given, or ``0..L-1``, at inference),
         ``keep_mask`` (full length: False where a token was dropped; all
-        True at inference, padding included), and ``kept_indices`` (gather
-        mode) or ``attention_bias`` (attention mode).
+        True at inference, padding included) and ``kept_indices`` (each
+        slot's original index; ``0..L-1`` at full length).
 
     Example:
 
@@ -98,17 +103,56 @@ class DropToken(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.rate = check_drop_rate(rate)
-        self.unselectable_token_ids = check_int_list(
-            "unselectable_token_ids", unselectable_token_ids, minimum=0
+        self.seed_generator = keras.random.SeedGenerator(check_seed("seed", seed))
+        self.reconfigure(
+            rate, unselectable_token_ids, protected_positions, mode, seed, slot_multiple
         )
-        self.protected_positions = check_int_list(
-            "protected_positions", protected_positions, minimum=0
+
+    def reconfigure(
+        self,
+        rate,
+        unselectable_token_ids=(),
+        protected_positions=(),
+        mode="gather",
+        seed=None,
+        slot_multiple=8,
+    ):
+        """Sets every setting at once, as the constructor does (next trace of a step).
+
+        A backbone keeps one `DropToken` in its graph from the start (the
+        identity until ``enable_drop_token`` configures it), so turning
+        token dropping on changes this layer's settings, not the graph.
+        Everything is checked before anything changes; an int ``seed``
+        restarts the draws from it.
+
+        Args:
+            rate, unselectable_token_ids, protected_positions, mode, seed,
+            slot_multiple: see the class.
+
+        Example:
+
+        >>> drop = DropToken(0.0)
+        >>> drop.reconfigure(0.2, unselectable_token_ids=(101, 102), mode="attention", seed=3)
+        >>> drop.mode, drop.rate
+        ('attention', 0.2)
+        """
+        checked = dict(
+            rate=check_drop_rate(rate),
+            unselectable_token_ids=check_int_list(
+                "unselectable_token_ids", unselectable_token_ids, minimum=0
+            ),
+            protected_positions=check_int_list(
+                "protected_positions", protected_positions, minimum=0
+            ),
+            mode=check_choice("mode", mode, MODES),
+            seed=check_seed("seed", seed),
+            slot_multiple=check_int("slot_multiple", slot_multiple, minimum=1),
         )
-        self.mode = check_choice("mode", mode, MODES)
-        self.seed = check_seed("seed", seed)
-        self.slot_multiple = check_int("slot_multiple", slot_multiple, minimum=1)
-        self.seed_generator = keras.random.SeedGenerator(self.seed)
+        for name, value in checked.items():
+            setattr(self, name, value)
+        if checked["seed"] is not None:
+            state = self.seed_generator.state
+            state.assign(ops.cast(ops.convert_to_tensor([checked["seed"], 0]), state.dtype))
 
     def set_rate(self, rate):
         """Changes the drop rate (takes effect at the next trace of a step).
@@ -159,7 +203,7 @@ class DropToken(keras.layers.Layer):
                 "Expected hidden of shape (batch, sequence, dim). "
                 f"Received: hidden with shape {tuple(hidden.shape)}."
             )
-        batch, length = tuple(hidden.shape[:2])
+        batch, length = static_shape(hidden)[:2]  # None when symbolic (export)
         for name, value, expected in (
             ("padding_mask", padding_mask, "(batch, sequence)"),
             ("token_ids", token_ids, "(batch, sequence)"),
@@ -172,7 +216,7 @@ class DropToken(keras.layers.Layer):
                         f"{self.unselectable_token_ids}. Received: token_ids=None."
                     )
                 continue
-            shape = tuple(value.shape)
+            shape = static_shape(value)
             ranks = (2, 3) if name == "position_ids" else (2,)
             batches = (batch, None, 1) if name == "position_ids" else (batch, None)
             if (
@@ -201,37 +245,42 @@ class DropToken(keras.layers.Layer):
         length = hidden.shape[1]
         batch = ops.shape(hidden)[0]
         full_positions = ops.arange(ops.shape(hidden)[1], dtype="int32")[None, :]
+        real = ops.cast(padding_mask, "bool")
+        all_indices = ops.broadcast_to(full_positions, ops.shape(real))
+        if not (bool(training) and self.rate > 0.0):
+            # The identity: position ids as given (or 0..L-1, unbroadcast, so
+            # relative positions cost no more than without this layer).
+            positions = full_positions if position_ids is None else ops.cast(position_ids, "int32")
+            return {
+                "hidden": hidden,
+                "padding_mask": padding_mask,
+                "position_ids": positions,
+                "keep_mask": ops.ones_like(real),
+                "kept_indices": all_indices,
+            }
         position_ids = ops.cast(full_positions if position_ids is None else position_ids, "int32")
         position_ids = ops.broadcast_to(
             position_ids, (batch, ops.shape(hidden)[1]) + tuple(position_ids.shape[2:])
         )
-        real = ops.cast(padding_mask, "bool")
-        dropping = bool(training) and self.rate > 0.0
-        keep = ops.ones_like(real)
-        if dropping:
-            protected = self._protected(token_ids, real)
-            keep_length = self.keep_length(length)
-            if self.mode == "gather":
-                self._check_protected_fit(protected, length, keep_length)
-            # Per-example draws: replicas of a data-parallel step draw their own
-            # rows of the global batch's draws (see `batch_uniform`).
-            noise = batch_uniform((batch, length), self.seed_generator)
-            rounding = batch_uniform((batch,), self.seed_generator)
-            keep = sample_keep_mask(
-                real, real & ~protected, self.rate, keep_length, noise, rounding
-            )
-        outputs = {
-            "hidden": hidden,
-            "padding_mask": padding_mask,
-            "position_ids": position_ids,
-            "keep_mask": keep,
-        }
+        protected = self._protected(token_ids, real)
+        keep_length = self.keep_length(length)
+        if self.mode == "gather":
+            self._check_protected_fit(protected, length, keep_length)
+        # Per-example draws: replicas of a data-parallel step draw their own
+        # rows of the global batch's draws (see `batch_uniform`).
+        noise = batch_uniform((batch, length), self.seed_generator)
+        rounding = batch_uniform((batch,), self.seed_generator)
+        keep = sample_keep_mask(real, real & ~protected, self.rate, keep_length, noise, rounding)
         if self.mode == "attention":
-            dtype = keras.backend.standardize_dtype(hidden.dtype)
-            bias = (1.0 - ops.cast(keep, dtype)) * large_negative(dtype)
-            return {**outputs, "attention_bias": bias[:, None, None, :]}
-        if not dropping:
-            return {**outputs, "kept_indices": ops.broadcast_to(full_positions, ops.shape(real))}
+            # Full length; the dropped tokens' keys are hidden as padding is.
+            hidden_keys = ops.cast(padding_mask, "int32") * ops.cast(keep, "int32")
+            return {
+                "hidden": hidden,
+                "padding_mask": ops.cast(hidden_keys, padding_mask.dtype),
+                "position_ids": position_ids,
+                "keep_mask": keep,
+                "kept_indices": all_indices,
+            }
         indices = kept_indices(keep, keep_length)
         # A row whose protected tokens outnumber the slots (only possible in a
         # compiled call: eager calls refused it above) keeps its first
@@ -273,17 +322,13 @@ class DropToken(keras.layers.Layer):
         if training and self.mode == "gather" and self.rate and length is not None:
             kept = self.keep_length(length)
         position_tail = () if position_ids is None else tuple(position_ids.shape[2:])
-        spec = {
+        return {
             "hidden": keras.KerasTensor((batch, kept) + tuple(hidden.shape[2:]), hidden.dtype),
             "padding_mask": keras.KerasTensor((batch, kept), padding_mask.dtype),
-            "position_ids": keras.KerasTensor((batch, kept) + position_tail, "int32"),
+            "position_ids": keras.KerasTensor((None, kept) + position_tail, "int32"),
             "keep_mask": keras.KerasTensor((batch, length), "bool"),
+            "kept_indices": keras.KerasTensor((batch, kept), "int32"),
         }
-        if self.mode == "gather":
-            spec["kept_indices"] = keras.KerasTensor((batch, kept), "int32")
-        else:
-            spec["attention_bias"] = keras.KerasTensor((batch, 1, 1, length), hidden.dtype)
-        return spec
 
     def get_config(self):
         config = super().get_config()
@@ -312,11 +357,16 @@ class RestoreDroppedTokens(keras.layers.Layer):
     """Puts gather-mode outputs back at their original positions.
 
     Args:
+        gathering: bool. False makes the layer the identity (a backbone's
+            graph holds one from the start; ``enable_drop_token`` in gather
+            mode turns it on).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
         kept_values: ``(batch, keep_length, ...)`` outputs of the kept tokens.
         keep_mask: bool ``(batch, sequence)`` from `DropToken`.
+        training: bool or None. ``training=False`` is the identity (nothing
+            was dropped); None restores, as True does.
 
     Returns:
         ``(batch, sequence, ...)`` with zeros where tokens were dropped (the
@@ -330,6 +380,10 @@ class RestoreDroppedTokens(keras.layers.Layer):
     >>> np.asarray(out)[0, :, 0].tolist()
     [1.0, 0.0, 2.0]
     """
+
+    def __init__(self, gathering=True, **kwargs):
+        super().__init__(**kwargs)
+        self.gathering = check_bool("gathering", gathering)
 
     def _check_inputs(self, kept_values, keep_mask):
         values_shape, mask_shape = tuple(kept_values.shape), tuple(keep_mask.shape)
@@ -350,11 +404,18 @@ class RestoreDroppedTokens(keras.layers.Layer):
                     f"{values_shape[1]} slots."
                 )
 
-    def call(self, kept_values, keep_mask):
+    def call(self, kept_values, keep_mask, training=None):
         self._check_inputs(kept_values, keep_mask)
+        if not self.gathering or training is False:
+            return kept_values
         return restore_full_length(kept_values, keep_mask)
 
-    def compute_output_spec(self, kept_values, keep_mask):
+    def compute_output_spec(self, kept_values, keep_mask, training=None):
         self._check_inputs(kept_values, keep_mask)
         shape = (kept_values.shape[0], keep_mask.shape[1]) + tuple(kept_values.shape[2:])
         return keras.KerasTensor(shape, kept_values.dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"gathering": self.gathering})
+        return config

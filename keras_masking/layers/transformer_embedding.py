@@ -7,6 +7,7 @@ from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import clone_initializer
 from keras_masking.utils.eager_checks import check_ids_in_range
 from keras_masking.utils.eager_checks import check_integer_ids
+from keras_masking.utils.eager_checks import static_shape
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -106,7 +107,7 @@ class TransformerEmbedding(keras.layers.Layer):
         self.built = True
 
     def call(self, token_ids, segment_ids=None, position_ids=None, training=None):
-        length = token_ids.shape[1]
+        length = static_shape(token_ids)[1]  # None when unknown or symbolic (export)
         if (
             self.position_embedding is not None
             and length is not None

@@ -3,7 +3,7 @@
 Each fine-tuning method is turned on by one call on the model
 (``backbone.enable_drop_token(...)``, ``classifier.enable_asa(...)``...);
 this package holds what the calls do not: ASA's trainer for a user's own
-head, `DropTokenEncoder`, adapter files, parameter reports and the MLM
+head, adapter files, parameter reports and the MLM
 embedding correction.
 """
 
@@ -15,7 +15,6 @@ from keras_masking.methods.asa import ASATrainer
 from keras_masking.methods.asa import masked_fraction
 from keras_masking.methods.asa_plots import masked_fractions_by_layer
 from keras_masking.methods.asa_plots import plot_masked_fractions
-from keras_masking.methods.drop_token import DropTokenEncoder
 from keras_masking.methods.fl_tuning import add_ffn_parameter_count
 from keras_masking.methods.fl_tuning import model_backbone
 from keras_masking.methods.mlm_embedding_correction import correct_mlm_embeddings

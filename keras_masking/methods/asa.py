@@ -6,10 +6,10 @@ import keras
 
 from keras_masking.layers.attention_adversary import attention_adversaries
 from keras_masking.losses.asa_divergence import ASA_TASKS
-from keras_masking.methods.drop_token import DropTokenEncoder
 from keras_masking.models.asa_objective import TOKEN_DIVERGENCES
 from keras_masking.models.asa_objective import ASAObjective
 from keras_masking.models.asa_objective import masked_fraction  # noqa: F401 (public)
+from keras_masking.models.backbone_config import ASA_WITH_GATHER
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.ops.attention_masks import validate_mask_semantics
 from keras_masking.utils.arguments import check_bool
@@ -48,9 +48,9 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
 
     Args:
         task_model: a functional Keras model (``keras.Model(inputs, outputs)``
-            or a keras-hub task) that calls a `TransformerBackbone` once, or a
-            `DropTokenEncoder` in ``mode="attention"``; its outputs are logits
-            (predictions for regression).
+            or a keras-hub task) that calls a `TransformerBackbone` once (with
+            token dropping, if on, in ``mode="attention"``); its outputs are
+            logits (predictions for regression).
         tau, layers, alpha, mask_semantics, noise, seed: see
             `TransformerBackbone.enable_asa`. None (the default) takes the
             backbone's setting when it has one, else ``enable_asa``'s default
@@ -114,7 +114,7 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
             )
         check_choice("token_divergence", token_divergence, TOKEN_DIVERGENCES)
         encoder = _attacked_encoder(task_model)
-        backbone = encoder if isinstance(encoder, TransformerBackbone) else encoder.backbone
+        backbone = encoder
         self.task_model = task_model
         self.backbone = backbone
         if layers is not None:
@@ -159,11 +159,9 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
                 return layer(*args, **kwargs)
             inputs = args[0] if args else kwargs["inputs"]
             outputs, masks = self.backbone.adversarial_forward(
-                inputs, None, by_layer, self.mask_semantics, drop_token=encoder.drop_token
+                inputs, None, by_layer, self.mask_semantics
             )
             captured.append((masks, inputs["padding_mask"]))
-            if encoder is self.backbone:
-                outputs = {key: outputs[key] for key in ("sequence_output", "pooled_output")}
             return outputs
 
         clone = keras.models.clone_model(
@@ -297,31 +295,26 @@ def _asa_settings(given, backbone_setting):
 
 
 def _attacked_encoder(task_model):
-    """The `TransformerBackbone` or attention-mode `DropTokenEncoder` the model calls."""
+    """The `TransformerBackbone` the model calls (token dropping, if on, in attention mode)."""
     if isinstance(task_model, ASAObjective) and task_model.backbone.asa is not None:
         raise ValueError(
             "This model trains with ASA itself (its backbone has enable_asa): fit it directly."
         )
     functional = any(cls.__name__ == "Functional" for cls in type(task_model).__mro__)
     layers = task_model.layers if functional else []
-    encoders = [
-        layer for layer in layers if isinstance(layer, (TransformerBackbone, DropTokenEncoder))
-    ]
+    encoders = [layer for layer in layers if isinstance(layer, TransformerBackbone)]
     if len(encoders) != 1:
         raise ValueError(
             "ASA needs a functional task model (keras.Model(inputs, outputs), or a keras-hub "
-            "task) that calls one keras_masking TransformerBackbone (or an attention-mode "
-            "DropTokenEncoder) directly; convert a keras-hub backbone at the door with "
-            "TransformerBackbone.from_keras_hub(backbone). Received: a "
+            "task) that calls one keras_masking TransformerBackbone directly; convert a "
+            "keras-hub backbone at the door with TransformerBackbone.from_keras_hub(backbone). "
+            "Received: a "
             f"{type(task_model).__name__} calling {len(encoders)} such encoders (its layers: "
             f"{sorted({type(layer).__name__ for layer in layers})})."
         )
     encoder = encoders[0]
     if encoder.drop_token is not None and encoder.drop_token.mode == "gather":
-        raise ValueError(
-            "ASA cannot attack an encoder that drops tokens in gather mode: the clean and "
-            "adversarial passes would run on different sequences. Use mode='attention'."
-        )
+        raise ValueError(ASA_WITH_GATHER)
     return encoder
 
 

@@ -224,7 +224,7 @@ class BackboneAttachments:
         """
         for layer in self.base_layers():
             layer.trainable = not frozen
-        for layer in self._lora_layers():  # LoRA's own kernels keep training
+        for layer in self.lora_layers():  # LoRA's own kernels keep training
             layer.lora_kernel_a.trainable = layer.lora_kernel_b.trainable = True
         self.frozen_base = bool(frozen)
 
@@ -251,7 +251,8 @@ class BackboneAttachments:
         ]
         return [layer for layer in layers + list(self.attention_adversaries or []) if layer]
 
-    def _lora_layers(self):
+    def lora_layers(self):
+        """The sublayers with LoRA on (keras ``Dense`` / ``EinsumDense`` after `enable_lora`)."""
         return [
             layer
             for layer in self._flatten_layers(include_self=False)

@@ -2,12 +2,11 @@
 
 from keras_masking.layers.attention_adversary import AttentionAdversary
 from keras_masking.layers.attention_adversary import attention_adversaries
-from keras_masking.layers.drop_token import DropToken
-from keras_masking.layers.drop_token import RestoreDroppedTokens
 from keras_masking.models.add_ffn_merge import merge_add_ffn
 from keras_masking.models.add_ffn_merge import unmerge_add_ffn
 from keras_masking.models.backbone_attachments import refreshes_callers
 from keras_masking.models.backbone_config import ASA_WITH_GATHER
+from keras_masking.models.serving_copy import serving_backbone
 from keras_masking.ops.attention_masks import validate_mask_semantics
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
@@ -38,11 +37,14 @@ class BackboneMethods:
     ):
         """Drops tokens after the embedding stage in training (DropToken).
 
-        Training runs ``embed -> DropToken -> encode -> pool``
-        (`forward_stages`): [CLS] is always kept and ``sequence_output`` comes
-        back at full length. Inference drops nothing. The layer is
-        ``backbone.drop_token``; `keras_masking.callbacks.DropTokenRateSchedule`
-        changes its rate.
+        The backbone's graph is ``embed -> DropToken -> encode ->
+        RestoreDroppedTokens -> pool`` from the start, for training and
+        inference alike; this call configures its `DropToken` (the identity
+        until then), so the graph does not change. In training, [CLS] is
+        always kept and ``sequence_output`` comes back at full length
+        (``token_mask`` marks the tokens the encoder read); inference drops
+        nothing. The layer is ``backbone.drop_token``;
+        `keras_masking.callbacks.DropTokenRateSchedule` changes its rate.
 
         Args:
             rate: float in [0, 1); 0.10-0.15 did best on CLUE.
@@ -62,18 +64,22 @@ class BackboneMethods:
                 "DropToken is already enabled; change its rate with "
                 "backbone.drop_token.set_rate(rate)."
             )
-        options = dict(unselectable_token_ids=unselectable_token_ids, mode=mode, seed=seed)
-        layer = encoder_drop_token(
-            rate, self.dtype_policy, self.vocabulary_size, slot_multiple=slot_multiple, **options
+        ids = check_int_list(
+            "unselectable_token_ids",
+            unselectable_token_ids,
+            minimum=0,
+            maximum=self.vocabulary_size - 1,
         )
-        if self.asa is not None and layer.mode == "gather":
+        if self.asa is not None and mode == "gather":
             raise ValueError(ASA_WITH_GATHER)
-        self._track("drop_token", layer)
-        if layer.mode == "gather":
-            restore = RestoreDroppedTokens(dtype=self.dtype_policy, name="restore_dropped_tokens")
-            self._track("restore_dropped_tokens", restore)
-            if layer.rate:
-                warn_if_slow_token_dropping_under_xla()
+        # The graph's layers are configured, not added: the graph is the same.
+        self.token_dropping.reconfigure(
+            rate, ids, (0,), mode=mode, seed=seed, slot_multiple=slot_multiple
+        )
+        self.restore_dropped_tokens.gathering = self.token_dropping.mode == "gather"
+        self.drop_token_enabled = True
+        if self.restore_dropped_tokens.gathering and self.token_dropping.rate:
+            warn_if_slow_token_dropping_under_xla()
 
     @refreshes_callers
     def enable_asa(
@@ -250,10 +256,12 @@ class BackboneMethods:
         self.lora = {"rank": rank, "target_layer_names": names}
         self._log_trainable(f"LoRA: rank {rank} on {names}")
 
-    def adversarial_forward(
-        self, inputs, training=None, adversaries=None, mask_semantics=None, drop_token=None
-    ):
+    def adversarial_forward(self, inputs, training=None, adversaries=None, mask_semantics=None):
         """ASA's adversarial pass: each attacked layer's mask from its adversary.
+
+        The same layers as the backbone's graph (its `DropToken` included,
+        which ASA allows in attention mode only), with each attacked layer's
+        padding mask replaced by its adversary's mask.
 
         Args:
             inputs: the backbone's input dict.
@@ -261,8 +269,6 @@ class BackboneMethods:
             adversaries: ``{layer_index: AttentionAdversary}``; None for the
                 ones `enable_asa` attached.
             mask_semantics: see `encode`; None for `enable_asa`'s.
-            drop_token: a `DropToken` in attention mode, or None (the
-                backbone's own when training).
 
         Returns:
             ``(outputs, masks)``: the output dict and the adversaries' binary
@@ -278,8 +284,6 @@ class BackboneMethods:
             if self.asa is None:
                 raise ValueError("Call enable_asa() before adversarial_forward().")
             adversaries = dict(zip(self.asa["layers"], self.attention_adversaries))
-        if drop_token is None and training:
-            drop_token = self.drop_token
         semantics = mask_semantics or (self.asa or {}).get("mask_semantics", "replace")
         masks = []
 
@@ -289,10 +293,20 @@ class BackboneMethods:
             masks.append(adversaries[index](hidden, inputs["padding_mask"]))
             return AttentionAdversary.mask_bias(masks[-1])
 
-        outputs = self.forward_stages(
-            inputs, attention_mask_fn, semantics, training=training, drop_token=drop_token
-        )
+        outputs = self.forward_stages(inputs, attention_mask_fn, semantics, training=training)
         return outputs, masks
+
+    def serving_copy(self):
+        """The plain inference backbone: training-only methods off, FL-tuning and LoRA merged.
+
+        See `keras_masking.models.serving_backbone`; ``export`` serves it.
+
+        Example:
+        ```python
+        plain = backbone.serving_copy()
+        ```
+        """
+        return serving_backbone(self)
 
     def merge_fl(self, placement="suffix"):
         """A new backbone whose FFNs carry the addFFN units: same function, no branch.
@@ -331,28 +345,3 @@ class BackboneMethods:
         ```
         """
         return unmerge_add_ffn(self, units, placement, layers)
-
-
-def encoder_drop_token(rate, dtype=None, vocabulary_size=None, **options):
-    """The `DropToken` an encoder runs after its embedding: [CLS] is always kept.
-
-    Args:
-        rate: float in [0, 1).
-        dtype: dtype or `keras.DTypePolicy` of the layer.
-        vocabulary_size: the encoder's vocabulary, or None; with it, an
-            ``unselectable_token_ids`` entry outside the vocabulary is refused.
-        **options: `DropToken`'s ``unselectable_token_ids``, ``mode``,
-            ``seed`` and ``slot_multiple``.
-
-    Example:
-    >>> encoder_drop_token(0.15, unselectable_token_ids=(101, 102)).protected_positions
-    (0,)
-    """
-    if vocabulary_size is not None:
-        options["unselectable_token_ids"] = check_int_list(
-            "unselectable_token_ids",
-            options.get("unselectable_token_ids", ()),
-            minimum=0,
-            maximum=vocabulary_size - 1,
-        )
-    return DropToken(rate, protected_positions=(0,), dtype=dtype, name="drop_token", **options)

@@ -4,6 +4,7 @@ import keras
 import keras_hub
 from keras import ops
 
+from keras_masking.layers.drop_token import DropToken
 from keras_masking.layers.drop_token import RestoreDroppedTokens
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.layers.transformer_block import TransformerBlock
@@ -18,7 +19,7 @@ from keras_masking.models.backbone_config import per_layer
 from keras_masking.models.backbone_config import plain_record
 from keras_masking.models.backbone_loading import BackboneLoading
 from keras_masking.models.backbone_methods import BackboneMethods
-from keras_masking.models.backbone_methods import encoder_drop_token  # noqa: F401 (public)
+from keras_masking.ops.attention_masks import padding_mask_to_bias
 from keras_masking.ops.pooling import masked_mean
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import check_encoder_inputs
@@ -188,6 +189,14 @@ class TransformerBackbone(
             )
             for i in range(self.num_layers)
         ]
+        # DropToken's place in the graph, the identity until enable_drop_token.
+        self.token_dropping = DropToken(
+            0.0, protected_positions=(0,), dtype=dtype, name="drop_token"
+        )
+        self.restore_dropped_tokens = RestoreDroppedTokens(
+            gathering=False, dtype=dtype, name="restore_dropped_tokens"
+        )
+        self.drop_token_enabled = False
         self.pooled_dense = None
         if self.use_pooler:
             self.pooled_dense = keras.layers.Dense(
@@ -223,13 +232,7 @@ class TransformerBackbone(
         self.cls_token_index = 0
         self.frozen_base = False
         # What the attach_* / enable_* calls below (or later) set.
-        for name in (
-            *ATTACHMENT_RECORDS[:-1],
-            "drop_token",
-            "restore_dropped_tokens",
-            "asa",
-            "lora",
-        ):
+        for name in (*ATTACHMENT_RECORDS[:-1], "asa", "lora"):
             setattr(self, name, None)
         self.attention_adversaries = None
         if add_ffn:
@@ -249,13 +252,12 @@ class TransformerBackbone(
 
     def call(self, inputs, training=None, mask=None):
         self.callers.add(outermost_caller(default=self))
-        # The functional graph is the plain encoder; token dropping changes
-        # the training graph only (identity at inference).
-        if self.drop_token is None or not training:
-            return super().call(inputs, training=training, mask=mask)
-        self.check_inputs(inputs)
-        outputs = self.forward_stages(inputs, training=training, drop_token=self.drop_token)
-        return {key: outputs[key] for key in ("sequence_output", "pooled_output")}
+        return super().call(inputs, training=training, mask=mask)
+
+    @property
+    def drop_token(self):
+        """The graph's `DropToken` once `enable_drop_token` turned it on, else None."""
+        return self.token_dropping if self.drop_token_enabled else None
 
     # === Stages (public hooks) ===
     def embed(self, token_ids, segment_ids=None, position_ids=None, training=None):
@@ -318,68 +320,56 @@ class TransformerBackbone(
         return hidden
 
     def forward_stages(
-        self,
-        inputs,
-        attention_mask_fn=None,
-        mask_semantics="replace",
-        training=None,
-        drop_token=None,
+        self, inputs, attention_mask_fn=None, mask_semantics="replace", training=None
     ):
-        """``embed [-> DropToken] -> encode -> pool`` on an input dict.
+        """``embed -> DropToken -> encode -> RestoreDroppedTokens -> pool`` on an input dict.
 
-        The backbone's functional graph is this call on its `keras.Input`s.
-        Dropped tokens keep their original positions, and gather mode
-        restores ``sequence_output`` to full length (zeros where a token was
-        dropped).
+        The backbone's functional graph is this call on its `keras.Input`s,
+        for training and inference alike: `DropToken` and the restore are
+        the identity at inference and until `enable_drop_token` configures
+        them. Dropped tokens keep their original positions, and gather mode
+        restores ``sequence_output`` to full length (zeros where a token
+        was dropped).
 
         Args:
             inputs: dict with ``token_ids``, ``padding_mask`` and, as the
                 backbone takes them, ``segment_ids`` and ``position_ids``.
-            attention_mask_fn, mask_semantics: see `encode` (not with a
-                gather-mode `DropToken`).
+            attention_mask_fn, mask_semantics: see `encode` (ASA's
+                adversarial pass; not with a gather-mode `DropToken`).
             training: bool, whether dropout (and token dropping) is active.
-            drop_token: None or a `DropToken` layer run after the embedding.
 
         Returns:
-            ``{"sequence_output", "pooled_output"}``, and with ``drop_token``
-            also ``token_mask`` (1 for real tokens that were kept).
+            ``{"sequence_output", "pooled_output", "token_mask"}``;
+            ``token_mask`` is 1 for the real tokens the encoder read (every
+            real token at inference).
         """
         self.check_inputs(inputs, required=("token_ids", "padding_mask"))
         position_ids, padding_mask = inputs.get("position_ids"), inputs["padding_mask"]
         hidden = self.embed(
             inputs["token_ids"], inputs.get("segment_ids"), position_ids, training=training
         )
-        dropped = {"hidden": hidden, "padding_mask": padding_mask, "position_ids": position_ids}
-        if drop_token is not None:
-            flag = {} if training is None else {"training": training}
-            dropped = drop_token(
-                hidden,
-                padding_mask,
-                token_ids=inputs["token_ids"],
-                position_ids=position_ids,
-                **flag,
-            )
-        # Attention mode keeps the full sequence and hides dropped keys by a bias.
+        flag = {} if training is None else {"training": training}
+        dropped = self.token_dropping(
+            hidden, padding_mask, token_ids=inputs["token_ids"], position_ids=position_ids, **flag
+        )
+        encoder_mask, attention_bias = dropped["padding_mask"], None
+        if attention_mask_fn is not None:
+            # An adversary's mask takes the padding mask's place ("replace"
+            # semantics ignore it), so dropped keys (if any) are hidden by a bias.
+            encoder_mask = padding_mask
+            attention_bias = padding_mask_to_bias(dropped["keep_mask"], hidden.dtype)
         sequence = self.encode(
             dropped["hidden"],
-            dropped["padding_mask"],
+            encoder_mask,
             dropped["position_ids"],
-            dropped.get("attention_bias"),
+            attention_bias,
             training=training,
             attention_mask_fn=attention_mask_fn,
             mask_semantics=mask_semantics,
         )
-        if drop_token is None:
-            pooled = self.pool(sequence, padding_mask)
-            return {"sequence_output": sequence, "pooled_output": pooled}
+        pooled = self.pool(sequence, dropped["padding_mask"])
+        sequence = self.restore_dropped_tokens(sequence, dropped["keep_mask"], **flag)
         token_mask = ops.cast(dropped["keep_mask"], "int32") * ops.cast(padding_mask, "int32")
-        kept_mask = dropped["padding_mask"] if drop_token.mode == "gather" else token_mask
-        pooled = self.pool(sequence, kept_mask)
-        if drop_token.mode == "gather":
-            restore = self.restore_dropped_tokens
-            if restore is None or drop_token is not self.drop_token:
-                restore = RestoreDroppedTokens(dtype=drop_token.dtype_policy)
-            sequence = restore(sequence, dropped["keep_mask"])
         return {"sequence_output": sequence, "pooled_output": pooled, "token_mask": token_mask}
 
     def check_inputs(self, inputs, required=None, allowed=None):

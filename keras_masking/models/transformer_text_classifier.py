@@ -7,6 +7,8 @@ import numpy as np
 from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.models.asa_objective import ASAObjective
+from keras_masking.models.text_classifier_export import export_text_classifier
+from keras_masking.models.text_classifier_export import token_id_signature
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.models.transformer_text_classifier_preprocessor import (
     TransformerTextClassifierPreprocessor,
@@ -246,6 +248,64 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         ```
         """
         return self._with_backbone(self.backbone.unmerge_fl(units, placement, layers))
+
+    def serving_copy(self):
+        """The plain inference classifier: the backbone's serving copy, this head and preprocessor.
+
+        DropToken and ASA are off, FL-tuning and LoRA merged; predictions are
+        this classifier's (within float rounding of the merged sums).
+
+        Example:
+        ```python
+        classifier = keras_masking.models.TransformerTextClassifier(backbone, num_classes=3)
+        classifier.enable_fl_tuning(units=8)
+        plain = classifier.serving_copy()  # a plain classifier of wider FFNs
+        ```
+        """
+        return self._with_backbone(self.backbone.serving_copy())
+
+    def export(self, filepath, format="tf_saved_model", verbose=True, input_signature=None,
+               text_pairs=False, **kwargs):  # fmt: skip
+        """Exports the serving copy; with a preprocessor, a SavedModel that takes strings.
+
+        With a preprocessor, ``format="tf_saved_model"`` and no
+        ``input_signature``, the SavedModel's ``serving_default`` takes a batch
+        of strings (two with ``text_pairs=True``) and returns the logits,
+        probabilities and predicted class, and loads with TensorFlow and
+        tensorflow-text alone (`keras_masking.models.export_text_classifier`).
+        Otherwise this is Keras' ``export`` (token-id inputs; ``"onnx"``,
+        ``"openvino"``...) of the serving copy. Either way the exported
+        graph is the plain inference model: no token dropping, no
+        adversaries, FL-tuning and LoRA merged (`serving_copy`).
+
+        Args:
+            filepath: the folder (or file, for ONNX) to write.
+            format: Keras' export formats.
+            verbose: bool.
+            input_signature: Keras' ``export`` argument (token-id specs).
+            text_pairs: bool, whether ``serving_default`` takes two strings.
+            **kwargs: Keras' ``export`` arguments.
+
+        Example:
+        ```python
+        classifier = keras_masking.models.TransformerTextClassifier(backbone, num_classes=3)
+        classifier.export("served", verbose=False)  # token ids in (strings with a preprocessor)
+        ```
+        """
+        if format == "tf_saved_model" and input_signature is None and self.preprocessor:
+            if kwargs:
+                raise ValueError(
+                    "A SavedModel that takes strings has no further options. Received: "
+                    f"{sorted(kwargs)}."
+                )
+            return export_text_classifier(self, filepath, text_pairs=text_pairs, verbose=verbose)
+        serving = self.serving_copy()
+        if keras.config.backend() == "jax" and format == "tf_saved_model":
+            input_signature, kwargs = token_id_signature(serving, input_signature, kwargs)
+        return keras.Model.export(
+            serving, filepath, format=format, verbose=verbose, input_signature=input_signature,
+            **kwargs,
+        )  # fmt: skip
 
     def _with_backbone(self, backbone):
         config = self.get_config()

@@ -90,12 +90,13 @@ def non_finite_variables(variables):
 def static_shape(x):
     """The static shape of a tensor, array or nested list as a tuple.
 
-    Unknown dimensions (symbolic tensors) are None.
+    Unknown dimensions (symbolic tensors, and JAX's shape-polymorphic
+    dimensions when a model is exported) are None.
     """
     shape = getattr(x, "shape", None)
     if shape is None:
         shape = np.shape(x)
-    return tuple(None if d is None else int(d) for d in shape)
+    return tuple(int(d) if isinstance(d, (int, np.integer)) else None for d in shape)
 
 
 def dtype_name(x):

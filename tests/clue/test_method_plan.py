@@ -7,7 +7,6 @@ import pytest
 from keras_masking.callbacks import MLMEmbeddingCorrection
 from keras_masking.clue import MethodPlan
 from keras_masking.clue import build_task_model
-from keras_masking.methods import DropTokenEncoder
 from keras_masking.methods import parameter_report
 from keras_masking.models import TransformerBackbone
 from tests.clue.helpers import VOCABULARY
@@ -67,11 +66,17 @@ def test_apply_puts_every_method_in_its_place():
     assert applied.correction["corrected_rows"] > 0
     assert not np.allclose(backbone.token_embedding.embeddings.numpy(), table)
     # FL-tuning froze the backbone: addFFN (W1', b1', W2', b2') and the head train.
+    # ASA's adversaries live in the backbone (enable_asa) and train too.
     add_ffn = 2 * 16 * 4 + 4 + 16
-    assert parameter_report(applied.task_model).trainable == add_ffn + 16 * 2 + 2
-    assert isinstance(applied.encoder, DropTokenEncoder)
-    assert applied.encoder.mode == "attention"  # ASA needs every position
-    assert applied.trainer is not applied.task_model  # ASA's trainer
+    adversaries = sum(
+        int(np.prod(w.shape)) for layer in backbone.attention_adversaries for w in layer.weights
+    )
+    assert adversaries > 0
+    assert parameter_report(applied.task_model).trainable == add_ffn + 16 * 2 + 2 + adversaries
+    assert applied.encoder is backbone  # the one-call gestures, on the backbone itself
+    assert backbone.drop_token.mode == "attention"  # ASA needs every position
+    assert backbone.asa["tau"] == 0.5 and backbone.drop_token.seed == 3
+    assert applied.trainer is not applied.task_model  # ASA's trainer, for the task's own head
     features = {
         "token_ids": np.full((2, LENGTH), 7, "int32"),
         "segment_ids": np.zeros((2, LENGTH), "int32"),

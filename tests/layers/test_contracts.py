@@ -52,7 +52,6 @@ from keras_masking.layers.span_logits import MaskedSpanLogits
 from keras_masking.losses import DAGLoss
 from keras_masking.losses import dag_loss
 from keras_masking.methods import ASATrainer
-from keras_masking.methods import DropTokenEncoder
 from keras_masking.models import ExLMEncoder
 from keras_masking.models import ExLMPretrainer
 from keras_masking.models import TransformerBackbone
@@ -142,8 +141,10 @@ def _classifier():
     return keras.Model(backbone.input, logits)
 
 
-def _drop_token_encoder(rate=0.0):
-    return DropTokenEncoder(tiny_backbone(), rate, unselectable_token_ids=(1, 2), seed=4)
+def _drop_token_backbone(rate=0.0):
+    backbone = tiny_backbone()
+    backbone.enable_drop_token(rate, unselectable_token_ids=(1, 2), seed=4)
+    return backbone
 
 
 def _prefix_backbone(reparameterize):
@@ -579,10 +580,10 @@ CASES = {
         no_gradient=(KEY_BIAS, "pooled_dense"),
         task=True,
     ),
-    "DropTokenEncoder": LayerCase(
-        _drop_token_encoder,
+    "TransformerBackbone-drop_token": LayerCase(
+        _drop_token_backbone,
         lambda: (features(special=True),),
-        make_random=lambda: _drop_token_encoder(rate=0.5),
+        make_random=lambda: _drop_token_backbone(rate=0.5),
         masking=_padded_ids_masking(_backbone_outputs, special=True),
         train_model=_model_train(lambda out: out["pooled_output"]),
         no_gradient=(KEY_BIAS,),
@@ -677,7 +678,7 @@ def test_registered_activations_round_trip():
 
 
 # === The contract ===
-BACKBONES = ("TransformerBackbone", "DropTokenEncoder", "ExLMEncoder")
+BACKBONES = ("TransformerBackbone", "TransformerBackbone-drop_token", "ExLMEncoder")
 TASKS = ("TransformerTextClassifier", "TransformerMaskedLM")
 LAYERS = tuple(name for name in CASES if name not in BACKBONES + TASKS)
 

@@ -648,8 +648,10 @@ def test_span_heads_need_an_explicit_divergence():
 
 def test_combinations_that_make_no_sense_are_refused():
     backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    dropping = TransformerBackbone(**tiny_backbone_kwargs())
+    dropping.enable_drop_token(0.2, mode="gather")
     for encoder, reason in [
-        (keras_masking.methods.DropTokenEncoder(backbone, 0.2, mode="gather"), "gather mode"),
+        (dropping, "gather mode"),
         (
             keras_masking.models.ExLMEncoder(
                 TransformerBackbone(**tiny_backbone_kwargs("rotary2d", custom_position_ids=True)),
@@ -712,8 +714,8 @@ def test_drop_token_attention_mode_is_attacked_with_its_dropping_kept():
     DropToken encoder's own training pass: its second draw of dropped tokens,
     applied on top of the adversaries' masks."""
     keras.utils.set_random_seed(2)
-    backbone = TransformerBackbone(**tiny_backbone_kwargs())
-    encoder = keras_masking.methods.DropTokenEncoder(backbone, 0.3, mode="attention", seed=3)
+    encoder = TransformerBackbone(**tiny_backbone_kwargs())
+    encoder.enable_drop_token(0.3, mode="attention", seed=3)
     model = keras.Model(
         encoder.input, keras.layers.Dense(2)(encoder(encoder.input)["pooled_output"])
     )

@@ -1,4 +1,4 @@
-"""DropToken on a backbone: enable_drop_token and the DropTokenEncoder, every position scheme."""
+"""DropToken on a backbone (enable_drop_token), every position scheme and keras-hub backbones."""
 
 import keras
 import keras_hub
@@ -6,10 +6,8 @@ import numpy as np
 import pytest
 
 import keras_masking
-from keras_masking.methods import DropTokenEncoder
 from keras_masking.models import TransformerBackbone
 from tests.drop_token_cases import ENCODER_CASES
-from tests.drop_token_cases import ENCODER_KEYS
 from tests.drop_token_cases import _backbone
 from tests.drop_token_cases import _compiled_model_call
 from tests.drop_token_cases import _compute_dtype
@@ -20,6 +18,8 @@ from tests.drop_token_cases import _numpy
 from tests.drop_token_cases import _raises
 from tests.drop_token_cases import _tiny_encoder
 from tests.drop_token_cases import _with_positions
+from tests.drop_token_cases import copied
+from tests.drop_token_cases import with_drop_token
 from tests.testing import HUB_SIZES
 from tests.testing import random_features
 from tests.testing import randomize_weights
@@ -29,7 +29,8 @@ from tests.testing import tiny_backbone_kwargs
 @pytest.mark.parametrize("position", ["absolute", "rotary", "relative"])
 def test_gather_equals_backbone_on_kept_tokens(position):
     backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position=position)))
-    encoder = DropTokenEncoder(backbone, 0.4, unselectable_token_ids=(1,), seed=3)
+    plain = copied(backbone)
+    encoder = with_drop_token(backbone, 0.4, unselectable_token_ids=(1,), seed=3)
     features = random_features(batch=3, length=12)
     outputs = encoder(features, training=True)
     token_mask = np.asarray(outputs["token_mask"]).astype(bool)
@@ -41,17 +42,20 @@ def test_gather_equals_backbone_on_kept_tokens(position):
         np.testing.assert_allclose(sequence[b, kept], reference[b, : len(kept)], atol=2e-5)
         assert np.abs(sequence[b, ~token_mask[b]]).max() == 0.0
     np.testing.assert_allclose(outputs["pooled_output"], pooled, atol=2e-5)
-    # At inference nothing is dropped.
-    np.testing.assert_allclose(
-        encoder(features)["sequence_output"], backbone(features)["sequence_output"], atol=2e-6
-    )
+    # At inference nothing is dropped: the plain backbone's outputs.
+    for training in (None, False):
+        outputs = encoder(features, training=training)
+        np.testing.assert_array_equal(outputs["token_mask"], features["padding_mask"])
+        np.testing.assert_allclose(
+            outputs["sequence_output"], plain(features)["sequence_output"], atol=2e-6
+        )
 
 
 @pytest.mark.parametrize("position", ["absolute", "relative"])
 def test_attention_mode_equals_gather_on_kept_tokens(position):
     backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position=position)))
-    gather = DropTokenEncoder(backbone, 0.3, seed=5)
-    attention = DropTokenEncoder(backbone, 0.3, mode="attention", seed=5)
+    gather = with_drop_token(copied(backbone), 0.3, seed=5)
+    attention = with_drop_token(backbone, 0.3, mode="attention", seed=5)
     features = random_features(batch=2, length=12)
     a, b = gather(features, training=True), attention(features, training=True)
     np.testing.assert_array_equal(a["token_mask"], b["token_mask"])
@@ -65,7 +69,7 @@ def test_attention_mode_equals_gather_on_kept_tokens(position):
 def test_keras_hub_bert_keeps_original_positions():
     hub = keras_hub.models.BertBackbone(**HUB_SIZES)
     randomize_weights(hub)
-    encoder = DropTokenEncoder(hub, 0.5, seed=2)
+    encoder = with_drop_token(hub, 0.5, seed=2)
     features = random_features(batch=2, length=12)
     np.testing.assert_allclose(
         encoder(features)["sequence_output"], hub(features)["sequence_output"], atol=1e-6
@@ -85,9 +89,7 @@ def test_fit_under_xla_and_save_load(tmp_path):
     """Each row's [CLS]/[SEP] fill its 6 slots, so every compiled step runs the
     encoder on exactly them: its loss equals the backbone's on those tokens."""
     backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position="rotary")))
-    encoder = DropTokenEncoder(
-        backbone, 0.5, unselectable_token_ids=(1, 2), slot_multiple=1, seed=0
-    )
+    encoder = with_drop_token(backbone, 0.5, unselectable_token_ids=(1, 2), slot_multiple=1, seed=0)
     assert encoder.drop_token.keep_length(12) == 6
     features = random_features(batch=8, length=12, seed=3)
     features["token_ids"] = np.maximum(features["token_ids"], 3) * features["padding_mask"]
@@ -120,7 +122,8 @@ def test_fit_under_xla_and_save_load(tmp_path):
     assert references[1] < references[0]  # the step trained the model
     encoder.save(tmp_path / "encoder.keras")
     restored = keras.saving.load_model(tmp_path / "encoder.keras")
-    assert restored.rate == 0.5 and restored.unselectable_token_ids == (1, 2)
+    assert restored.drop_token.rate == 0.5
+    assert restored.drop_token.unselectable_token_ids == (1, 2)
     np.testing.assert_array_equal(
         restored(features)["sequence_output"], encoder(features)["sequence_output"]
     )
@@ -131,8 +134,8 @@ def test_keras_hub_roberta_attention_mode_matches_gather():
     randomize_weights(hub, seed=4)
     features = random_features(batch=2, length=12)
     features.pop("segment_ids")
-    gather = DropTokenEncoder(hub, 0.3, seed=9)
-    attention = DropTokenEncoder(hub, 0.3, mode="attention", seed=9)
+    gather = with_drop_token(hub, 0.3, seed=9)
+    attention = with_drop_token(hub, 0.3, mode="attention", seed=9)
     np.testing.assert_allclose(gather(features)["sequence_output"], hub(features), atol=1e-6)
     a, b = gather(features, training=True), attention(features, training=True)
     kept = np.asarray(a["token_mask"]).astype(bool)
@@ -147,9 +150,7 @@ def test_encoder_keeps_every_protected_token_when_they_fill_the_slots():
     """A classifier step on rows whose [CLS]/[SEP] fill the slots: eager and
     compiled, the encoder runs on exactly the protected tokens."""
     backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(position="rotary")))
-    encoder = DropTokenEncoder(
-        backbone, 0.5, unselectable_token_ids=(1, 2), slot_multiple=1, seed=0
-    )
+    encoder = with_drop_token(backbone, 0.5, unselectable_token_ids=(1, 2), slot_multiple=1, seed=0)
     features = random_features(batch=2, length=8, seed=1)
     features["token_ids"] = np.maximum(features["token_ids"], 3)
     features["token_ids"][0, [0, 2, 4, 6]] = [1, 2, 2, 2]
@@ -191,8 +192,8 @@ def test_mixed_precision_encoder_drops_the_same_tokens(mixed_policy, mode, resto
     mixed.set_weights(full.get_weights())
     features = random_features(batch=3, length=12, seed=2)
     kwargs = dict(unselectable_token_ids=(1,), mode=mode, seed=5)
-    expected = DropTokenEncoder(full, 0.4, **kwargs)(features, training=True)
-    encoder = DropTokenEncoder(mixed, 0.4, **kwargs)
+    expected = with_drop_token(full, 0.4, **kwargs)(features, training=True)
+    encoder = with_drop_token(mixed, 0.4, **kwargs)
     assert encoder.dtype_policy.name == mixed_policy  # the backbone's
     assert encoder.drop_token.dtype_policy.name == mixed_policy
     actual = encoder(features, training=True)
@@ -209,55 +210,46 @@ def test_mixed_precision_encoder_drops_the_same_tokens(mixed_policy, mode, resto
     )
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [{}, {"trainable": False}, {"dtype": "mixed_bfloat16", "mode": "attention", "name": "enc"}],
-)
-def test_encoder_config_round_trip(kwargs):
-    encoder = _tiny_encoder(**kwargs)
+@pytest.mark.parametrize("mode", ["gather", "attention"])
+def test_the_setting_round_trips_in_config_and_saving(tmp_path, mode):
+    encoder = _tiny_encoder(mode=mode)
     config = encoder.get_config()
-    assert set(config) == ENCODER_KEYS
-    assert config["trainable"] is kwargs.get("trainable", True)
-    assert keras.dtype_policies.deserialize(config["dtype"]).name == kwargs.get("dtype", "float32")
-    assert (config["rate"], config["unselectable_token_ids"], config["seed"]) == (0.25, [1, 2], 4)
-    clone = DropTokenEncoder.from_config(config)
+    assert config["drop_token"] == {
+        "rate": 0.25,
+        "unselectable_token_ids": [1, 2],
+        "mode": mode,
+        "seed": 4,
+        "slot_multiple": 4,
+    }
+    clone = TransformerBackbone.from_config(config)
     assert clone.get_config() == config
-    assert clone.trainable is encoder.trainable
-    assert len(clone.trainable_weights) == len(encoder.trainable_weights)
-    assert clone.drop_token.dtype_policy.name == kwargs.get("dtype", "float32")
+    assert clone.restore_dropped_tokens.gathering is (mode == "gather")
     clone.set_weights(encoder.get_weights())
     features = random_features(batch=2, length=12)
     np.testing.assert_array_equal(
         _numpy(clone(features)["sequence_output"]), _numpy(encoder(features)["sequence_output"])
     )
-
-
-@pytest.mark.parametrize("hub", [False, True], ids=["transformer_backbone", "keras_hub_bert"])
-@pytest.mark.parametrize("kwargs", [{}, {"trainable": False, "dtype": "mixed_bfloat16"}])
-def test_encoder_save_and_load(tmp_path, hub, kwargs):
-    if hub:
-        backbone = randomize_weights(keras_hub.models.BertBackbone(**HUB_SIZES), seed=3)
-        encoder = DropTokenEncoder(backbone, 0.25, unselectable_token_ids=(1, 2), seed=4, **kwargs)
-    else:
-        encoder = _tiny_encoder(**kwargs)
-    features = random_features(batch=2, length=12)
     path = tmp_path / "encoder.keras"
     encoder.save(path)
     restored = keras.saving.load_model(path)  # no custom_objects
-    assert type(restored) is DropTokenEncoder
-    assert restored.get_config() == encoder.get_config()
-    assert restored.trainable is encoder.trainable
+    assert restored.get_config() == config
     for name in ("sequence_output", "pooled_output", "token_mask"):
         np.testing.assert_array_equal(
             _numpy(restored(features)[name]), _numpy(encoder(features)[name]), err_msg=name
         )
+    # The same draws from the same seed: the same tokens are dropped.
+    np.testing.assert_array_equal(
+        _numpy(clone(features, training=True)["token_mask"]),
+        _numpy(restored(features, training=True)["token_mask"]),
+    )
 
 
 def test_two_dimensional_rotary_positions_are_gathered():
     backbone = randomize_weights(
         TransformerBackbone(**tiny_backbone_kwargs(position="rotary2d", custom_position_ids=True))
     )
-    encoder = DropTokenEncoder(backbone, 0.4, seed=1)
+    plain = copied(backbone)
+    encoder = with_drop_token(backbone, 0.4, seed=1)
     features = random_features(batch=2, length=12)
     positions = np.stack([np.arange(12), np.arange(12) % 3], -1)[None].repeat(2, 0)
     features["position_ids"] = positions.astype("int32")
@@ -272,29 +264,21 @@ def test_two_dimensional_rotary_positions_are_gathered():
         for key in ("token_ids", "segment_ids", "position_ids"):
             sub[key][b, : len(index)] = features[key][b, index]
         sub["padding_mask"][b, : len(index)] = 1
-    reference = _numpy(backbone(sub)["sequence_output"])
+    reference = _numpy(plain(sub)["sequence_output"])
     sequence = _numpy(outputs["sequence_output"])
     for b in range(2):
         kept = int(keep[b].sum())
         np.testing.assert_allclose(sequence[b, keep[b]], reference[b, :kept], atol=2e-5)
 
 
-def _enable_drop_token(backbone, **kwargs):
-    backbone.enable_drop_token(**kwargs)
-
-
 @pytest.mark.parametrize("kwargs, pattern", ENCODER_CASES)
-@pytest.mark.parametrize("entry", ["DropTokenEncoder", "enable_drop_token"])
-def test_encoder_bad_input(entry, kwargs, pattern, recwarn):
-    build = DropTokenEncoder if entry == "DropTokenEncoder" else _enable_drop_token
+def test_enable_drop_token_bad_input(kwargs, pattern, recwarn):
     backbone = _backbone()
     weights = [np.array(w) for w in backbone.get_weights()]
-    _raises(pattern, build, backbone, **{"rate": 0.1, **kwargs})
+    config = backbone.get_config()
+    _raises(pattern, backbone.enable_drop_token, **{"rate": 0.1, **kwargs})
     assert not [w for w in recwarn if "XLA" in str(w.message)]  # refused before warning
+    assert backbone.drop_token is None and backbone.get_config() == config
+    assert backbone.token_dropping.rate == 0.0  # the graph's layer is untouched
     for before, after in zip(weights, backbone.get_weights()):
         np.testing.assert_array_equal(before, after)
-
-
-def test_encoder_refuses_what_is_not_a_backbone():
-    with pytest.raises(TypeError, match=r"BertBackbone or RobertaBackbone.*Dense"):
-        DropTokenEncoder(keras.layers.Dense(2), 0.1)

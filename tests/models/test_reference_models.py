@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import keras_masking
-from keras_masking.methods import DropTokenEncoder
 from keras_masking.models.google_config import backbone_kwargs_from_google_config
 from tests.testing import FAMILIES
 from tests.testing import load_reference
@@ -253,7 +252,8 @@ def test_masked_lm_and_drop_token_encoder_share_the_door():
         2,
         64,
     )
-    encoder = DropTokenEncoder(backbone, 0.2, mode="attention")
+    encoder = keras_masking.models.TransformerBackbone.from_config(backbone.get_config())
+    encoder.enable_drop_token(0.2, mode="attention")
     with pytest.raises(ValueError, match=r"Expected integer token_ids.*\[0\.7"):
         encoder({**features, "token_ids": features["token_ids"] + 0.7}, training=True)
     with pytest.raises(ValueError, match=r"Expected padding_mask of 0s and 1s"):

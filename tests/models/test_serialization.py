@@ -59,7 +59,7 @@ def _backbone_and_features(shape, seed=0):
 def _assert_same_outputs(restored, backbone, features):
     expected = backbone(features)
     actual = restored(features)
-    assert set(actual) == {"sequence_output", "pooled_output"}
+    assert set(actual) == {"sequence_output", "pooled_output", "token_mask"}
     for key in expected:
         np.testing.assert_array_equal(actual[key], expected[key])
 

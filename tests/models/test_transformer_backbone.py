@@ -243,3 +243,41 @@ def test_mixed_precision_tracks_float32(position):
     error = actual - expected
     assert np.sqrt(np.mean(error**2)) < 0.012
     assert np.abs(error).max() < 0.08
+
+
+def _layers_called(model, features, training):
+    """The layers a call runs, in order (each ``Layer.__call__``)."""
+    called = []
+    original = keras.layers.Layer.__call__
+
+    def spy(layer, *args, **kwargs):
+        called.append(layer.name)
+        return original(layer, *args, **kwargs)
+
+    keras.layers.Layer.__call__ = spy
+    try:
+        model(features, training=training)
+    finally:
+        keras.layers.Layer.__call__ = original
+    return called
+
+
+@pytest.mark.parametrize("mode", ["gather", "attention"])
+def test_training_and_inference_run_one_graph_with_token_dropping_in_it(mode):
+    backbone = TransformerBackbone(**tiny_backbone_kwargs(position="relative"))
+    graph = [operation.name for operation in backbone.operations]
+    assert {"drop_token", "restore_dropped_tokens"} <= set(graph)
+    backbone.enable_drop_token(0.5, seed=1, mode=mode)
+    # Turning DropToken on configures the graph's layer; the graph is the same.
+    assert [operation.name for operation in backbone.operations] == graph
+    features = random_features(batch=2, length=12)
+    training = _layers_called(backbone, features, training=True)
+    inference = _layers_called(backbone, features, training=False)
+    assert training == inference
+    assert training.index("drop_token") < training.index("transformer_layer_0")
+    assert training.index("restore_dropped_tokens") > training.index("transformer_layer_1")
+    # The same graph drops in training and not at inference.
+    dropped = backbone(features, training=True)["token_mask"]
+    kept = backbone(features, training=False)["token_mask"]
+    np.testing.assert_array_equal(kept, features["padding_mask"])
+    assert np.asarray(dropped).sum() < features["padding_mask"].sum()

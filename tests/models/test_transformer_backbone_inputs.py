@@ -186,17 +186,18 @@ def test_bad_attachment_arguments_attach_nothing(method, arguments, message):
 def _models_taking_features():
     """Every model of the package that takes the backbone's feature dict."""
     from keras_masking.methods import ASATrainer
-    from keras_masking.methods import DropTokenEncoder
     from keras_masking.models import TransformerTextClassifier
 
     keras.utils.set_random_seed(0)
     backbone = TransformerBackbone(**tiny_backbone_kwargs())
     classifier = TransformerTextClassifier(backbone, num_classes=2)
     head = keras.layers.Dense(2)(backbone(backbone.input)["pooled_output"])
+    dropping = TransformerBackbone(**tiny_backbone_kwargs())
+    dropping.enable_drop_token(0.1, mode="attention")
     return {
         "backbone": backbone,
         "classifier": classifier,
-        "drop_token_encoder": DropTokenEncoder(backbone, 0.1, mode="attention"),
+        "drop_token_backbone": dropping,
         "asa_trainer": ASATrainer(keras.Model(backbone.input, head)),
     }
 

@@ -632,7 +632,7 @@ def test_mean_pooling_leaves_out_dropped_tokens():
     randomize_weights(backbone, seed=3)
     backbone.enable_drop_token(0.5, seed=4)
     x = random_features(batch=2, length=12)
-    outputs = backbone.forward_stages(x, training=True, drop_token=backbone.drop_token)
+    outputs = backbone(x, training=True)
     token_mask = _numpy(outputs["token_mask"])
     sequence, pooled = _numpy(outputs["sequence_output"]), _numpy(outputs["pooled_output"])
     real = x["padding_mask"] == 1

@@ -1,0 +1,71 @@
+"""The plain inference model of a backbone trained with the package's methods."""
+
+import keras
+import numpy as np
+from keras import ops
+
+#: Settings that act in training only: at inference the model is the same without them.
+TRAINING_ONLY = {"drop_token": None, "asa": None}
+
+
+def serving_backbone(backbone):
+    """A new `TransformerBackbone` with ``backbone``'s inference outputs and nothing left over.
+
+    What each method leaves at serving:
+
+    * DropToken and ASA act in training only: the copy has neither (no
+      adversaries' weights, no dropping settings in its config).
+    * FL-tuning's addFFN branches are merged into wider FFNs (`merge_fl`),
+      so the copy is a plain backbone of ``intermediate_dim + units``.
+    * LoRA's low-rank kernels are merged into the kernels they adapt.
+    * P-tuning v2's prefixes and MA-tuning's attention units stay: inference
+      reads them.
+
+    Nothing is frozen in the copy, and ``backbone`` is not changed.
+
+    Args:
+        backbone: a `TransformerBackbone`.
+
+    Returns:
+        A `TransformerBackbone` whose outputs equal ``backbone``'s at
+        inference (within float rounding of the merged sums).
+
+    Example:
+    ```python
+    backbone.enable_fl_tuning(units=4)
+    backbone.enable_drop_token(0.1)
+    plain = keras_masking.models.serving_backbone(backbone)
+    assert plain.add_ffn is None and plain.drop_token is None
+    ```
+    """
+    source = backbone.merge_fl() if backbone.add_ffn else backbone
+    config = source.get_config()
+    config.update(TRAINING_ONLY, lora=None, frozen_base=False)
+    target = type(source).from_config(config)
+    merged = {f"{layer.path}/kernel": layer.kernel for layer in source.lora_layers()}
+    values = _by_path(source.weights)
+    for key, variable in values.items():
+        if key[0] in merged and key[1] == 0:
+            values[key] = merged[key[0]]  # the base kernel plus A @ B, scaled
+    targets = _by_path(target.weights)
+    missing = [path for path, _ in targets if (path, _) not in values]
+    if missing:
+        raise ValueError(
+            f"Cannot build the serving copy: the weights {missing[:3]} have no counterpart in "
+            "the trained backbone."
+        )
+    for key, variable in targets.items():
+        # A copy, not the source's buffer (JAX may donate one model's buffers).
+        value = np.array(ops.convert_to_numpy(values[key]))
+        variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
+    return target
+
+
+def _by_path(variables):
+    """``{(path, occurrence): variable}``: attachments' paths repeat across layers, in order."""
+    seen, keyed = {}, {}
+    for variable in variables:
+        count = seen.get(variable.path, 0)
+        seen[variable.path] = count + 1
+        keyed[(variable.path, count)] = variable
+    return keyed

@@ -1,0 +1,208 @@
+"""Serving: a method-trained classifier's plain inference copy, and a SavedModel taking strings."""
+
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import keras_masking
+from keras_masking.data import bert_tokenizer
+from keras_masking.models import TransformerBackbone
+from keras_masking.models import TransformerTextClassifier
+from keras_masking.models import TransformerTextClassifierPreprocessor
+from tests.testing import random_features
+from tests.testing import randomize_weights
+from tests.testing import tiny_backbone_kwargs
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+VOCABULARY = SPECIAL + list("这家店的菜很好吃服务太差了不会再来")
+TEXTS = ["这家店的菜很好吃", "服务太差了，不会再来", "菜很好吃"]
+SECOND = ["很好吃", "不会再来", "服务太差"]
+
+# What a service runs: TensorFlow and tensorflow-text only.
+SERVE = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401 (WordPiece ops)
+served = tf.saved_model.load(sys.argv[1])
+texts, second = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+single = served.signatures["serving_default"](texts=tf.constant(texts))
+pairs = served.signatures["serve_text_pairs"](
+    texts_a=tf.constant(texts), texts_b=tf.constant(second)
+)
+print(json.dumps({
+    "single": {key: value.numpy().tolist() for key, value in single.items()},
+    "pairs": {key: value.numpy().tolist() for key, value in pairs.items()},
+    "imported": sorted(name for name in sys.modules if name.startswith("keras_masking")),
+    "signatures": sorted(served.signatures),
+}))
+"""
+
+
+def _trained_weights(model, seed=0):
+    """Random values everywhere, the methods' own weights included (they start at zero)."""
+    randomize_weights(model, seed=seed, scale=0.3)
+    return model
+
+
+def _classifier(methods=(), num_layers=2):
+    keras.utils.set_random_seed(0)
+    backbone = TransformerBackbone(
+        vocabulary_size=len(VOCABULARY),
+        num_layers=num_layers,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=16,
+        position="relative",
+    )
+    preprocessor = TransformerTextClassifierPreprocessor(
+        bert_tokenizer(VOCABULARY), sequence_length=16
+    )
+    classifier = TransformerTextClassifier(backbone, num_classes=3, preprocessor=preprocessor)
+    for method in methods:
+        if method == "drop_token":
+            classifier.enable_drop_token(0.3, mode="attention", seed=1)
+        elif method == "asa":
+            classifier.enable_asa(tau=0.5)
+        elif method == "fl_tuning":
+            classifier.enable_fl_tuning(units=4)
+        elif method == "lora":
+            classifier.enable_lora(2)
+        elif method == "prefix_tuning":
+            classifier.enable_prefix_tuning(3)
+    return _trained_weights(classifier)
+
+
+def _plain_weight_count(serving):
+    """The weights of a plain classifier of the serving copy's architecture."""
+    config = serving.backbone.get_config()
+    plain = TransformerBackbone.from_config(config)
+    return len(TransformerTextClassifier(plain, num_classes=3).weights)
+
+
+@pytest.mark.parametrize(
+    "methods",
+    [("drop_token", "asa"), ("fl_tuning",), ("lora",), ("fl_tuning", "lora", "drop_token")],
+    ids=lambda methods: "+".join(methods),
+)
+def test_the_serving_copy_predicts_the_same_with_the_plain_models_weights_only(methods):
+    classifier = _classifier(methods)
+    serving = classifier.serving_copy()
+    expected = classifier.predict(TEXTS, verbose=0)
+    np.testing.assert_allclose(serving.predict(TEXTS, verbose=0), expected, atol=1e-5)
+    config = serving.backbone.get_config()
+    assert (config["drop_token"], config["asa"], config["lora"], config["add_ffn"]) == (None,) * 4
+    assert not config["frozen_base"] and all(w.trainable for w in serving.weights)
+    assert len(serving.weights) == _plain_weight_count(serving)
+    if "fl_tuning" in methods:  # a plain backbone of the wider FFN
+        assert serving.backbone.intermediate_dim == 32 + 4
+    # The methods' weights mattered: without them the predictions differ.
+    if methods != ("drop_token", "asa"):
+        plain = TransformerBackbone.from_config(
+            {**classifier.backbone.get_config(), **dict.fromkeys(("add_ffn", "lora"))}
+        )
+        base = {v.path: v for v in classifier.backbone.weights}
+        for variable in plain.weights:
+            variable.assign(base[variable.path])
+        without = TransformerTextClassifier(
+            plain, num_classes=3, preprocessor=classifier.preprocessor
+        )
+        without.output_dense.set_weights(classifier.output_dense.get_weights())
+        assert np.abs(without.predict(TEXTS, verbose=0) - expected).max() > 1e-3
+
+
+def test_prefixes_stay_in_the_serving_copy():
+    classifier = _classifier(("prefix_tuning",))
+    serving = classifier.serving_copy()
+    assert serving.backbone.key_value_prefix == classifier.backbone.key_value_prefix
+    np.testing.assert_allclose(
+        serving.predict(TEXTS, verbose=0), classifier.predict(TEXTS, verbose=0), atol=1e-6
+    )
+
+
+def test_a_savedmodel_that_takes_strings_serves_predict_without_the_package(tmp_path):
+    classifier = _classifier(("fl_tuning", "drop_token", "asa"))
+    path = tmp_path / "served"
+    classifier.export(path, verbose=False)
+    done = subprocess.run(
+        [sys.executable, "-c", SERVE, str(path), json.dumps(TEXTS), json.dumps(SECOND)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    served = json.loads(done.stdout.strip().splitlines()[-1])
+    assert served["imported"] == []
+    assert {"serving_default", "serve_texts", "serve_text_pairs", "serve_features"} <= set(
+        served["signatures"]
+    )
+    expected = classifier.predict(TEXTS, verbose=0)
+    single = served["single"]
+    np.testing.assert_allclose(single["logits"], expected, atol=1e-5)
+    np.testing.assert_allclose(single["probabilities"], keras.ops.softmax(expected), atol=1e-6)
+    assert single["class_id"] == np.argmax(expected, axis=-1).tolist()
+    pairs = classifier.predict((TEXTS, SECOND), verbose=0)
+    np.testing.assert_allclose(served["pairs"]["logits"], pairs, atol=1e-5)
+
+
+def test_text_pairs_make_the_default_signature_take_two_strings(tmp_path):
+    import tensorflow as tf
+
+    classifier = _classifier(num_layers=1)
+    classifier.export(tmp_path / "pairs", text_pairs=True, verbose=False)
+    served = tf.saved_model.load(str(tmp_path / "pairs"))
+    outputs = served.signatures["serving_default"](
+        texts_a=tf.constant(TEXTS), texts_b=tf.constant(SECOND)
+    )
+    np.testing.assert_allclose(
+        outputs["logits"].numpy(), classifier.predict((TEXTS, SECOND), verbose=0), atol=1e-5
+    )
+
+
+def test_without_a_preprocessor_export_is_keras_export_of_the_serving_copy(tmp_path):
+    import tensorflow as tf
+
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs()), seed=2)
+    classifier = TransformerTextClassifier(backbone, num_classes=2)
+    classifier.enable_asa(tau=0.5)
+    classifier.export(tmp_path / "features", verbose=False)
+    served = tf.saved_model.load(str(tmp_path / "features"))
+    features = random_features()
+    outputs = served.serve({name: tf.constant(value) for name, value in features.items()})
+    np.testing.assert_allclose(
+        np.asarray(outputs), classifier.predict(features, verbose=0), atol=1e-5
+    )
+    # The plain graph: ASA's adversaries are not in the SavedModel.
+    paths = [variable.name for variable in served.variables]
+    assert not [path for path in paths if "adversary" in path]
+
+
+def test_bad_export_arguments_are_refused_before_anything_is_written(tmp_path):
+    classifier = _classifier(num_layers=1)
+    with pytest.raises(ValueError, match=r"Expected True or False for text_pairs"):
+        classifier.export(tmp_path / "a", text_pairs="yes", verbose=False)
+    with pytest.raises(ValueError, match=r"no further options.*\['bogus'\]"):
+        classifier.export(tmp_path / "b", verbose=False, bogus=1)
+    plain = TransformerTextClassifier(TransformerBackbone(**tiny_backbone_kwargs()), num_classes=2)
+    with pytest.raises(ValueError, match="needs the classifier's preprocessor"):
+        keras_masking.models.export_text_classifier(plain, tmp_path / "c")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_tokenizer_that_runs_in_python_is_refused_for_strings_in(tmp_path):
+    from keras_masking.models import UnigramTokenizer
+    from tests.models.unigram_testing import toy_model
+
+    tokenizer = UnigramTokenizer(toy_model())
+    backbone = TransformerBackbone(
+        **tiny_backbone_kwargs(vocabulary_size=tokenizer.vocabulary_size(), num_segments=0)
+    )
+    preprocessor = TransformerTextClassifierPreprocessor(tokenizer, sequence_length=8)
+    classifier = TransformerTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
+    with pytest.raises(ValueError, match=r"UnigramTokenizer, which tokenizes in Python"):
+        classifier.export(tmp_path / "e5", verbose=False)
+    assert not list(tmp_path.iterdir())
