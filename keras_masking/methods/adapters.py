@@ -1,8 +1,10 @@
-"""Adapter files: only the tuned weights (addFFN / prefixes) plus the task head.
+"""Adapter files: only the tuned weights (addFFN / prefixes / LoRA) plus the task head.
 
 An adapter file is a ``.npz`` archive: one array per tuned or head variable
-and a JSON ``__adapter__`` entry describing the method, the backbone it fits
-and the variables' names and shapes. A file loads completely or not at all.
+and a JSON ``__adapter__`` entry describing the method, the backbone it fits,
+the variables' names and shapes, the paths of the layers LoRA adapts, and a
+checksum of every base weight (the base it was trained on). A file loads
+completely or not at all.
 """
 
 import json
@@ -14,11 +16,13 @@ import keras
 import numpy as np
 
 from keras_masking.methods.fl_tuning import model_backbone
+from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.files import write_atomically
 
 ADAPTER_FORMAT = "keras_masking.adapter"
-ADAPTER_VERSION = 2
+ADAPTER_VERSION = 3
 _ATTACHMENTS = ("add_ffn", "key_value_prefix", "add_attention_units")
+_METHODS = (*_ATTACHMENTS, "lora")
 _BACKBONE_KEYS = ("num_layers", "hidden_dim", "num_heads", "intermediate_dim", "activation")
 
 
@@ -28,9 +32,9 @@ def save_adapter(model, path, name=None):
     The file is written under a temporary name, then renamed.
 
     Args:
-        model: an FL-tuned or prefix-tuned model (see
-            `TransformerBackbone.enable_fl_tuning`, `enable_prefix_tuning`)
-            with one `TransformerBackbone`.
+        model: a model with one `TransformerBackbone` tuned with FL-tuning,
+            P-tuning v2, MA-tuning or LoRA (`enable_fl_tuning`,
+            `enable_prefix_tuning`, `enable_lora`).
         path: file path (str or `os.PathLike`) in an existing folder;
             ``.npz`` is appended when missing.
         name: optional adapter name (a string) stored in the file.
@@ -49,19 +53,24 @@ def save_adapter(model, path, name=None):
     return _write_adapter(path, {**description, "name": name}, arrays)
 
 
-def load_adapter(model, path):
+def load_adapter(model, path, check_base=True):
     """Loads an adapter file into ``model``, attaching the branches if needed.
 
-    A backbone without attachments gets the file's addFFN / prefixes attached
-    and its base frozen (compile afterwards); one with the same attachments
-    has their weights replaced. The file is checked completely before the
-    model changes, and the model is put back if anything fails.
+    A backbone without attachments gets the file's addFFN / prefixes / LoRA
+    attached and its base frozen (compile afterwards); one with the same
+    attachments has their weights replaced. The file is checked completely
+    before the model changes (its LoRA layers by path, its base weights by
+    checksum), and the model is put back if anything fails.
 
     Args:
         model: the model the adapter was trained on, rebuilt from the same
             base weights (a fresh backbone plus the same head architecture).
         path: an adapter file written by `save_adapter` (``.npz`` may be
             left out).
+        check_base: bool. Whether the model's base weights must be the ones
+            the adapter was trained on (files from keras_masking 0.6 on hold
+            their checksums); a different base is refused, naming the first
+            weight that differs.
 
     Returns:
         The adapter's stored name (or None).
@@ -84,7 +93,11 @@ def load_adapter(model, path):
     """
     backbone = model_backbone(model)
     description, arrays = read_adapter(path)
-    _load_into(model, backbone, description, arrays, _input_path(path))
+    source = _input_path(path)
+    _check_fits(backbone, model, description, source)
+    if check_bool("check_base", check_base):
+        _check_base(backbone, description, source)
+    _load_into(model, backbone, description, arrays, source)
     return description.get("name")
 
 
@@ -203,6 +216,7 @@ class AdapterSet:
             return
         description, arrays = read_adapter(path)
         _check_fits(self.backbone, self.model, description, _input_path(path))
+        _check_base(self.backbone, description, _input_path(path))
         self._adapters[name] = (description, arrays)
 
     def remove(self, name):
@@ -301,11 +315,22 @@ def _check_description(description, arrays, path):
         )
     method, backbone = description.get("method"), description.get("backbone")
     if not isinstance(method, dict) or not all(
-        isinstance(method.get(key), (dict, type(None))) for key in _ATTACHMENTS
+        isinstance(method.get(key), (dict, type(None))) for key in _METHODS
     ):
         raise damaged("its 'method' entry is missing or malformed")
-    if all(method.get(key) is None for key in _ATTACHMENTS):
-        raise damaged("it names no addFFN, prefix or attention units")
+    if all(method.get(key) is None for key in _METHODS):
+        raise damaged("it names no addFFN, prefix, attention units or LoRA")
+    lora_layers = description.get("lora_layers", [])
+    if not isinstance(lora_layers, list) or not all(isinstance(p, str) for p in lora_layers):
+        raise damaged("its 'lora_layers' entry must list layer paths")
+    if (method.get("lora") is None) != (not lora_layers):
+        raise damaged("its LoRA setting and its LoRA layers disagree")
+    base = description.get("base", [])
+    if not isinstance(base, list) or not all(
+        isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and _is_int(e[1])
+        for e in base
+    ):
+        raise damaged("its 'base' entry must list [path, checksum] pairs")
     for key, fields in _METHOD_FIELDS.items():
         entry = method.get(key)
         if entry is not None and (
@@ -362,6 +387,12 @@ _METHOD_FIELDS = {
         "hidden_units": lambda v: _is_int(v, 1),
     },
     "add_attention_units": {"units_per_head": lambda v: _is_int(v, 1), "layers": _is_layer_list},
+    "lora": {
+        "rank": lambda v: _is_int(v, 1),
+        "target_layer_names": lambda v: (
+            isinstance(v, list) and bool(v) and all(isinstance(n, str) for n in v)
+        ),
+    },
 }
 
 
@@ -376,7 +407,7 @@ def _is_name_and_shape(entry):
 
 
 def _adapter_variables(model, backbone):
-    """Attachment variables (by layer, each shared one once) then the head's."""
+    """Attachment variables (by layer, each shared one once), LoRA's, then the head's."""
     tuned = {
         id(variable): variable
         for block in backbone.transformer_layers
@@ -384,7 +415,49 @@ def _adapter_variables(model, backbone):
         if layer is not None
         for variable in layer.weights
     }
-    return list(tuned.values()) + _head_variables(model, backbone)
+    lora = [
+        variable
+        for layer in backbone.lora_layers()
+        for variable in (layer.lora_kernel_a, layer.lora_kernel_b)
+    ]
+    return list(tuned.values()) + lora + _head_variables(model, backbone)
+
+
+def _base_variables(backbone):
+    """The pretrained weights (LoRA's own kernels left out)."""
+    return [
+        variable
+        for layer in backbone.base_layers()
+        for variable in layer.weights
+        if not _leaf(variable).startswith("lora_kernel")
+    ]
+
+
+def _checksum(variable):
+    values = np.ascontiguousarray(keras.ops.convert_to_numpy(variable))
+    return zlib.crc32(values.tobytes())
+
+
+def _check_base(backbone, description, source):
+    """Refuses a model whose base weights are not the ones the adapter was trained on."""
+    stored = description.get("base")
+    if not stored:
+        return  # written before checksums were stored
+    mine = [[variable.path, _checksum(variable)] for variable in _base_variables(backbone)]
+    for index, (theirs, ours) in enumerate(zip(stored, mine)):
+        if theirs != ours:
+            raise ValueError(
+                f"The adapter {source} was trained on another base model: its base weight "
+                f"{theirs[0]} (checksum {theirs[1]}) is not this model's {ours[0]} (checksum "
+                f"{ours[1]}), the first of {len(stored)} that must be equal. Load the adapter "
+                "onto the base it was trained on (load_adapter(..., check_base=False) skips "
+                "this check)."
+            )
+    if len(stored) != len(mine):
+        raise ValueError(
+            f"The adapter {source} was trained on a base with {len(stored)} weights; this "
+            f"model's has {len(mine)}."
+        )
 
 
 def _head_variables(model, backbone):
@@ -398,19 +471,21 @@ def _leaf(variable):
 
 def _adapter_state(model):
     backbone = model_backbone(model)
-    attachments = (backbone.add_ffn, backbone.key_value_prefix, backbone.add_attention_units)
-    if all(attachment is None for attachment in attachments):
+    if all(getattr(backbone, key) is None for key in _METHODS):
         raise ValueError(
-            "This model has no adapter: call model.enable_fl_tuning() or enable_prefix_tuning()."
+            "This model has no adapter: call model.enable_fl_tuning(), enable_prefix_tuning() "
+            "or enable_lora()."
         )
     variables = _adapter_variables(model, backbone)
     description = {
         "format": ADAPTER_FORMAT,
         "version": ADAPTER_VERSION,
-        "method": {key: getattr(backbone, key) for key in _ATTACHMENTS},
+        "method": {key: getattr(backbone, key) for key in _METHODS},
         "backbone": {key: getattr(backbone, key) for key in _BACKBONE_KEYS},
         "head": [[v.path, list(v.shape)] for v in _head_variables(model, backbone)],
         "variables": [[_leaf(v), list(v.shape)] for v in variables],
+        "lora_layers": [layer.path for layer in backbone.lora_layers()],
+        "base": [[v.path, _checksum(v)] for v in _base_variables(backbone)],
     }
     description = json.loads(json.dumps(description))
     arrays = [keras.ops.convert_to_numpy(v) for v in variables]
@@ -422,7 +497,7 @@ def _check_fits(backbone, model, description, source):
     for key, value in description["backbone"].items():
         if key in _BACKBONE_KEYS and getattr(backbone, key) != value:
             problems.append(f"{key}: adapter {value!r}, model {getattr(backbone, key)!r}")
-    for key in _ATTACHMENTS:
+    for key in _METHODS:
         wanted, present = description["method"].get(key), getattr(backbone, key)
         if present is not None and wanted is not None and dict(present) != wanted:
             problems.append(f"{key}: adapter {wanted}, model {dict(present)}")
@@ -436,6 +511,7 @@ def _check_fits(backbone, model, description, source):
         raise ValueError(
             f"The adapter {source} does not fit this model:\n  " + "\n  ".join(problems)
         )
+    _check_lora_layers(backbone, description, source)
 
 
 def _load_into(model, backbone, description, arrays, source):
@@ -455,7 +531,30 @@ def _load_into(model, backbone, description, arrays, source):
                 attached = True
         if attached:
             backbone.freeze_base()
+        lora = description["method"].get("lora")
+        if lora is not None and backbone.lora is None:
+            backbone.enable_lora(**lora)
         _assign(_adapter_variables(model, backbone), arrays, description, source)
+
+
+def _check_lora_layers(backbone, description, source):
+    """The layers LoRA adapts (or would adapt), by path: the file's and the model's must match."""
+    stored = description.get("lora_layers", [])
+    lora = description["method"].get("lora")
+    if backbone.lora is None and lora is not None:
+        mine = [layer.path for layer in backbone.lora_targets(lora["target_layer_names"])]
+    else:
+        mine = [layer.path for layer in backbone.lora_layers()]
+    for theirs, ours in zip(stored, mine):
+        if theirs != ours:
+            raise ValueError(
+                f"The adapter {source} adapts the layer {theirs} where this model's LoRA "
+                f"adapts {ours}."
+            )
+    if len(stored) != len(mine):
+        raise ValueError(
+            f"The adapter {source} adapts {len(stored)} layers with LoRA; this model {len(mine)}."
+        )
 
 
 def _assign(variables, arrays, description, source):

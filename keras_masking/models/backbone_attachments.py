@@ -251,6 +251,19 @@ class BackboneAttachments:
         ]
         return [layer for layer in layers + list(self.attention_adversaries or []) if layer]
 
+    def lora_targets(self, target_layer_names):
+        """The layers ``enable_lora(rank, target_layer_names)`` adapts, in order.
+
+        Args:
+            target_layer_names: layer names, as `enable_lora` takes them.
+        """
+        names = set(target_layer_names)
+        return [
+            layer
+            for layer in self._flatten_layers(include_self=False)
+            if layer.name in names and hasattr(layer, "enable_lora") and layer.weights
+        ]
+
     def lora_layers(self):
         """The sublayers with LoRA on (keras ``Dense`` / ``EinsumDense`` after `enable_lora`)."""
         return [

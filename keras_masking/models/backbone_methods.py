@@ -6,6 +6,7 @@ from keras_masking.models.add_ffn_merge import merge_add_ffn
 from keras_masking.models.add_ffn_merge import unmerge_add_ffn
 from keras_masking.models.backbone_attachments import refreshes_callers
 from keras_masking.models.backbone_config import ASA_WITH_GATHER
+from keras_masking.models.serving_copy import copy_with_lora_merged
 from keras_masking.models.serving_copy import serving_backbone
 from keras_masking.ops.attention_masks import validate_mask_semantics
 from keras_masking.utils.arguments import check_bool
@@ -307,6 +308,21 @@ class BackboneMethods:
         ```
         """
         return serving_backbone(self)
+
+    def merge_lora(self):
+        """A new backbone with LoRA merged into the kernels it adapts: same function, no LoRA.
+
+        The other methods stay as they are; nothing is frozen in the copy.
+
+        Example:
+        ```python
+        backbone.enable_lora(2)
+        merged = backbone.merge_lora()  # a backbone without LoRA kernels
+        ```
+        """
+        if self.lora is None:
+            raise ValueError("No LoRA to merge: call enable_lora() first.")
+        return copy_with_lora_merged(self, frozen_base=False)
 
     def merge_fl(self, placement="suffix"):
         """A new backbone whose FFNs carry the addFFN units: same function, no branch.

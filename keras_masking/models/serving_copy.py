@@ -39,20 +39,40 @@ def serving_backbone(backbone):
     ```
     """
     source = backbone.merge_fl() if backbone.add_ffn else backbone
-    config = source.get_config()
-    config.update(TRAINING_ONLY, lora=None, frozen_base=False)
-    target = type(source).from_config(config)
-    merged = {f"{layer.path}/kernel": layer.kernel for layer in source.lora_layers()}
-    values = _by_path(source.weights)
-    for key, variable in values.items():
+    return copy_with_lora_merged(source, **TRAINING_ONLY, frozen_base=False)
+
+
+def copy_with_lora_merged(backbone, **changes):
+    """A new backbone of ``backbone``'s config with ``changes`` and LoRA merged into its kernels.
+
+    Every weight is copied by its path (attachments' repeated paths in
+    order); each LoRA layer's kernel becomes the base kernel plus its
+    scaled low-rank product, and the LoRA kernels go.
+
+    Args:
+        backbone: a `TransformerBackbone` (not changed).
+        **changes: config entries to change (``drop_token=None``...).
+
+    Example:
+    ```python
+    backbone.enable_lora(2)
+    merged = keras_masking.models.serving_copy.copy_with_lora_merged(backbone)
+    assert merged.lora is None
+    ```
+    """
+    config = backbone.get_config()
+    config.update(changes, lora=None)
+    target = type(backbone).from_config(config)
+    merged = {f"{layer.path}/kernel": layer.kernel for layer in backbone.lora_layers()}
+    values = _by_path(backbone.weights)
+    for key in values:
         if key[0] in merged and key[1] == 0:
             values[key] = merged[key[0]]  # the base kernel plus A @ B, scaled
     targets = _by_path(target.weights)
-    missing = [path for path, _ in targets if (path, _) not in values]
+    missing = [path for path, count in targets if (path, count) not in values]
     if missing:
         raise ValueError(
-            f"Cannot build the serving copy: the weights {missing[:3]} have no counterpart in "
-            "the trained backbone."
+            f"Cannot copy the backbone: the weights {missing[:3]} have no counterpart in it."
         )
     for key, variable in targets.items():
         # A copy, not the source's buffer (JAX may donate one model's buffers).

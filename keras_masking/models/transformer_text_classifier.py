@@ -249,6 +249,18 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         """
         return self._with_backbone(self.backbone.unmerge_fl(units, placement, layers))
 
+    def merge_lora(self):
+        """A new classifier whose backbone has LoRA merged (`TransformerBackbone.merge_lora`).
+
+        Example:
+        ```python
+        classifier = keras_masking.models.TransformerTextClassifier(backbone, num_classes=3)
+        classifier.enable_lora(2)
+        merged = classifier.merge_lora()
+        ```
+        """
+        return self._with_backbone(self.backbone.merge_lora())
+
     def serving_copy(self):
         """The plain inference classifier: the backbone's serving copy, this head and preprocessor.
 

@@ -342,7 +342,7 @@ def _cases():
         ("description not JSON", "bad_json.npz", ValueError, "not JSON"),
         ("other format", "other_format.npz", ValueError, "not a keras_masking adapter file"),
         ("newer version", "newer.npz", ValueError, "version 99"),
-        ("no method", "no_method.npz", ValueError, "names no addFFN"),
+        ("no method", "no_method.npz", ValueError, "names no addFFN, prefix, attention units or"),
         ("units a string", "bad_units.npz", ValueError, "add_ffn entry"),
         ("array missing", "missing_array.npz", ValueError, "missing_array.npz"),
         ("integer arrays", "int_arrays.npz", ValueError, "floating-point"),
@@ -354,11 +354,16 @@ def _cases():
         ("other layer count", "other_layers", ValueError, "num_layers"),
         ("other FFN size", "other_ffn", ValueError, "intermediate_dim"),
         ("a folder", "folder", ValueError, "Received a folder"),
+        ("another base", "good", ValueError, "trained on another base model: its base weight"),
     ):
+        # The array checks on their own: "plain" is not the base these were trained on.
+        check_base = name not in ("wrong_shapes.npz", "wrong_names.npz")
         add(
             "load_adapter",
             case,
-            lambda m, f, n=name: load_adapter(m[p], f.get(n, f["folder"] + "/" + n)),
+            lambda m, f, n=name, c=check_base: load_adapter(
+                m[p], f.get(n, f["folder"] + "/" + n), check_base=c
+            ),
             error,
             match,
         )
@@ -553,7 +558,7 @@ def test_every_entry_point_is_tried():
         "unmerge_fl": 10,
         "add_ffn_parameter_count": 4,
         "save_adapter": 7,
-        "load_adapter": 26,
+        "load_adapter": 27,
         "read_adapter": 3,
         "AdapterSet": 10,
         "parameter_report": 3,
