@@ -357,6 +357,13 @@ def _compare(args):
     print(f"Wrote {result.json_path}, {result.markdown_path}{plot}")
 
 
+def _export(args):
+    from keras_masking.clue.export_run import export_run
+
+    output = export_run(args.run_folder, args.output, verbose=not args.quiet)
+    print(f"Wrote {output} (a SavedModel: tf.saved_model.load, signature serve)")
+
+
 def _clue_submit(args):
     from keras_masking.clue.submit import submit
 
@@ -520,6 +527,12 @@ def build_parser():
     correct.add_argument(
         "--drop-mlm-head", action="store_true", help="leave cls/predictions out (checkpoints)"
     )
+    export = commands.add_parser(
+        "export", help="a finished clue run's best model -> SavedModel (token ids in)"
+    )
+    export.add_argument("run_folder", metavar="RUN_FOLDER", help="a finished clue run's folder")
+    export.add_argument("output", metavar="OUTPUT", help="new (or empty) folder to write")
+    export.add_argument("--quiet", action="store_true", help="no signature printout")
     _add_clue_parser(commands)
     _add_compare_parser(commands)
     _add_convert_e5_parser(commands)
@@ -722,6 +735,7 @@ def main(argv=None):
         "clue": _clue,
         "compare": _compare,
         "convert-e5": _convert_e5,
+        "export": _export,
     }
     return _run(args.command, handlers[args.command], args, verbose)
 

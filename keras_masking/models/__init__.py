@@ -12,6 +12,7 @@ from keras_masking.models.multilingual_e5 import prune_token_embeddings
 from keras_masking.models.multilingual_e5_file import MultilingualE5File
 from keras_masking.models.multilingual_e5_file import read_multilingual_e5_file
 from keras_masking.models.serving_copy import serving_backbone
+from keras_masking.models.serving_copy import serving_task_model
 from keras_masking.models.text_classifier_export import export_text_classifier
 from keras_masking.models.tf_checkpoint import CheckpointLoadReport
 from keras_masking.models.tf_checkpoint import from_tf_checkpoint

@@ -89,3 +89,36 @@ def _by_path(variables):
         seen[variable.path] = count + 1
         keyed[(variable.path, count)] = variable
     return keyed
+
+
+def serving_task_model(task_model):
+    """A functional task model's plain inference copy: its backbone's `serving_backbone`.
+
+    The task model's graph is cloned with each of its layers shared (the
+    head's weights too), except the `TransformerBackbone` it calls, which
+    becomes its serving copy. A model that calls no such backbone directly
+    (an ExLM encoder around one) is returned as it is: its training-only
+    parts are none.
+
+    Args:
+        task_model: a functional Keras model (a CLUE task model, your own head).
+
+    Returns:
+        A functional `keras.Model` with the same inputs and outputs.
+
+    Example:
+    ```python
+    plain = keras_masking.models.serving_task_model(model)  # model: a head on a backbone
+    ```
+    """
+    from keras_masking.models.transformer_backbone import TransformerBackbone
+
+    backbones = [layer for layer in task_model.layers if isinstance(layer, TransformerBackbone)]
+    if len(backbones) != 1:
+        return task_model
+    serving = serving_backbone(backbones[0])
+
+    def clone(layer):
+        return serving if layer is backbones[0] else layer
+
+    return keras.models.clone_model(task_model, clone_function=clone)

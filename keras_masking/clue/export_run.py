@@ -1,0 +1,96 @@
+"""A finished CLUE run's chosen model, exported for serving (``keras-masking export``)."""
+
+import dataclasses
+import json
+import os
+import pathlib
+
+#: `finetune` arguments a run record holds under the same names.
+_PASSED = (
+    "task", "data_dir", "checkpoint", "preset", "config", "vocab", "benchmark", "few_shot",
+    "epochs", "batch_size", "learning_rate", "max_length", "accumulation", "warmup_proportion",
+    "weight_decay", "seed",
+)  # fmt: skip
+
+
+def export_run(run_folder, output, verbose=False):
+    """Exports a finished `finetune` run's best weights as a SavedModel of token ids.
+
+    The run is rebuilt from its ``run.json`` as `finetune` resumes a
+    finished run (the same model source, data folder and methods; the best
+    epoch's weights), then its serving copy is exported: DropToken and ASA
+    off, FL-tuning and LoRA merged (`keras_masking.models.serving_task_model`).
+    The SavedModel's ``serve`` signature takes the task model's inputs, int32
+    ``(batch, sequence)`` ids as `keras_masking.clue.encode_examples` makes
+    them, and returns its outputs; ``run.json`` is copied beside it as
+    ``keras_masking_run.json`` (the task, methods, settings and scores).
+
+    Args:
+        run_folder: a finished ``keras-masking clue`` / `finetune` run folder;
+            its model source and data folder must still be where the record
+            says.
+        output: a new (or empty) folder to write.
+        verbose: bool, whether Keras prints the signature.
+
+    Returns:
+        The output folder, a `pathlib.Path`.
+
+    Raises:
+        FileNotFoundError: no run record in ``run_folder``.
+        ValueError: the run has not finished, or ``output`` holds files.
+
+    Example:
+    ```python
+    keras_masking.clue.export_run("runs/tnews_fl", "served/tnews")
+    # import tensorflow as tf; tf.saved_model.load("served/tnews").serve(features)
+    ```
+    """
+    import keras
+
+    from keras_masking.clue.method_plan import MethodPlan
+    from keras_masking.clue.runner import finetune
+    from keras_masking.models.serving_copy import serving_task_model
+    from keras_masking.models.text_classifier_export import token_id_signature
+    from keras_masking.utils.files import write_atomically
+
+    run_folder, output = pathlib.Path(run_folder), pathlib.Path(output)
+    record_path = run_folder / "run.json"
+    if not record_path.is_file():
+        raise FileNotFoundError(
+            f"No run record {os.fspath(record_path)}: expected the folder of a finished "
+            "keras-masking clue run."
+        )
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        arguments = dict(record["arguments"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{os.fspath(record_path)}: a corrupt run record ({error}).") from None
+    if record.get("status") != "finished":
+        raise ValueError(
+            f"The run {os.fspath(run_folder)} has not finished (status "
+            f"{record.get('status')!r}): finish it first (run the same keras-masking clue "
+            "command) and export it then."
+        )
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise ValueError(f"Expected a new or empty folder for output. Received: {output}.")
+    options = {name: arguments[name] for name in _PASSED if name in arguments}
+    options.update({field.name: arguments[field.name] for field in dataclasses.fields(MethodPlan)})
+    if arguments.get("model") is not None:
+        options["model"] = arguments["model"]
+    if arguments.get("dev_noise"):
+        options["dev_noise"] = arguments["dev_noise"]
+    result = finetune(output_dir=run_folder, verbose=0, **options)
+    model = serving_task_model(result.model)
+    kwargs = {}
+    signature = None
+    if keras.config.backend() == "jax":
+        signature, kwargs = token_id_signature(model)
+    staging = output.with_name(f".{output.name}.partial")
+    model.export(os.fspath(staging), verbose=verbose, input_signature=signature, **kwargs)
+    write_atomically(
+        staging / "keras_masking_run.json", lambda file: file.write(json.dumps(record, indent=1))
+    )
+    if output.exists():
+        output.rmdir()
+    staging.rename(output)
+    return output

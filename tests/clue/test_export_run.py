@@ -1,0 +1,75 @@
+"""`keras-masking export`: a finished run's best model as a SavedModel of token ids."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from keras_masking import clue
+from keras_masking.cli import main
+from tests.clue import fixtures as clue_fixtures
+from tests.clue.helpers import VOCABULARY
+
+METHODS = dict(fl_tuning=4, drop_token=0.3, asa=0.5)  # merged, off, off at serving
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    root = tmp_path_factory.mktemp("export")
+    preset = clue_fixtures.tiny_preset(root / "preset", max_sequence_length=32)
+    clue_fixtures.eprstmt(root / "data")
+    result = clue.finetune(
+        "eprstmt", root / "data", root / "run", preset=preset, epochs=1, batch_size=8,
+        max_length=24, learning_rate=3e-3, verbose=0, jit_compile=False, **METHODS,
+    )  # fmt: skip
+    assert result.status == "finished"
+    return root, result
+
+
+def _features(rows=3, length=24):
+    rng = np.random.default_rng(0)
+    token_ids = rng.integers(5, len(VOCABULARY), (rows, length)).astype("int32")
+    token_ids[:, 0], token_ids[:, -1] = 2, 3
+    return {
+        "token_ids": token_ids,
+        "segment_ids": np.zeros((rows, length), "int32"),
+        "padding_mask": np.ones((rows, length), "int32"),
+    }
+
+
+def test_the_exported_run_serves_its_best_model_without_its_training_methods(finished):
+    import tensorflow as tf
+
+    root, result = finished
+    output = root / "served"
+    assert main(["export", str(root / "run"), str(output), "--quiet"]) == 0
+    served = tf.saved_model.load(str(output))
+    features = _features()
+    outputs = served.serve({name: tf.constant(value) for name, value in features.items()})
+    np.testing.assert_allclose(
+        np.asarray(outputs), result.model.predict(features, verbose=0), atol=1e-5
+    )
+    names = [variable.name for variable in served.variables]
+    assert not [name for name in names if "adversary" in name or "add_ffn" in name], names
+    record = json.loads((output / "keras_masking_run.json").read_text(encoding="utf-8"))
+    assert record["arguments"]["fl_tuning"] == 4 and record["status"] == "finished"
+    assert not list(root.glob(".served*"))  # no staging folder left
+
+
+def test_what_cannot_be_exported_is_refused_before_anything_is_written(finished, tmp_path):
+    root, _ = finished
+    with pytest.raises(FileNotFoundError, match="No run record"):
+        clue.export_run(tmp_path, tmp_path / "a")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "file").write_text("x")
+    with pytest.raises(ValueError, match="Expected a new or empty folder for output"):
+        clue.export_run(root / "run", tmp_path / "busy")
+    running = tmp_path / "running"
+    running.mkdir()
+    record = json.loads((root / "run" / "run.json").read_text(encoding="utf-8"))
+    (running / "run.json").write_text(json.dumps({**record, "status": "running"}))
+    with pytest.raises(ValueError, match=r"has not finished \(status 'running'\)"):
+        clue.export_run(running, tmp_path / "b")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["busy", "running"]
+    assert keras.config.backend() in ("tensorflow", "jax")
