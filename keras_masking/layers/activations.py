@@ -16,8 +16,18 @@ def gelu_approximate(x):
 
 @keras.saving.register_keras_serializable(package="keras_masking")
 def gelu_exact(x):
-    """GELU with the exact erf form (Hugging Face's and bert4keras' "gelu")."""
-    return keras.activations.gelu(x, approximate=False)
+    """GELU with the exact erf form (Hugging Face's and bert4keras' "gelu").
+
+    On TensorFlow it is written as ``x * (1 + erf(x / sqrt(2))) / 2`` with
+    `keras.ops.erf`: TensorFlow's fused exact ``Gelu`` lowers to an ``Erfc``
+    that ONNX has no operator for. JAX keeps Keras' GELU (its ``erf`` lowers
+    to a composite that a ``jax2tf`` SavedModel cannot load).
+    """
+    if keras.config.backend() != "tensorflow":
+        return keras.activations.gelu(x, approximate=False)
+    x = keras.ops.convert_to_tensor(x)
+    half = keras.ops.cast(0.5, x.dtype)
+    return half * x * (1.0 + keras.ops.erf(x * keras.ops.cast(0.7071067811865476, x.dtype)))
 
 
 def resolve_activation(name):

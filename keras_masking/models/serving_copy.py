@@ -1,6 +1,7 @@
 """The plain inference model of a backbone trained with the package's methods."""
 
 import keras
+import keras_hub
 import numpy as np
 from keras import ops
 
@@ -111,9 +112,12 @@ def serving_task_model(task_model):
     plain = keras_masking.models.serving_task_model(model)  # model: a head on a backbone
     ```
     """
-    from keras_masking.models.transformer_backbone import TransformerBackbone
-
-    backbones = [layer for layer in task_model.layers if isinstance(layer, TransformerBackbone)]
+    # A TransformerBackbone (by its serving_copy: this module sits below it).
+    backbones = [
+        layer
+        for layer in task_model.layers
+        if isinstance(layer, keras_hub.models.Backbone) and hasattr(layer, "serving_copy")
+    ]
     if len(backbones) != 1:
         return task_model
     serving = serving_backbone(backbones[0])

@@ -311,9 +311,17 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
                     f"{sorted(kwargs)}."
                 )
             return export_text_classifier(self, filepath, text_pairs=text_pairs, verbose=verbose)
+        if format == "onnx" and keras.config.backend() == "jax":
+            raise ValueError(
+                "ONNX export runs on the TensorFlow backend (tf2onnx): Keras' JAX path "
+                "(jax2onnx) does not convert these models yet. Export from KERAS_BACKEND="
+                "tensorflow (the weights load there unchanged), or export a SavedModel."
+            )
         serving = self.serving_copy()
         if keras.config.backend() == "jax" and format == "tf_saved_model":
             input_signature, kwargs = token_id_signature(serving, input_signature, kwargs)
+        elif input_signature is None:  # the copy was never called: Keras needs the inputs
+            input_signature = token_id_signature(serving)[0]
         return keras.Model.export(
             serving, filepath, format=format, verbose=verbose, input_signature=input_signature,
             **kwargs,

@@ -206,3 +206,30 @@ def test_a_tokenizer_that_runs_in_python_is_refused_for_strings_in(tmp_path):
     with pytest.raises(ValueError, match=r"UnigramTokenizer, which tokenizes in Python"):
         classifier.export(tmp_path / "e5", verbose=False)
     assert not list(tmp_path.iterdir())
+
+
+def test_onnx_export_serves_predict_with_onnxruntime(tmp_path):
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs("relative")), seed=4)
+    classifier = TransformerTextClassifier(backbone, num_classes=2)
+    classifier.enable_fl_tuning(units=4)
+    classifier.enable_drop_token(0.2, seed=1)
+    randomize_weights(classifier, seed=5, scale=0.3)
+    path = tmp_path / "classifier.onnx"
+    if keras.config.backend() == "jax":
+        with pytest.raises(ValueError, match="ONNX export runs on the TensorFlow backend"):
+            classifier.export(path, format="onnx", verbose=False)
+        assert not path.exists()
+        return
+    onnxruntime = pytest.importorskip("onnxruntime", reason="the .[export] extra")
+    pytest.importorskip("tf2onnx", reason="the .[export] extra")
+    classifier.export(path, format="onnx", verbose=False)
+    session = onnxruntime.InferenceSession(str(path))
+    for batch, length in ((2, 10), (3, 7)):  # any batch, any length
+        features = random_features(batch=batch, length=length)
+        feeds = {
+            entry.name: features[entry.name.removeprefix("args_0_")]
+            for entry in session.get_inputs()
+        }
+        np.testing.assert_allclose(
+            session.run(None, feeds)[0], classifier.predict(features, verbose=0), atol=1e-5
+        )
