@@ -23,7 +23,8 @@ def export_run(run_folder, output, verbose=False):
     The SavedModel's ``serve`` signature takes the task model's inputs, int32
     ``(batch, sequence)`` ids as `keras_masking.clue.encode_examples` makes
     them, and returns its outputs; ``run.json`` is copied beside it as
-    ``keras_masking_run.json`` (the task, methods, settings and scores).
+    ``keras_masking_run.json``, and ``README.md`` is its model card (the
+    model, the methods, the data, the settings and the run's scores).
 
     Args:
         run_folder: a finished ``keras-masking clue`` / `finetune` run folder;
@@ -49,6 +50,8 @@ def export_run(run_folder, output, verbose=False):
 
     from keras_masking.clue.method_plan import MethodPlan
     from keras_masking.clue.runner import finetune
+    from keras_masking.models.model_card import model_card
+    from keras_masking.models.model_card import write_model_card
     from keras_masking.models.serving_copy import serving_task_model
     from keras_masking.models.text_classifier_export import token_id_signature
     from keras_masking.utils.files import write_atomically
@@ -90,6 +93,24 @@ def export_run(run_folder, output, verbose=False):
     write_atomically(
         staging / "keras_masking_run.json", lambda file: file.write(json.dumps(record, indent=1))
     )
+    training = {
+        "task": arguments.get("task"),
+        "benchmark": arguments.get("benchmark"),
+        "data_dir": arguments.get("data_dir"),
+        "model": arguments.get("preset") or arguments.get("checkpoint"),
+        "methods": {name: arguments[name] for name in record.get("methods") or ()},
+        "best": record.get("best"),
+        "test_public": record.get("test_public"),
+        "settings": {name: arguments.get(name) for name in _PASSED[8:]},
+    }
+    backbones = [layer for layer in model.layers if hasattr(layer, "serving_copy")]
+    if backbones:
+        card = model_card(
+            backbones[0], f"{arguments.get('task')} ({arguments.get('benchmark')})",
+            head=f"the CLUE {arguments.get('task')} task model; inputs: {sorted(model.input)}",
+            training=training,
+        )  # fmt: skip
+        write_model_card(staging, card)
     if output.exists():
         output.rmdir()
     staging.rename(output)

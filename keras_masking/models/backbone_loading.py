@@ -11,6 +11,8 @@ from keras_masking.models import keras_hub_conversion
 from keras_masking.models.backbone_config import plain_record
 from keras_masking.models.mlm_embedding_correction_record import load_folder_record
 from keras_masking.models.mlm_embedding_correction_record import mark_loaded_record
+from keras_masking.models.model_card import model_card
+from keras_masking.models.model_card import write_model_card
 from keras_masking.utils.eager_checks import non_finite_variables
 from keras_masking.utils.files import read_json_object
 
@@ -152,6 +154,24 @@ class BackboneLoading:
                 "keras.saving.load_model, which restores them)."
             )
             raise ValueError(self._layout_mismatch)
+
+    def save_to_preset(self, preset_dir, max_shard_size=10):
+        """keras-hub's ``save_to_preset``, plus a model card (``README.md``).
+
+        The card says what the model is and which methods are on
+        (`keras_masking.models.model_card.model_card`).
+
+        Args:
+            preset_dir: the preset folder.
+            max_shard_size: keras-hub's shard size in GB.
+
+        Example:
+        ```python
+        backbone.save_to_preset("my_preset")  # config, weights, README.md
+        ```
+        """
+        super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
+        write_model_card(preset_dir, model_card(self))
 
 
 def load_backbone_preset(cls, preset, load_weights=True, **kwargs):

