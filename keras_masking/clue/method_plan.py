@@ -252,11 +252,12 @@ class MethodPlan:
                 unselectable_token_ids=special,
                 max_expanded_tokens=max([1, *counts]),
             )
-        if self.asa is not None:
-            backbone.enable_asa(tau=self.asa, seed=seed)
         task_model = build_head(encoder)
         trainer = task_model
         if self.asa is not None:
+            # After the head: its initial weights are drawn first, as a run of
+            # ASATrainer's own adversaries drew them.
+            backbone.enable_asa(tau=self.asa, seed=seed)
             divergence = (
                 keras_masking.losses.span_position_divergence if task.kind == "span" else None
             )

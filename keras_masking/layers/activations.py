@@ -1,5 +1,7 @@
 """Activation names as checkpoints spell them, resolved to Keras functions."""
 
+import contextlib
+
 import keras
 
 # Google's configs say "gelu"; Hugging Face and bert4keras read it as the
@@ -14,16 +16,35 @@ def gelu_approximate(x):
     return keras.activations.gelu(x, approximate=True)
 
 
+_ERF_GELU = [False]
+
+
+@contextlib.contextmanager
+def gelu_as_erf():
+    """Within the block, `gelu_exact` traces as ``x * (1 + erf(x / sqrt(2))) / 2``.
+
+    TensorFlow's fused exact ``Gelu`` lowers to an ``Erfc`` that ONNX has no
+    operator for; an ONNX export traces the model inside this block. The two
+    forms agree within 1e-6 in float32; outside the block the fused op runs.
+
+    Example:
+    ```python
+    with keras_masking.layers.activations.gelu_as_erf():
+        y = keras_masking.layers.gelu_exact(np.ones((2,), "float32"))
+    ```
+    """
+    before = _ERF_GELU[0]
+    _ERF_GELU[0] = True
+    try:
+        yield
+    finally:
+        _ERF_GELU[0] = before
+
+
 @keras.saving.register_keras_serializable(package="keras_masking")
 def gelu_exact(x):
-    """GELU with the exact erf form (Hugging Face's and bert4keras' "gelu").
-
-    On TensorFlow it is written as ``x * (1 + erf(x / sqrt(2))) / 2`` with
-    `keras.ops.erf`: TensorFlow's fused exact ``Gelu`` lowers to an ``Erfc``
-    that ONNX has no operator for. JAX keeps Keras' GELU (its ``erf`` lowers
-    to a composite that a ``jax2tf`` SavedModel cannot load).
-    """
-    if keras.config.backend() != "tensorflow":
+    """GELU with the exact erf form (Hugging Face's and bert4keras' "gelu")."""
+    if not _ERF_GELU[0]:
         return keras.activations.gelu(x, approximate=False)
     x = keras.ops.convert_to_tensor(x)
     half = keras.ops.cast(0.5, x.dtype)

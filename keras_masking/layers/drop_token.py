@@ -1,5 +1,7 @@
 """DropToken: drop random tokens in training, keeping the others' positions."""
 
+import random
+
 import keras
 import numpy as np
 from keras import ops
@@ -103,10 +105,12 @@ class DropToken(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.seed_generator = keras.random.SeedGenerator(check_seed("seed", seed))
-        self.reconfigure(
+        checked = self._checked(
             rate, unselectable_token_ids, protected_positions, mode, seed, slot_multiple
         )
+        self.seed_generator = keras.random.SeedGenerator(checked["seed"])
+        for name, value in checked.items():
+            setattr(self, name, value)
 
     def reconfigure(
         self,
@@ -136,7 +140,21 @@ class DropToken(keras.layers.Layer):
         >>> drop.mode, drop.rate
         ('attention', 0.2)
         """
-        checked = dict(
+        checked = self._checked(
+            rate, unselectable_token_ids, protected_positions, mode, seed, slot_multiple
+        )
+        for name, value in checked.items():
+            setattr(self, name, value)
+        # The draws restart as a new layer's would: from ``seed``, or from a
+        # fresh random seed (Keras' default, from Python's random state).
+        start = checked["seed"] if checked["seed"] is not None else random.randint(1, 10**9)
+        state = self.seed_generator.state
+        state.assign(ops.cast(ops.convert_to_tensor([start, 0]), state.dtype))
+
+    @staticmethod
+    def _checked(rate, unselectable_token_ids, protected_positions, mode, seed, slot_multiple):
+        """Every setting checked, before any is set."""
+        return dict(
             rate=check_drop_rate(rate),
             unselectable_token_ids=check_int_list(
                 "unselectable_token_ids", unselectable_token_ids, minimum=0
@@ -148,11 +166,6 @@ class DropToken(keras.layers.Layer):
             seed=check_seed("seed", seed),
             slot_multiple=check_int("slot_multiple", slot_multiple, minimum=1),
         )
-        for name, value in checked.items():
-            setattr(self, name, value)
-        if checked["seed"] is not None:
-            state = self.seed_generator.state
-            state.assign(ops.cast(ops.convert_to_tensor([checked["seed"], 0]), state.dtype))
 
     def set_rate(self, rate):
         """Changes the drop rate (takes effect at the next trace of a step).

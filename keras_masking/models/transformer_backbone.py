@@ -190,8 +190,11 @@ class TransformerBackbone(
             for i in range(self.num_layers)
         ]
         # DropToken's place in the graph, the identity until enable_drop_token.
+        # A fixed seed here draws nothing from Python's random state, so
+        # building a backbone leaves every later seeded draw as it was;
+        # enable_drop_token draws the layer's seed then (see reconfigure).
         self.token_dropping = DropToken(
-            0.0, protected_positions=(0,), dtype=dtype, name="drop_token"
+            0.0, protected_positions=(0,), seed=0, dtype=dtype, name="drop_token"
         )
         self.restore_dropped_tokens = RestoreDroppedTokens(
             gathering=False, dtype=dtype, name="restore_dropped_tokens"

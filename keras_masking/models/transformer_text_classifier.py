@@ -1,10 +1,13 @@
 """TransformerTextClassifier: a keras-hub TextClassifier on a TransformerBackbone."""
 
+import contextlib
+
 import keras
 import keras_hub
 import numpy as np
 
 from keras_masking.distribution.dropout import ReplicaDropout
+from keras_masking.layers.activations import gelu_as_erf
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.models.asa_objective import ASAObjective
 from keras_masking.models.model_card import model_card
@@ -341,10 +344,11 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
             input_signature, kwargs = token_id_signature(serving, input_signature, kwargs)
         elif input_signature is None:  # the copy was never called: Keras needs the inputs
             input_signature = token_id_signature(serving)[0]
-        return keras.Model.export(
-            serving, filepath, format=format, verbose=verbose, input_signature=input_signature,
-            **kwargs,
-        )  # fmt: skip
+        with gelu_as_erf() if format == "onnx" else contextlib.nullcontext():
+            return keras.Model.export(
+                serving, filepath, format=format, verbose=verbose,
+                input_signature=input_signature, **kwargs,
+            )  # fmt: skip
 
     def _with_backbone(self, backbone):
         config = self.get_config()

@@ -380,3 +380,21 @@ def test_restore_is_the_identity_when_off_or_at_inference():
     np.testing.assert_array_equal(restored[0, :, 0], [1.0, 0.0, 2.0])
     with pytest.raises(ValueError, match="gathering"):
         RestoreDroppedTokens(gathering="yes")
+
+
+def test_a_backbones_idle_drop_token_draws_no_seed_until_turned_on():
+    # Building a backbone must leave later seeded draws as they were before
+    # DropToken joined its graph: the idle layer takes a fixed seed, and
+    # turning it on without a seed draws one then, as a new layer would.
+    import random
+
+    random.seed(3)
+    layer = DropToken(0.0, seed=0)
+    drawn = random.random()
+    random.seed(3)
+    assert random.random() == drawn  # the constructor drew nothing
+    random.seed(3)
+    layer.reconfigure(0.5)
+    expected = random.Random(3).randint(1, 10**9)
+    np.testing.assert_array_equal(_numpy(layer.seed_generator.state), [expected, 0])
+    assert layer.seed is None
