@@ -113,8 +113,7 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
                 f"Expected None or a callable for divergence. Received: divergence={divergence!r}."
             )
         check_choice("token_divergence", token_divergence, TOKEN_DIVERGENCES)
-        encoder = _attacked_encoder(task_model)
-        backbone = encoder
+        backbone = _attacked_backbone(task_model)
         self.task_model = task_model
         self.backbone = backbone
         if layers is not None:
@@ -145,17 +144,17 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
             )
         else:
             self.adversaries = backbone.attention_adversaries
-        self.adversarial_model = self._build_adversarial_model(encoder)
+        self.adversarial_model = self._build_adversarial_model()
         self.build_asa_trackers(self.attacked_layers)
         self.built = True
 
-    def _build_adversarial_model(self, encoder):
-        """The task graph with the encoder's call replaced by the adversarial one."""
+    def _build_adversarial_model(self):
+        """The task graph with the backbone's call replaced by the adversarial one."""
         by_layer = dict(zip(self.attacked_layers, self.adversaries))
         captured = []
 
         def call_function(layer, *args, **kwargs):
-            if layer is not encoder:
+            if layer is not self.backbone:
                 return layer(*args, **kwargs)
             inputs = args[0] if args else kwargs["inputs"]
             outputs, masks = self.backbone.adversarial_forward(
@@ -169,7 +168,7 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
         )
         if len(captured) != 1:
             raise ValueError(
-                f"ASA needs a task model that calls its encoder once; this one calls it "
+                f"ASA needs a task model that calls its backbone once; this one calls it "
                 f"{len(captured)} times."
             )
         masks, padding_mask = captured[0]
@@ -177,11 +176,11 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
         return keras.Model(clone.input, outputs, name="asa_adversarial_pass")
 
     def rebuild_training_graph(self):
-        """Builds the adversarial pass again from the encoder as it is now.
+        """Builds the adversarial pass again from the backbone as it is now.
 
         `keras_masking.utils.refresh_training` calls it when a method is
         turned on after this trainer was built (DropToken, FL-tuning...), so
-        the adversarial pass runs the same encoder as the clean pass.
+        the adversarial pass runs the same backbone as the clean pass.
 
         Example:
         ```python
@@ -191,9 +190,8 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
         """
         self._tracker.unlock()
         try:
-            self.adversarial_model = self._build_adversarial_model(
-                _attacked_encoder(self.task_model)
-            )
+            _attacked_backbone(self.task_model)  # still attackable (no gather-mode DropToken)
+            self.adversarial_model = self._build_adversarial_model()
         finally:
             self._tracker.lock()
 
@@ -294,7 +292,7 @@ def _asa_settings(given, backbone_setting):
     return dict(backbone_setting)
 
 
-def _attacked_encoder(task_model):
+def _attacked_backbone(task_model):
     """The `TransformerBackbone` the model calls (token dropping, if on, in attention mode)."""
     if isinstance(task_model, ASAObjective) and task_model.backbone.asa is not None:
         raise ValueError(
@@ -312,10 +310,10 @@ def _attacked_encoder(task_model):
             f"{type(task_model).__name__} calling {len(encoders)} such encoders (its layers: "
             f"{sorted({type(layer).__name__ for layer in layers})})."
         )
-    encoder = encoders[0]
-    if encoder.drop_token is not None and encoder.drop_token.mode == "gather":
+    backbone = encoders[0]
+    if backbone.drop_token is not None and backbone.drop_token.mode == "gather":
         raise ValueError(ASA_WITH_GATHER)
-    return encoder
+    return backbone
 
 
 def _resolve_task(task, task_model):
