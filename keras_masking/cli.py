@@ -37,6 +37,7 @@ keras-masking --version
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -62,9 +63,9 @@ EXPECTED_WARNINGS = ("Gradients do not exist for variables",)
 
 
 # === Argument types (a bad value is a usage error: exit code 2) ===
-def _flag(check, name, **limits):
+def _flag(check, name, convert=None, **limits):
     """An argparse type: the text as a number that ``check(name, value, **limits)`` accepts."""
-    convert = int if check is check_int else float
+    convert = convert or (int if check is check_int else float)
 
     def parse(text):
         try:
@@ -78,11 +79,6 @@ def _flag(check, name, **limits):
             ) from None
 
     return parse
-
-
-def _share(name):
-    """An argparse type: a float in [0, 1)."""
-    return _flag(check_float, name, minimum=0.0, maximum=1.0, open_maximum=True)
 
 
 def _token_ids(text):
@@ -255,9 +251,13 @@ def _correct_embeddings(args):
     print(f"Corrected {rows} embedding rows; wrote {args.output}")
 
 
-# `keras-masking clue` flags that are not `finetune` arguments (the others keep their name).
-CLUE_NOT_PASSED = ("command", "task", "data_dir", "output_dir", "quiet", "verbose",
-                   "old_data_dir", "old_output_dir", "no_jit_compile")  # fmt: skip
+def _run_config(args):
+    """The `RunConfig` of a ``clue`` or ``compare`` command line (its flags' values)."""
+    from keras_masking.clue.method_plan import FLAGS
+    from keras_masking.clue.run_config import RunConfig
+
+    names = {field.name for field in dataclasses.fields(RunConfig)} - {"methods"} | set(FLAGS)
+    return RunConfig.from_options(**{name: v for name, v in vars(args).items() if name in names})
 
 
 def _run_folders(args):
@@ -285,12 +285,11 @@ def _run_folders(args):
 def _clue(args):
     from keras_masking import clue
 
-    options = {name: value for name, value in vars(args).items() if name not in CLUE_NOT_PASSED}
+    config = _run_config(args)
     try:
         result = clue.finetune(
-            args.task, args.data_dir, args.output_dir, verbose=0 if args.quiet else 1,
-            jit_compile=not args.no_jit_compile, **options,
-        )  # fmt: skip
+            args.task, args.data_dir, args.output_dir, config, verbose=0 if args.quiet else 1
+        )
     except KeyboardInterrupt:
         print(f"{PROG} clue: interrupted; {_kept_run(args.output_dir)}", file=sys.stderr)
         raise SystemExit(130) from None
@@ -330,20 +329,18 @@ def _kept_run(output_dir):
     return f"kept {output_dir}: run.json, no finished epoch; the same command starts it again."
 
 
-# `keras-masking compare` flags that are not `compare` arguments.
-COMPARE_NOT_PASSED = ("command", "task", "data_dir", "output_dir", "quiet", "verbose",
-                      "learning_rate_for", "no_jit_compile")  # fmt: skip
-
-
 def _compare(args):
     from keras_masking import clue
 
-    options = {name: value for name, value in vars(args).items() if name not in COMPARE_NOT_PASSED}
+    if args.old_noise is not None:
+        print(f"{PROG} compare: --noise is deprecated and goes in the next release; pass "
+              "--dev-noise, as clue takes it.", file=sys.stderr)  # fmt: skip
+        args.dev_noise = args.old_noise
     try:
         result = clue.compare(
-            args.task, args.data_dir, args.output_dir,
-            learning_rates=dict(args.learning_rate_for or ()),
-            jit_compile=not args.no_jit_compile, verbose=0 if args.quiet else 1, **options,
+            args.task, args.data_dir, args.output_dir, args.methods, args.seeds,
+            _run_config(args), learning_rates=dict(args.learning_rate_for or ()),
+            split_seed=args.split_seed, verbose=0 if args.quiet else 1,
         )  # fmt: skip
     except KeyboardInterrupt:
         print(
@@ -558,51 +555,81 @@ def _add_convert_e5_parser(commands):
     convert.add_argument("--pooling", choices=["mean", "first"], default="mean")
 
 
-def _add_run_arguments(parser, what):
-    """The arguments ``clue`` and ``compare`` share, spelt the same in both.
+# Other spellings of `RunConfig`'s flags.
+ALIASES = {"learning_rate": ("--lr",)}
+# The metavars of the method flags (`MethodPlan`'s switches), and the ones that exclude each other.
+METHOD_METAVARS = {"drop_token": "RATE", "asa": "TAU", "fl_tuning": "UNITS",
+                   "prefix_tuning": "LENGTH", "lora": "RANK", "exlm_k": "K"}  # fmt: skip
+PEFT_SWITCHES = ("fl_tuning", "prefix_tuning", "lora")
 
-    ``TASK DATA_DIR OUTPUT`` as positionals, the model source, and the
-    training settings (their destinations are `finetune`'s argument names).
+
+def _add_run_arguments(parser, command):
+    """``TASK DATA_DIR OUTPUT`` and the `RunConfig` flags of ``command`` (``clue`` or ``compare``).
+
+    Every flag is generated from a `RunConfig` field (its ``flag``, help and
+    type) and checked as `RunConfig` checks it, so both commands spell and
+    check each setting the same way.
     """
+    from keras_masking.clue.run_config import RunConfig
+    from keras_masking.clue.run_config import check_setting
+
     parser.add_argument(
         "task",
         metavar="TASK",
         help="afqmc, tnews, iflytek, ocnli, cmnli, cluewsc, "
         "csl, cluener, c3, chid, cmrc2018, bustm, eprstmt, csldcp",
     )
-    optional = {"nargs": "?"} if what == "run" else {}  # clue: the 0.5 options still work
+    optional = {"nargs": "?"} if command == "clue" else {}  # clue: the 0.5 options still work
+    what = "run" if command == "clue" else "compare"
     parser.add_argument("data_dir", metavar="DATA_DIR", help="folder with the task's folder",
                         **optional)  # fmt: skip
     parser.add_argument("output_dir", metavar="OUTPUT", help=f"the {what}'s folder (resumed)",
                         **optional)  # fmt: skip
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", help="Google-layout TF checkpoint (prefix or folder)")
-    source.add_argument("--preset", help="preset folder (ours, keras-hub's, Hugging Face BERT)")
-    parser.add_argument("--model", default="bert", choices=FAMILIES, help="the checkpoint's family")
-    parser.add_argument("--config", help="bert_config.json (default: next to the checkpoint)")
-    parser.add_argument("--vocab", help="vocab.txt (default: next to the model)")
-    training = parser.add_argument_group("training (default: the task's)")
-    for flag in ("epochs", "batch-size", "max-length", "accumulation"):
-        training.add_argument(f"--{flag}", type=_flag(check_int, flag.replace("-", "_"), minimum=1))
-    training.add_argument(
-        "--learning-rate", "--lr",
-        type=_flag(check_float, "learning_rate", minimum=0.0, open_minimum=True),
-        help="peak learning rate",
-    )  # fmt: skip
-    training.add_argument(
-        "--warmup", dest="warmup_proportion", type=_share("warmup"), default=0.1,
-        help="warmup share",
-    )  # fmt: skip
-    training.add_argument(
-        "--weight-decay", type=_flag(check_float, "weight_decay", minimum=0.0), default=0.01
-    )
-    training.add_argument("--benchmark", choices=("clue", "fewclue"), help="default: detected")
-    training.add_argument("--few-shot", type=_few_shot, default="all", help="all or 0..4")
-    training.add_argument(
-        "--no-jit-compile", action="store_true", help="no XLA: a faster start for tiny models"
-    )
+    groups = {
+        "model": parser.add_argument_group("model"),
+        "training": parser.add_argument_group("training (default: the task's)"),
+        "data": parser.add_argument_group("data"),
+    }
+    source = groups["model"].add_mutually_exclusive_group(required=True)
+    for field in dataclasses.fields(RunConfig):
+        meta = field.metadata
+        if not meta or command not in meta["commands"]:
+            continue
+        group = source if field.name in ("checkpoint", "preset") else groups[meta["group"]]
+        names, kind = (meta["flag"], *ALIASES.get(field.name, ())), meta["kind"]
+        options = {"dest": field.name, "help": meta["help"], "default": field.default}
+        if kind is bool:
+            options["action"] = "store_false" if meta["flag"].startswith("--no-") else "store_true"
+        elif isinstance(kind, tuple):
+            options["choices"] = kind
+        elif kind == "few_shot":
+            options["type"] = _few_shot
+        elif kind is not None:
+            options.update(type=_flag(check_setting, field.name, convert=kind),
+                           metavar=meta["metavar"])  # fmt: skip
+        group.add_argument(*names, **options)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    return training
+
+
+def _add_method_arguments(parser):
+    """One flag per `MethodPlan` switch (``--drop-token RATE``, ``--fl-tuning UNITS``...)."""
+    from keras_masking.clue.method_plan import FLAGS
+    from keras_masking.clue.method_plan import MethodPlan
+
+    def check(name, value):
+        return getattr(MethodPlan(**{name: value}), name)
+
+    methods = parser.add_argument_group("methods")
+    tuning = methods.add_mutually_exclusive_group()
+    for field in dataclasses.fields(MethodPlan):
+        if field.default is False:
+            methods.add_argument(FLAGS[field.name], dest=field.name, action="store_true")
+            continue
+        convert = int if isinstance(field.default, int) else float
+        group = tuning if field.name in PEFT_SWITCHES else methods
+        group.add_argument(FLAGS[field.name], dest=field.name, default=field.default,
+                           type=_flag(check, field.name, convert=convert),
+                           metavar=METHOD_METAVARS[field.name])  # fmt: skip
 
 
 def _add_clue_parser(commands):
@@ -612,31 +639,11 @@ def _add_clue_parser(commands):
         description="Fine-tune a CLUE 1.1 or FewCLUE task; 'keras-masking clue submit RUNS_DIR' "
         "checks the submission files and builds CLUE's zip.",
     )
-    training = _add_run_arguments(clue, "run")
+    _add_run_arguments(clue, "clue")
     # The spellings of 0.5, kept for one release (a warning says so).
     clue.add_argument("--data-dir", dest="old_data_dir", help=argparse.SUPPRESS)
     clue.add_argument("--output-dir", dest="old_output_dir", help=argparse.SUPPRESS)
-    methods = clue.add_argument_group("methods")
-    methods.add_argument("--correct-embeddings", action="store_true")
-    methods.add_argument("--drop-token", type=_share("drop_token"), default=0.0, metavar="RATE")
-    methods.add_argument(
-        "--asa", type=_flag(check_float, "asa", minimum=0.0), default=None, metavar="TAU"
-    )
-    tuning = methods.add_mutually_exclusive_group()
-    for flag, metavar in (("fl-tuning", "UNITS"), ("prefix-tuning", "LENGTH"), ("lora", "RANK")):
-        size = _flag(check_int, flag.replace("-", "_"), minimum=0)
-        tuning.add_argument(f"--{flag}", type=size, default=0, metavar=metavar)
-    methods.add_argument(
-        "--exlm-k", type=_flag(check_int, "exlm_k", minimum=0), default=0, metavar="K"
-    )
-    training.add_argument(
-        "--seed", type=_flag(check_int, "seed", minimum=0, maximum=MAX_SEED), default=0
-    )
-    training.add_argument(
-        "--data-parallel",
-        action="store_true",
-        help="train on every device with the backend's data-parallel engine",
-    )
+    _add_method_arguments(clue)
 
 
 def _add_compare_parser(commands):
@@ -648,29 +655,29 @@ def _add_compare_parser(commands):
         "when missing) seed by seed, with a 95% Student t interval. Writes OUTPUT/compare.json, "
         "compare.md and compare.png; the same command resumes.",
     )
-    training = _add_run_arguments(compare, "compare")
-    compare.add_argument(
+    _add_run_arguments(compare, "compare")
+    runs = compare.add_argument_group("the compare's runs")
+    runs.add_argument(
         "--methods", nargs="+", required=True, type=_method_spec, metavar="SPEC",
         help="plain, drop_token=RATE, asa[=TAU], fl_tuning[=UNITS], prefix_tuning[=LENGTH], "
         "lora=RANK, correct_embeddings, exlm_k=K",
     )  # fmt: skip
-    compare.add_argument(
+    runs.add_argument(
         "--seeds", nargs="+", type=_flag(check_int, "seeds", minimum=0, maximum=MAX_SEED),
         default=[0, 1, 2], metavar="SEED", help="default: 0 1 2",
     )  # fmt: skip
-    training.add_argument(
+    runs.add_argument(
         "--learning-rate-for", type=_learning_rate_for, action="append", metavar="METHOD=RATE",
         help="a method's own learning rate, by label or name (repeatable): fl_tuning=5e-3",
     )  # fmt: skip
-    training.add_argument(
+    runs.add_argument(
         "--split-seed", type=_flag(check_int, "split_seed", minimum=0, maximum=MAX_SEED), default=0,
         help="the seed of dev's halves",
     )  # fmt: skip
+    # The spelling of 0.5, kept for one release (a warning says so).
     compare.add_argument(
-        "--noise", type=_flag(check_float, "noise", minimum=0.0, maximum=1.0), default=0.0,
-        metavar="SHARE",
-        help="also score dev with this share of its characters replaced (0.1: 10%%), and "
-        "compare the methods on it too (robustness; text and sentence-pair tasks)",
+        "--noise", dest="old_noise", help=argparse.SUPPRESS,
+        type=_flag(check_float, "noise", minimum=0.0, maximum=1.0),
     )  # fmt: skip
 
 

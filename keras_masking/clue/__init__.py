@@ -49,6 +49,7 @@ from keras_masking.clue.readers import detect_benchmark
 from keras_masking.clue.readers import iter_examples
 from keras_masking.clue.readers import read_split
 from keras_masking.clue.readers import read_task_splits
+from keras_masking.clue.run_config import RunConfig
 from keras_masking.clue.runner import FinetuneResult
 from keras_masking.clue.runner import finetune
 from keras_masking.clue.submission import build_submission_zip

@@ -4,7 +4,7 @@ Every (method, seed) is one `finetune` run in ``OUTPUT/<method>/seed<k>``.
 The epoch of each run is chosen on one half of dev (half A) and scored on the
 other (half B), so the reported score never saw the choice; each method is
 then compared with plain fine-tuning seed by seed (method minus plain), with
-a Student t interval over the seeds. With ``noise``, each run also scores a
+a Student t interval over the seeds. With ``dev_noise``, each run also scores a
 copy of dev with that share of its characters replaced, and half B of it at
 the same epoch is compared in a second table (robustness). Written to ``OUTPUT``: ``compare.json``
 (everything), ``compare.md`` (the table) and ``compare.png`` (the scores).
@@ -18,6 +18,7 @@ import math
 import os
 import pathlib
 import re
+import warnings
 
 import keras
 import numpy as np
@@ -25,14 +26,13 @@ import numpy as np
 from keras_masking.clue.decoding import score
 from keras_masking.clue.method_plan import MethodPlan
 from keras_masking.clue.model_source import ModelSource
-from keras_masking.clue.noise import check_noise_rate
 from keras_masking.clue.readers import detect_benchmark
 from keras_masking.clue.readers import read_split
+from keras_masking.clue.run_config import RunConfig
 from keras_masking.clue.run_folder import RunFolder
 from keras_masking.clue.runner import finetune
 from keras_masking.clue.tasks import get_task
 from keras_masking.utils.arguments import MAX_SEED
-from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.arguments import check_int_list
@@ -67,6 +67,9 @@ T_975 = (
     2.048407, 2.045230, 2.042272,
 )  # fmt: skip
 Z_975 = 1.959963984540054
+# The training settings a compare records (as given: None is the task's default).
+COMPARED_SETTINGS = ("epochs", "batch_size", "learning_rate", "max_length", "accumulation",
+                     "warmup_proportion", "weight_decay", "jit_compile")  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -83,7 +86,7 @@ class CompareResult:
         json_path: ``compare.json``.
         markdown_path: ``compare.md``.
         plot_path: ``compare.png``, or None when matplotlib is missing.
-        noised_rows: with ``noise``, the same rows from the noised half B's
+        noised_rows: with ``dev_noise``, the same rows from the noised half B's
             scores (at the epochs chosen on the clean half A); else None.
     """
 
@@ -94,33 +97,8 @@ class CompareResult:
     noised_rows: list | None = None
 
 
-def compare(
-    task,
-    data_dir,
-    output_dir,
-    methods,
-    seeds=(0, 1, 2),
-    *,
-    checkpoint=None,
-    model="bert",
-    preset=None,
-    config=None,
-    vocab=None,
-    epochs=None,
-    batch_size=None,
-    learning_rate=None,
-    max_length=None,
-    accumulation=None,
-    warmup_proportion=0.1,
-    weight_decay=0.01,
-    learning_rates=None,
-    benchmark=None,
-    few_shot="all",
-    split_seed=0,
-    noise=0.0,
-    jit_compile=True,
-    verbose=1,
-):
+def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=None, *,
+            learning_rates=None, split_seed=0, noise=None, verbose=1, **options):  # fmt: skip
     """Fine-tunes a task with each method and seed, and says whether each method helps.
 
     Each (method, seed) is a `finetune` run in ``output_dir/<method>/seed<k>``
@@ -146,22 +124,21 @@ def compare(
             ``"lora=8"``, ``"correct_embeddings"``, ``"exlm_k=4"``. A spec is
             its method's label. ``"plain"`` is added (first) when missing.
         seeds: the seeds, ints >= 0, distinct (each run's ``seed``).
-        checkpoint, model, preset, config, vocab: the model, as `finetune`
-            takes it.
-        epochs, batch_size, learning_rate, max_length, accumulation,
-            warmup_proportion, weight_decay, jit_compile: `finetune`'s
-            training settings (None: the task's defaults).
+        run_config: a `RunConfig` for every run (the model, the training
+            settings, the data options; its methods and seed are the
+            compare's), or None: the defaults.
         learning_rates: a dict method label or name -> learning rate for its
             runs, fixed beforehand (``{"fl_tuning": 5e-3}``; a label wins over
             a name); the other methods take ``learning_rate``.
-        benchmark, few_shot: as `finetune`.
         split_seed: int >= 0, the seed of dev's halves.
-        noise: float in [0, 1]; above 0, each run also scores dev with that
-            share of its characters replaced (`finetune`'s ``dev_noise``;
-            text classification and sentence-pair tasks), and the methods
-            are compared a second time on the noised half B, at the epochs
-            chosen on the clean half A (`CompareResult.noised_rows`).
+        noise: the old name of ``dev_noise`` (deprecated, goes in 0.7.0).
         verbose: `finetune`'s progress output (0, 1 or 2).
+        **options: `RunConfig` fields, flat (``preset=...``, ``epochs=3``),
+            over ``run_config``. With ``dev_noise`` above 0, each run also
+            scores dev with that share of its characters replaced (text
+            classification and sentence-pair tasks), and the methods are
+            compared a second time on the noised half B, at the epochs chosen
+            on the clean half A (`CompareResult.noised_rows`).
 
     Returns:
         A `CompareResult`.
@@ -184,44 +161,52 @@ def compare(
     ```
     """
     task = get_task(task)
-    specs, added = _method_specs(methods, task)
+    if noise is not None:
+        warnings.warn("compare(noise=...) is deprecated and goes in 0.7.0; pass dev_noise=...",
+                      DeprecationWarning, stacklevel=2)  # fmt: skip
+        options["dev_noise"] = noise
+    config = RunConfig.from_options(run_config, **options)
+    if config.methods.active() or "seed" in options:
+        raise ValueError(
+            "compare takes its methods as specs (methods=['plain', 'fl_tuning=160']) and its "
+            "seeds as seeds=[...]; run_config and the options carry neither. Received: "
+            f"methods {config.methods.active()}, seed {options.get('seed')}."
+        )
+    specs, added = _method_specs(methods)
     seeds = check_int_list(
         "seeds", seeds, minimum=0, maximum=MAX_SEED, allow_empty=False, unique=True
     )
     seeds = list(seeds)
-    rates = _learning_rates(specs, learning_rate, learning_rates)
-    settings = _check_settings(dict(
-        epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, max_length=max_length,
-        accumulation=accumulation, warmup_proportion=warmup_proportion,
-        weight_decay=weight_decay, jit_compile=jit_compile,
-    ))  # fmt: skip
+    rates = _learning_rates(specs, config.learning_rate, learning_rates)
     split_seed = check_int("split_seed", split_seed, minimum=0, maximum=MAX_SEED)
-    noise = check_noise_rate("noise", noise, task)
-    source = {"checkpoint": checkpoint, "preset": preset, "model": model, "config": config,
-              "vocab": vocab}  # fmt: skip
-    model_source = ModelSource(checkpoint, preset, model, config, vocabulary=vocab)
+    model_source = ModelSource(config.checkpoint, config.preset, config.model, config.config,
+                               vocabulary=config.vocab)  # fmt: skip
     files = model_source.check()
-    for spec in specs:  # every method fits the model before the first run writes anything
-        MethodPlan(**spec["switches"]).check_source(model_source)
-    benchmark, _ = detect_benchmark(data_dir, task, benchmark)
-    dev = read_split(data_dir, task, "dev", benchmark, few_shot).examples
+    for spec in specs:  # every method fits the task and model before the first run writes
+        run = dataclasses.replace(config, methods=MethodPlan(**spec["switches"]))
+        run.resolved(task)
+        run.methods.check_source(model_source)
+    benchmark, _ = detect_benchmark(data_dir, task, config.benchmark)
+    config = dataclasses.replace(config, benchmark=benchmark)
+    dev = read_split(data_dir, task, "dev", benchmark, config.few_shot).examples
     halves = split_halves([example.id for example in dev], split_seed)
     arguments = {
         "task": task.name,
         "benchmark": benchmark,
-        "few_shot": few_shot,
+        "few_shot": config.few_shot,
         "data_dir": os.path.abspath(data_dir),
-        "checkpoint": files["model"] if checkpoint is not None else None,
-        "preset": files["model"] if preset is not None else None,
-        "model": model if checkpoint is not None else None,
+        "checkpoint": files["model"] if config.checkpoint is not None else None,
+        "preset": files["model"] if config.preset is not None else None,
+        "model": config.model if config.checkpoint is not None else None,
         "config": files["config"],
         "vocab": files["vocabulary"],
         "methods": [spec["label"] for spec in specs],
         "seeds": seeds,
         "split_seed": split_seed,
-        **settings,
+        **{name: getattr(config, name) for name in COMPARED_SETTINGS},
         "learning_rates": rates,
-        **({"noise": noise} if noise else {}),
+        **({"noise": config.dev_noise} if config.dev_noise else {}),
+        **({"data_parallel": True} if config.data_parallel else {}),
     }
     output = pathlib.Path(output_dir)
     _check_output(output, arguments, halves)
@@ -239,22 +224,19 @@ def compare(
     }
     output.mkdir(parents=True, exist_ok=True)
     write_json_atomically(output / RECORD, record)
-    finetune_options = dict(
-        source, benchmark=benchmark, few_shot=few_shot, verbose=verbose, dev_noise=noise
-    )
     for seed in seeds:  # seed by seed: an interrupted compare has whole pairs first
         for spec in specs:
             logger.info(
                 "compare: %s, seed %d (run %d of %d)",
                 spec["label"], seed, len(record["runs"]) + 1, len(specs) * len(seeds),
             )  # fmt: skip
-            result = finetune(
-                task, data_dir, output / spec["label"] / f"seed{seed}", **finetune_options,
-                **dict(settings, learning_rate=rates[spec["label"]]), seed=seed,
-                **spec["switches"],
-            )  # fmt: skip
+            run = dataclasses.replace(config, seed=seed, learning_rate=rates[spec["label"]],
+                                      methods=MethodPlan(**spec["switches"]))  # fmt: skip
+            result = finetune(task, data_dir, output / spec["label"] / f"seed{seed}", run,
+                              verbose=verbose)  # fmt: skip
             record["runs"].append(
-                _run_entry(task, spec["label"], seed, result, dev, halves, noised=bool(noise))
+                _run_entry(task, spec["label"], seed, result, dev, halves,
+                           noised=bool(config.dev_noise))  # fmt: skip
             )
             write_json_atomically(output / RECORD, record)
             # Each run builds its own models: free them, or a long compare
@@ -335,7 +317,7 @@ def parse_method(spec):
     return {"label": label, "name": name, "switches": switches}
 
 
-def _method_specs(methods, task):
+def _method_specs(methods):
     if isinstance(methods, str) or not methods:
         raise ValueError(
             "Expected a non-empty list of method specs for methods, such as ['plain', "
@@ -343,7 +325,6 @@ def _method_specs(methods, task):
         )
     specs = [parse_method(spec) for spec in methods]
     for index, spec in enumerate(specs):
-        MethodPlan(**spec["switches"]).check(task)
         for earlier in specs[:index]:
             if earlier["label"] == spec["label"]:
                 raise ValueError(
@@ -378,27 +359,6 @@ def _learning_rates(specs, learning_rate, given):
     }
 
 
-def _check_settings(settings):
-    """The training settings, checked as `finetune` checks them (None: the task's)."""
-    checked = dict(settings)
-    for name in ("epochs", "batch_size", "accumulation"):
-        if settings[name] is not None:
-            checked[name] = check_int(name, settings[name], minimum=1)
-    if settings["max_length"] is not None:
-        checked["max_length"] = check_int("max_length", settings["max_length"], minimum=8)
-    if settings["learning_rate"] is not None:
-        checked["learning_rate"] = check_float(
-            "learning_rate", settings["learning_rate"], minimum=0.0, open_minimum=True
-        )
-    checked["warmup_proportion"] = check_float(
-        "warmup_proportion", settings["warmup_proportion"], 0.0, 1.0, open_maximum=True
-    )
-    checked["weight_decay"] = check_float("weight_decay", settings["weight_decay"], minimum=0.0)
-    checked["jit_compile"] = check_bool("jit_compile", settings["jit_compile"])
-    return checked
-
-
-# === Dev halves and epochs ===
 def split_halves(ids, seed=0):
     """Splits dev's example ids into halves A and B with a seeded shuffle.
 

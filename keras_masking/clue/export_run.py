@@ -1,16 +1,8 @@
 """A finished CLUE run's chosen model, exported for serving (``keras-masking export``)."""
 
-import dataclasses
 import json
 import os
 import pathlib
-
-#: `finetune` arguments a run record holds under the same names.
-_PASSED = (
-    "task", "data_dir", "checkpoint", "preset", "config", "vocab", "benchmark", "few_shot",
-    "epochs", "batch_size", "learning_rate", "max_length", "accumulation", "warmup_proportion",
-    "weight_decay", "seed",
-)  # fmt: skip
 
 
 def export_run(run_folder, output, verbose=False):
@@ -48,7 +40,7 @@ def export_run(run_folder, output, verbose=False):
     """
     import keras
 
-    from keras_masking.clue.method_plan import MethodPlan
+    from keras_masking.clue.run_config import RunConfig
     from keras_masking.clue.runner import finetune
     from keras_masking.models.model_card import model_card
     from keras_masking.models.model_card import write_model_card
@@ -76,13 +68,8 @@ def export_run(run_folder, output, verbose=False):
         )
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise ValueError(f"Expected a new or empty folder for output. Received: {output}.")
-    options = {name: arguments[name] for name in _PASSED if name in arguments}
-    options.update({field.name: arguments[field.name] for field in dataclasses.fields(MethodPlan)})
-    if arguments.get("model") is not None:
-        options["model"] = arguments["model"]
-    if arguments.get("dev_noise"):
-        options["dev_noise"] = arguments["dev_noise"]
-    result = finetune(output_dir=run_folder, verbose=0, **options)
+    config = RunConfig.from_record(arguments)
+    result = finetune(arguments["task"], arguments["data_dir"], run_folder, config, verbose=0)
     model = serving_task_model(result.model)
     kwargs = {}
     signature = None
@@ -101,7 +88,7 @@ def export_run(run_folder, output, verbose=False):
         "methods": {name: arguments[name] for name in record.get("methods") or ()},
         "best": record.get("best"),
         "test_public": record.get("test_public"),
-        "settings": {name: arguments.get(name) for name in _PASSED[8:]},
+        "settings": config.training_record(),
     }
     backbones = [layer for layer in model.layers if hasattr(layer, "serving_copy")]
     if backbones:

@@ -26,12 +26,10 @@ from keras_masking.clue.decoding import score
 from keras_masking.clue.encoding import encode_examples
 from keras_masking.clue.heads import build_task_model
 from keras_masking.clue.heads import task_loss
-from keras_masking.clue.method_plan import MethodPlan
 from keras_masking.clue.model_source import ModelSource
 from keras_masking.clue.model_source import check_max_length
 from keras_masking.clue.noise import DEV_NOISE_SEED
 from keras_masking.clue.noise import add_character_noise
-from keras_masking.clue.noise import check_noise_rate
 from keras_masking.clue.optimization import fine_tuning_optimizer
 from keras_masking.clue.readers import detect_benchmark
 from keras_masking.clue.readers import read_task_splits
@@ -41,6 +39,7 @@ from keras_masking.clue.run_callbacks import MethodEvidence
 from keras_masking.clue.run_callbacks import ResumeState
 from keras_masking.clue.run_callbacks import RunRecord
 from keras_masking.clue.run_callbacks import TrainingFailure
+from keras_masking.clue.run_config import RunConfig
 from keras_masking.clue.run_folder import RunFolder
 from keras_masking.clue.submission import write_submission
 from keras_masking.clue.tasks import get_task
@@ -50,9 +49,6 @@ from keras_masking.distribution import engine_scope
 from keras_masking.distribution import replicas_in_sync
 from keras_masking.distribution.replicas import in_tf_distribute_scope
 from keras_masking.utils import disable_xla_cpu_fusion_emitters
-from keras_masking.utils.arguments import MAX_SEED
-from keras_masking.utils.arguments import check_bool
-from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.version import __version__
 
@@ -63,8 +59,6 @@ logger = logging.getLogger(__name__)
 ENCODE_CHUNK = 4096
 # Tokens a kind's encoding needs besides [CLS], [SEP], [PAD], [UNK], [MASK].
 TASK_TOKENS = {"idiom": ("[unused1]",)}
-# The settings that default to the task's (`ClueTask.defaults`).
-TASK_SETTINGS = ("epochs", "batch_size", "learning_rate", "max_length", "accumulation")
 
 
 @dataclasses.dataclass
@@ -96,33 +90,8 @@ class FinetuneResult:
     record: dict
 
 
-def finetune(
-    task,
-    data_dir,
-    output_dir,
-    *,
-    checkpoint=None,
-    model="bert",
-    preset=None,
-    config=None,
-    vocab=None,
-    epochs=None,
-    batch_size=None,
-    learning_rate=None,
-    max_length=None,
-    accumulation=None,
-    warmup_proportion=0.1,
-    weight_decay=0.01,
-    seed=0,
-    benchmark=None,
-    few_shot="all",
-    verbose=1,
-    callbacks=None,
-    jit_compile=True,
-    data_parallel=False,
-    dev_noise=0.0,
-    **methods,
-):
+def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callbacks=None,
+             **options):  # fmt: skip
     """Fine-tunes a CLUE or FewCLUE task and writes its submission file.
 
     Args:
@@ -131,47 +100,28 @@ def finetune(
             layout, detected from the files).
         output_dir: the run's folder: new or empty, or an earlier run of the
             same arguments (resumed, or returned as it is when finished).
-        checkpoint: a Google-layout TF checkpoint (prefix, folder or
-            ``.index``); or
-        preset: a preset folder (this package's, keras-hub's, Hugging Face).
-        model: the checkpoint's family: ``"bert"``, ``"roberta"``
-            (RoBERTa-wwm), ``"roformer"`` or ``"nezha"``.
-        config: ``bert_config.json`` (default: next to the checkpoint).
-        vocab: ``vocab.txt`` (default: next to the model, or the preset's).
-        epochs, batch_size, learning_rate, max_length, accumulation: the
-            training settings; None takes the task's defaults
-            (``get_task(task).defaults``). With ``accumulation`` k, every
-            optimizer update averages the gradients of k batches, and every
-            epoch ends on an update (its last group completed with the first
-            examples of its order): ``ceil(examples / (batch_size * k))``
-            updates, which the learning-rate schedule counts (the record's
-            ``schedule``).
-        warmup_proportion: share of the steps with a rising learning rate.
-        weight_decay: AdamW's decay (biases and LayerNorm excluded).
-        seed: int >= 0; the same seed gives the same run.
-        benchmark: None (detect), ``"clue"`` or ``"fewclue"``.
-        few_shot: FewCLUE's ``"all"`` (``*_few_all``) or a split index 0..4.
+        run_config: a `RunConfig` (the model, training settings, data
+            options and methods), or None: the defaults.
         verbose: Keras' progress output: 0 silent, 1 progress bars, 2 a line
             per epoch. The run's own lines (data, methods, each epoch's dev
             score) go to the ``logging`` module at INFO.
         callbacks: extra Keras callbacks for the ``fit``; their logs hold
             ``dev_score`` after each finished epoch.
-        jit_compile: True (XLA, one compile per run) or False (no XLA; a
-            faster start for tiny models; on TensorFlow other random numbers).
-            Under `tf.distribute` the steps run without XLA.
-        data_parallel: True: train under the backend's data-parallel engine
-            over every device (`keras_masking.distribution.data_parallel_engine`;
-            ``batch_size`` stays the global batch).
-        dev_noise: float in [0, 1]; above 0, every epoch also scores a copy
-            of dev with that share of its characters replaced
-            (`add_character_noise`, seed 0: the same noised dev for every
-            run), a robustness check of text classification and
-            sentence-pair tasks. It chooses nothing: the best epoch is
-            dev's. Its scores are each epoch's ``dev_noised`` in the record,
-            its predictions in ``dev_noised_predictions/``.
-        **methods: the methods, `MethodPlan`'s switches (``correct_embeddings``,
-            ``drop_token``, ``asa``, ``fl_tuning``, ``prefix_tuning``,
-            ``lora``, ``exlm_k``). The embedding correction is the
+        **options: `RunConfig` fields and method switches, flat
+            (``preset=...``, ``epochs=3``, ``fl_tuning=160``), applied over
+            ``run_config``. The settings left None take the task's defaults
+            (``get_task(task).defaults``). With ``accumulation`` k, every
+            optimizer update averages the gradients of k batches, and every
+            epoch ends on an update (its last group completed with the first
+            examples of its order): ``ceil(examples / (batch_size * k))``
+            updates, which the learning-rate schedule counts (the record's
+            ``schedule``). Under `tf.distribute` the steps run without XLA.
+            With ``dev_noise`` above 0 every epoch also scores a copy of dev
+            with that share of its characters replaced (`add_character_noise`,
+            seed 0: the same noised dev for every run); it chooses nothing
+            (the best epoch is dev's): its scores are each epoch's
+            ``dev_noised`` in the record, its predictions in
+            ``dev_noised_predictions/``. The embedding correction is the
             `keras_masking.callbacks.MLMEmbeddingCorrection` callback of the
             ``fit`` (a resumed run is corrected as it is built). DropToken
             keeps [CLS] and [SEP]; on TensorFlow's CPU backend the run turns
@@ -198,35 +148,33 @@ def finetune(
     result.best_score, result.submission_path  # dev accuracy (%), tnewsf_predict.json
     ```
     """
-    if check_bool("data_parallel", data_parallel):
-        _check_data_parallel_accumulation(task, accumulation)  # before anything is written
-        options = dict(locals(), data_parallel=False, **methods)
-        del options["methods"]
+    config = RunConfig.from_options(run_config, **options).resolved(task)
+    if config.data_parallel:  # before anything is written: resolved checked it
         with engine_scope(data_parallel_engine()):
-            return finetune(**options)
+            single = dataclasses.replace(config, data_parallel=False)
+            return finetune(task, data_dir, output_dir, single, verbose=verbose,
+                            callbacks=callbacks)  # fmt: skip
     task = get_task(task)
-    plan = MethodPlan(**methods)
-    plan.check(task)
-    given = dict(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-                 max_length=max_length, accumulation=accumulation)  # fmt: skip
-    settings = _settings(task, given, warmup_proportion, weight_decay, seed)
+    plan = config.methods
+    settings = {**config.training_record(), "stride": task.defaults.get("stride")}
     verbose = check_int("verbose", verbose, 0, 2)
-    dev_noise = check_noise_rate("dev_noise", dev_noise, task)
     # TensorFlow cannot XLA-compile a step over mirrored variables (Keras'
     # "auto" turns XLA off under tf.distribute too).
-    jit_compile = check_bool("jit_compile", jit_compile) and not in_tf_distribute_scope()
-    source = ModelSource(checkpoint, preset, model, config, vocabulary=vocab)
+    jit_compile = config.jit_compile and not in_tf_distribute_scope()
+    source = ModelSource(config.checkpoint, config.preset, config.model, config.config,
+                         vocabulary=config.vocab)  # fmt: skip
     files = source.check()
     plan.check_source(source)
-    benchmark, _ = detect_benchmark(data_dir, task, benchmark)
+    benchmark, _ = detect_benchmark(data_dir, task, config.benchmark)
+    few_shot, dev_noise = config.few_shot, config.dev_noise
     arguments = {
         "task": task.name,
         "benchmark": benchmark,
         "few_shot": few_shot,
         "data_dir": os.path.abspath(data_dir),
-        "checkpoint": files["model"] if checkpoint is not None else None,
-        "preset": files["model"] if preset is not None else None,
-        "model": model if checkpoint is not None else None,
+        "checkpoint": files["model"] if config.checkpoint is not None else None,
+        "preset": files["model"] if config.preset is not None else None,
+        "model": config.model if config.checkpoint is not None else None,
         "config": files["config"],
         "vocab": files["vocabulary"],
         **plan.describe(),
@@ -465,36 +413,6 @@ def _result(record, task_model, folder):
 
 
 # === Settings ===
-def _check_data_parallel_accumulation(task, accumulation):
-    """Refuses accumulation in a TensorFlow data-parallel run (Keras' fails there)."""
-    steps = get_task(task).defaults["accumulation"] if accumulation is None else accumulation
-    if keras.backend.backend() == "tensorflow" and check_int("accumulation", steps) > 1:
-        raise ValueError(
-            f"accumulation={steps} cannot run data parallel on TensorFlow (Keras' gradient "
-            "accumulation fails inside a tf.distribute step). Pass accumulation=1 with a "
-            f"batch_size {steps} times larger: the replicas share the global batch."
-        )
-
-
-def _settings(task, given, warmup_proportion, weight_decay, seed):
-    values = {
-        name: task.defaults[name] if given[name] is None else given[name] for name in TASK_SETTINGS
-    }
-    minimums = {"epochs": 1, "batch_size": 1, "max_length": 8, "accumulation": 1}
-    return {
-        **{name: check_int(name, values[name], minimum=low) for name, low in minimums.items()},
-        "learning_rate": check_float(
-            "learning_rate", values["learning_rate"], minimum=0.0, open_minimum=True
-        ),
-        "warmup_proportion": check_float(
-            "warmup_proportion", warmup_proportion, 0.0, 1.0, open_maximum=True
-        ),
-        "weight_decay": check_float("weight_decay", weight_decay, minimum=0.0),
-        "seed": check_int("seed", seed, minimum=0, maximum=MAX_SEED),
-        "stride": task.defaults.get("stride"),
-    }
-
-
 def _schedule_record(examples, settings):
     """Batches and optimizer updates per epoch (`_grouped_order`'s epochs)."""
     updates = math.ceil(examples / (settings["batch_size"] * settings["accumulation"]))

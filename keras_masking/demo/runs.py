@@ -91,25 +91,15 @@ def fine_tune(task, name, switches, learning_rate, epochs, preset, data_dir, out
                         batch_size=16, max_length=48, seed=0, jit_compile=False)
         row["dev"], row["test"]  # accuracy (%)
     """
+    from keras_masking.clue import RunConfig
     from keras_masking.clue import finetune
     from keras_masking.clue.run_folder import STATE
 
     timer = StepTimer()
-    result = finetune(
-        task,
-        data_dir,
-        output,
-        preset=preset,
-        epochs=epochs,
-        batch_size=batch_size,
-        max_length=max_length,
-        learning_rate=learning_rate,
-        seed=seed,
-        verbose=progress,
-        callbacks=[timer],
-        jit_compile=jit_compile,
-        **switches,
-    )
+    config = RunConfig.from_options(preset=preset, epochs=epochs, batch_size=batch_size,
+                                    max_length=max_length, learning_rate=learning_rate, seed=seed,
+                                    jit_compile=jit_compile, **switches)  # fmt: skip
+    result = finetune(task, data_dir, output, config, verbose=progress, callbacks=[timer])
     if result.status != "finished":
         raise RuntimeError(f"{name} on {task}: {result.record['failure']}")
     # A finished run is never resumed; its resume state is as big as the

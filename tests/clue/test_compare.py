@@ -263,7 +263,8 @@ def test_a_resumed_run_keeps_every_epochs_dev_predictions(compared, data, preset
 def noised(compared, data, preset):
     output = compared[0].parent / "noised"
     result = compare(
-        "eprstmt", data, output, [METHOD], SEEDS, preset=preset, verbose=0, noise=0.3, **SETTINGS
+        "eprstmt", data, output, [METHOD], SEEDS, preset=preset, verbose=0, dev_noise=0.3,
+        **SETTINGS,
     )
     record = json.loads((output / "compare.json").read_text(encoding="utf-8"))
     return output, result, record
@@ -302,18 +303,19 @@ def test_noise_scores_half_b_of_the_noised_dev_at_the_epoch_chosen_on_clean_half
     markdown = result.markdown_path.read_text(encoding="utf-8")
     assert "## Under character noise (30% of dev's characters replaced)" in markdown
     assert "## Under character noise" not in plain_result.markdown_path.read_text(encoding="utf-8")
-    # Resumed with the same noise, nothing reruns.
-    again = compare(
-        "eprstmt", data, output, [METHOD], SEEDS, preset=preset, verbose=0,
-        noise=0.3, **SETTINGS,
-    )  # fmt: skip
+    # Resumed with the same noise (0.5's spelling, with a warning), nothing reruns.
+    with pytest.warns(DeprecationWarning, match=r"compare\(noise=...\) is deprecated"):
+        again = compare(
+            "eprstmt", data, output, [METHOD], SEEDS, preset=preset, verbose=0,
+            noise=0.3, **SETTINGS,
+        )  # fmt: skip
     assert again.noised_rows == result.noised_rows
 
 
 def test_noise_on_a_task_that_is_not_text_classification_is_refused(preset, tmp_path):
     with pytest.raises(ValueError, match="noise applies to text classification"):
         compare("cmrc2018", tmp_path / "none", tmp_path / "out", ["plain"], [0], preset=preset,
-                noise=0.1)  # fmt: skip
+                dev_noise=0.1)  # fmt: skip
     assert not (tmp_path / "out").exists()
 
 
@@ -334,7 +336,10 @@ def test_noise_on_a_task_that_is_not_text_classification_is_refused(preset, tmp_
         (["fl_tuning"], [0], {"learning_rates": {"lora": 1e-3}}, r"learning_rates names no"),
         (["fl_tuning"], [0], {"learning_rates": {"fl_tuning": 0.0}}, r"learning_rates"),
         (["fl_tuning"], [0], {"epochs": 0}, r"epochs"),
-        (["fl_tuning"], [0], {"noise": 1.5}, r"noise in \[0.0, 1.0\]"),
+        (["fl_tuning"], [0], {"dev_noise": 1.5}, r"dev_noise in \[0.0, 1.0\]"),
+        (["fl_tuning"], [0], {"seed": 3}, r"seeds as seeds=\[...\]"),
+        (["plain"], [0], {"fl_tuning": 8}, r"compare takes its methods as specs"),
+        (["fl_tuning"], [0], {"bogus": 1}, r"Unknown run settings \['bogus'\]"),
         # numpy refused such a seed only after compare.json was written.
         (["fl_tuning"], [99999999999], {}, r"seeds in \[0, 4294967295\]"),
         # refused only after the first run had trained.
@@ -345,7 +350,7 @@ def test_bad_arguments_are_refused_before_anything_runs(
     methods, seeds, options, message, data, preset, tmp_path
 ):
     output = tmp_path / "out"
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, TypeError), match=message):
         compare("eprstmt", data, output, methods, seeds, preset=preset, verbose=0, **options)
     assert not output.exists()
 
@@ -403,8 +408,9 @@ def test_the_command_line_compares_end_to_end(data, preset, tmp_path, capsys):
     assert f"| {METHOD} | " in printed and "compare.md" in printed
     assert main(argv[:4] + ["--preset", str(preset), "--methods", "dropout=1"]) == 2
     assert "methods entry 'dropout=1'" in capsys.readouterr().err
-    assert main(argv[:4] + ["--preset", str(preset), "--methods", "plain", "--noise", "2"]) == 2
-    assert "noise in [0.0, 1.0]" in capsys.readouterr().err
+    for flag in ("--dev-noise", "--noise"):  # --noise: 0.5's spelling
+        assert main(argv[:4] + ["--preset", str(preset), "--methods", "plain", flag, "2"]) == 2
+        assert "noise in [0.0, 1.0]" in capsys.readouterr().err
     # --seeds takes several values, all passed on (a repeated one is refused).
     assert main(argv[:4] + ["--preset", str(preset), "--methods", "plain", "--seeds", "0", "1",
                             "0"]) == 1  # fmt: skip
