@@ -46,8 +46,9 @@ setup(
         "bench": ["snownlp==0.12.3", "matplotlib"],
         # keras_masking.methods.plot_masked_fractions (ASA's diagnostic).
         "plot": ["matplotlib"],
-        # classifier.export(path, format="onnx") on TensorFlow, and onnxruntime to serve it.
-        "export": ["onnx", "onnxruntime", "tf2onnx"],
+        # classifier.export(path, format="onnx") on TensorFlow, and onnxruntime to serve it;
+        # safetensors for export_to_transformers (a Hugging Face folder).
+        "export": ["onnx", "onnxruntime", "tf2onnx", "safetensors"],
         "test": [
             "pytest>=8",
             "pytest-xdist>=3",

@@ -27,4 +27,5 @@ from keras_masking.models.transformer_text_classifier_preprocessor import (
     TransformerTextClassifierPreprocessor,
 )
 from keras_masking.models.transformer_tokenizer import TransformerTokenizer
+from keras_masking.models.transformers_export import export_to_transformers
 from keras_masking.models.unigram_tokenizer import UnigramTokenizer

@@ -1,0 +1,218 @@
+"""export_to_transformers: Hugging Face folders read back by the package's own loader."""
+
+import json
+import logging
+import sys
+
+import numpy as np
+import pytest
+
+from keras_masking.data import bert_tokenizer
+from keras_masking.models import TransformerBackbone
+from keras_masking.models import TransformerTextClassifier
+from keras_masking.models import TransformerTextClassifierPreprocessor
+from keras_masking.models import export_to_transformers
+from keras_masking.models.transformers_export import roformer_sinusoidal_table
+from tests.testing import random_features
+from tests.testing import randomize_weights
+from tests.testing import tiny_backbone_kwargs
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def _backbone(**overrides):
+    return randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(**overrides)), scale=0.1)
+
+
+def _outputs(backbone, features):
+    outputs = backbone.predict(features, verbose=0)
+    return {key: np.asarray(outputs[key]) for key in ("sequence_output", "pooled_output")}
+
+
+def _read(folder):
+    with open(folder / "config.json", encoding="utf-8") as file:
+        config = json.load(file)
+    return config, safetensors_numpy.load_file(str(folder / "model.safetensors"))
+
+
+def test_bert_round_trip_through_the_packages_hugging_face_loader(tmp_path):
+    backbone = _backbone()
+    features = random_features()
+    folder = export_to_transformers(backbone, tmp_path / "hf")
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    config, tensors = _read(folder)
+    assert config["model_type"] == "bert" and config["architectures"] == ["BertModel"]
+    assert config["hidden_act"] == "gelu"
+    assert config["layer_norm_eps"] == backbone.layer_norm_epsilon
+    assert config["max_position_embeddings"] == 24 and config["type_vocab_size"] == 2
+    assert config["intermediate_size"] == 48 and config["vocab_size"] == 64
+    kernel = backbone.transformer_layers[1].self_attention.query.kernel.numpy()
+    np.testing.assert_array_equal(tensors["encoder.layer.1.attention.self.query.weight"], kernel.T)
+    assert tensors["embeddings.word_embeddings.weight"].shape == (64, 32)
+    loaded = TransformerBackbone.from_preset(folder)
+    assert loaded.activation == "gelu"
+    expected, got = _outputs(backbone, features), _outputs(loaded, features)
+    for key in expected:
+        np.testing.assert_allclose(got[key], expected[key], atol=1e-5)
+
+
+def test_tanh_gelu_exports_as_gelu_new_and_reads_back(tmp_path):
+    backbone = _backbone(activation="gelu_approximate", layer_norm_epsilon=1e-6)
+    folder = export_to_transformers(backbone, tmp_path / "hf")
+    config, _ = _read(folder)
+    assert config["hidden_act"] == "gelu_new" and config["layer_norm_eps"] == 1e-6
+    loaded = TransformerBackbone.from_preset(folder)
+    features = random_features()
+    np.testing.assert_allclose(
+        _outputs(loaded, features)["sequence_output"],
+        _outputs(backbone, features)["sequence_output"],
+        atol=1e-4,  # keras-hub's BertBackbone keeps its own epsilon (1e-12)
+    )
+
+
+def test_fl_tuning_lora_and_drop_token_export_merged(tmp_path):
+    backbone = _backbone()
+    backbone.enable_fl_tuning(units=8)
+    backbone.enable_lora(2)
+    backbone.enable_drop_token(0.3)
+    randomize_weights(backbone, seed=1, scale=0.1)  # the branches and LoRA start at zero
+    features = random_features()
+    expected = _outputs(backbone, features)
+    folder = export_to_transformers(backbone, tmp_path / "hf")
+    config, _ = _read(folder)
+    assert config["intermediate_size"] == 48 + 8
+    assert backbone.add_ffn is not None and backbone.lora is not None  # unchanged
+    loaded = TransformerBackbone.from_preset(folder)
+    got = _outputs(loaded, features)
+    for key in expected:
+        np.testing.assert_allclose(got[key], expected[key], atol=1e-5)
+
+
+def _classifier(vocabulary_size=None, num_classes=3, **backbone_overrides):
+    vocabulary = SPECIAL + [f"t{i}" for i in range(59)] + list("好坏")
+    preprocessor = TransformerTextClassifierPreprocessor(
+        bert_tokenizer(vocabulary), sequence_length=10
+    )
+    backbone = TransformerBackbone(
+        **tiny_backbone_kwargs(vocabulary_size=len(vocabulary), **backbone_overrides)
+    )
+    classifier = TransformerTextClassifier(backbone, num_classes, preprocessor=preprocessor)
+    randomize_weights(classifier, scale=0.1)
+    return classifier, vocabulary
+
+
+def test_classifier_exports_bert_for_sequence_classification_with_its_tokenizer(tmp_path):
+    classifier, vocabulary = _classifier()
+    folder = export_to_transformers(classifier, tmp_path / "hf", labels=["a", "b", "c"])
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == [
+        "config.json",
+        "model.safetensors",
+        "special_tokens_map.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
+    config, tensors = _read(folder)
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    assert config["id2label"] == {"0": "a", "1": "b", "2": "c"}
+    assert config["label2id"] == {"a": 0, "b": 1, "c": 2}
+    assert tensors["classifier.weight"].shape == (3, 32)
+    assert "bert.pooler.dense.weight" in tensors
+    assert (folder / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1] == vocabulary
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert tokenizer_config["tokenizer_class"] == "BertTokenizer"
+    assert tokenizer_config["do_lower_case"] is True
+    assert tokenizer_config["model_max_length"] == 10
+    # The backbone reads back (keras-hub finds the "bert." prefix); the head is a matrix product.
+    features = classifier.preprocessor(["好", "坏 t3 t4"])
+    features = {key: np.asarray(value) for key, value in features.items()}
+    loaded = TransformerBackbone.from_preset(folder)
+    pooled = _outputs(loaded, features)["pooled_output"]
+    logits = pooled @ tensors["classifier.weight"].T + tensors["classifier.bias"]
+    expected = np.asarray(classifier(features))  # predict would preprocess them
+    np.testing.assert_allclose(logits, expected, atol=1e-5)
+
+
+def test_a_head_bert_has_no_class_for_exports_the_backbone_with_a_warning(tmp_path, caplog):
+    classifier, _ = _classifier(pooling="mean")
+    with caplog.at_level(logging.WARNING, logger="keras_masking"):
+        folder = export_to_transformers(classifier, tmp_path / "hf")
+    assert "writing the backbone alone" in caplog.text
+    config, tensors = _read(folder)
+    assert config["architectures"] == ["BertModel"]
+    assert "classifier.weight" not in tensors
+
+
+def test_no_pooler_and_no_segments_become_zeros(tmp_path):
+    backbone = _backbone(use_pooler=False, num_segments=0, pooling="mean")
+    config, tensors = _read(export_to_transformers(backbone, tmp_path / "hf"))
+    assert config["type_vocab_size"] == 1
+    np.testing.assert_array_equal(tensors["embeddings.token_type_embeddings.weight"], 0.0)
+    np.testing.assert_array_equal(tensors["pooler.dense.weight"], 0.0)
+
+
+def test_roformer_exports_rotary_layout(tmp_path):
+    backbone = _backbone(position="rotary")
+    config, tensors = _read(export_to_transformers(backbone, tmp_path / "hf"))
+    assert config["model_type"] == "roformer" and config["architectures"] == ["RoFormerModel"]
+    assert config["embedding_size"] == 32 and config["rotary_value"] is False
+    assert "embeddings.position_embeddings.weight" not in tensors
+    assert not any(name.startswith("pooler.") for name in tensors)
+    np.testing.assert_allclose(
+        tensors["encoder.embed_positions.weight"], roformer_sinusoidal_table(24, 8)
+    )
+    kernel = backbone.transformer_layers[0].feed_forward.intermediate_dense.kernel.numpy()
+    np.testing.assert_array_equal(tensors["encoder.layer.0.intermediate.dense.weight"], kernel.T)
+
+
+def test_sinusoidal_table_holds_the_rotary_angles():
+    table = roformer_sinusoidal_table(5, 8)
+    angles = np.arange(5)[:, None] * 10000.0 ** (-np.arange(0, 8, 2) / 8)
+    np.testing.assert_allclose(table[:, :4], np.sin(angles), atol=1e-6)
+    np.testing.assert_allclose(table[:, 4:], np.cos(angles), atol=1e-6)
+
+
+# === Refusals ===
+def test_prefix_tuning_is_refused_before_writing(tmp_path):
+    backbone = _backbone()
+    backbone.enable_prefix_tuning(length=4)
+    with pytest.raises(ValueError, match="prefix-tuned"):
+        export_to_transformers(backbone, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_nezha_is_refused_naming_the_family(tmp_path):
+    with pytest.raises(ValueError, match="NEZHA"):
+        export_to_transformers(_backbone(position="relative"), tmp_path / "hf")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_non_empty_folder_is_refused_unless_overwrite(tmp_path):
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    backbone = _backbone()
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        export_to_transformers(backbone, folder)
+    assert [p.name for p in folder.iterdir()] == ["keep.txt"]
+    export_to_transformers(backbone, folder, overwrite=True)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]  # no temporary folder left
+
+
+def test_missing_safetensors_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "safetensors.numpy", None)
+    with pytest.raises(ModuleNotFoundError, match=r"keras-masking\[export\]"):
+        export_to_transformers(_backbone(), tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_other_models_and_mismatched_tokenizers_are_refused(tmp_path):
+    with pytest.raises(TypeError, match="TransformerBackbone"):
+        export_to_transformers(object(), tmp_path / "hf")
+    tokenizer = bert_tokenizer(SPECIAL + ["a"])
+    with pytest.raises(ValueError, match="6 tokens but the model 64"):
+        export_to_transformers(_backbone(), tmp_path / "hf", tokenizer=tokenizer)
+    assert not (tmp_path / "hf").exists()
