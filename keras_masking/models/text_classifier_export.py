@@ -3,6 +3,7 @@
 import keras
 import keras_hub
 
+from keras_masking.models.unigram_tokenizer import UnigramTokenizer
 from keras_masking.utils.arguments import check_bool
 
 FEATURES = ("token_ids", "segment_ids", "padding_mask")
@@ -15,9 +16,10 @@ def export_text_classifier(classifier, filepath, text_pairs=False, verbose=True)
     and ASA off, FL-tuning and LoRA merged) and the preprocessor's
     tokenizer and packer as TensorFlow ops, so it serves from
     ``tf.saved_model.load(filepath)`` in a process that imports TensorFlow
-    and tensorflow-text only (the WordPiece ops are tensorflow-text's:
-    ``import tensorflow_text`` before loading). It works from the
-    TensorFlow and the JAX backend (JAX through ``jax2tf``).
+    and tensorflow-text only (BERT's WordPiece and multilingual-e5's
+    unigram ops are tensorflow-text's: ``import tensorflow_text`` before
+    loading). It works from the TensorFlow and the JAX backend (JAX through
+    ``jax2tf``).
 
     Signatures:
 
@@ -55,11 +57,13 @@ def export_text_classifier(classifier, filepath, text_pairs=False, verbose=True)
             "classifier without one; classifier.export(path) then exports the token-id model, "
             "as Keras does."
         )
-    if not isinstance(classifier.preprocessor.tokenizer, keras_hub.tokenizers.BertTokenizer):
+    if not isinstance(
+        classifier.preprocessor.tokenizer, (keras_hub.tokenizers.BertTokenizer, UnigramTokenizer)
+    ):
         raise ValueError(
             "A SavedModel that takes strings needs a tokenizer that runs as TensorFlow ops (a "
-            "keras-hub BertTokenizer, WordPiece). Received: a preprocessor with a "
-            f"{type(classifier.preprocessor.tokenizer).__name__}, which tokenizes in Python; "
+            "keras-hub BertTokenizer, WordPiece, or a UnigramTokenizer, multilingual-e5's). "
+            f"Received: a preprocessor with a {type(classifier.preprocessor.tokenizer).__name__}; "
             "export the token-id model instead: classifier.export(path, input_signature=...) "
             "or classifier.serving_copy() without its preprocessor."
         )

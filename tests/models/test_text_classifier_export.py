@@ -193,19 +193,50 @@ def test_bad_export_arguments_are_refused_before_anything_is_written(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_a_tokenizer_that_runs_in_python_is_refused_for_strings_in(tmp_path):
+@pytest.mark.parametrize("pruned", [False, True], ids=["full", "pruned"])
+def test_a_unigram_tokenizer_exports_strings_in(tmp_path, pruned):
+    """multilingual-e5's tokenizer is TensorFlow ops too: the SavedModel takes strings and
+    serves, without the package, what ``predict`` gives (ties, unknown characters one
+    ``<unk>`` each, the normalisation map, literal special pieces, a pruned table's rows)."""
     from keras_masking.models import UnigramTokenizer
     from tests.models.unigram_testing import toy_model
 
+    texts = ["ab \ufb01x", "yz  c\t", "dd ab\U0001f600", "<s>cab", "", " ab"]
+    second = ["c", "ab ab", "", "x", "\x01z", "b"]
     tokenizer = UnigramTokenizer(toy_model())
+    if pruned:
+        tokenizer, _ = tokenizer.prune(texts[:2])
+    keras.utils.set_random_seed(0)
     backbone = TransformerBackbone(
-        **tiny_backbone_kwargs(vocabulary_size=tokenizer.vocabulary_size(), num_segments=0)
+        **tiny_backbone_kwargs(
+            vocabulary_size=tokenizer.vocabulary_size(), pooling="mean", use_pooler=False
+        )
     )
-    preprocessor = TransformerTextClassifierPreprocessor(tokenizer, sequence_length=8)
-    classifier = TransformerTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
-    with pytest.raises(ValueError, match=r"UnigramTokenizer, which tokenizes in Python"):
-        classifier.export(tmp_path / "e5", verbose=False)
-    assert not list(tmp_path.iterdir())
+    preprocessor = TransformerTextClassifierPreprocessor(tokenizer, sequence_length=12)
+    classifier = TransformerTextClassifier(backbone, num_classes=3, preprocessor=preprocessor)
+    _trained_weights(classifier)
+    path = tmp_path / "e5"
+    classifier.export(path, verbose=False)
+    done = subprocess.run(
+        [sys.executable, "-c", SERVE, str(path), json.dumps(texts), json.dumps(second)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    served = json.loads(done.stdout.strip().splitlines()[-1])
+    assert served["imported"] == []
+    expected = classifier.predict(texts, verbose=0)
+    np.testing.assert_allclose(served["single"]["logits"], expected, atol=1e-5)
+    assert served["single"]["class_id"] == np.argmax(expected, axis=-1).tolist()
+    pairs = classifier.predict((texts, second), verbose=0)
+    np.testing.assert_allclose(served["pairs"]["logits"], pairs, atol=1e-5)
+    # The ids the SavedModel packs are the Python tokenizer's.
+    features = preprocessor(texts)
+    rows = [[tokenizer.cls_token_id] + tokenizer.encode(text) + [tokenizer.sep_token_id]
+            for text in texts]  # fmt: skip
+    for row, ids in zip(rows, keras.ops.convert_to_numpy(features["token_ids"]).tolist()):
+        assert ids[: len(row)] == row[:12]
 
 
 def test_onnx_export_serves_predict_with_onnxruntime(tmp_path):
