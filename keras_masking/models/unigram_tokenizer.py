@@ -188,7 +188,7 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         count = len(normalized)
         byte_ends = [0]
         for character in normalized:
-            byte_ends.append(byte_ends[-1] + len(character.encode("utf-8")))
+            byte_ends.append(byte_ends[-1] + len(character.encode("utf-8", "surrogatepass")))
         best = array.array("f", [_NEGATIVE]) * (count + 1)
         best[0] = 0.0
         back_piece, back_from = [0] * (count + 1), [0] * (count + 1)
@@ -387,7 +387,9 @@ def _decoded(value):
 
     Valid UTF-8 decodes as usual. In invalid text e5.c takes a lead byte's
     length on trust (the bytes after it are not checked) and a byte that
-    starts nothing is the code point of its value; this does the same.
+    starts nothing is the code point of its value; this does the same. A
+    code point past U+10FFFF, which a Python string cannot hold, reads as
+    U+10FFFF (a noncharacter, unknown as e5.c's).
     """
     try:
         return value.decode("utf-8")
@@ -406,7 +408,7 @@ def _decoded(value):
             code, length = lead, 1
         for follower in value[index + 1 : index + length]:
             code = code << 6 | follower & 0x3F
-        characters.append(chr(code))
+        characters.append(chr(min(code, 0x10FFFF)))
         index += length
     return "".join(characters)
 
