@@ -259,18 +259,33 @@ def _member(table, values):
 def decode_as_e5_c(flat):
     """1-D strings -> ragged int32 code points, as ``e5.c``'s ``utf8_decode`` reads the bytes.
 
-    Valid UTF-8 decodes as usual. Otherwise a lead byte's length is taken on
-    trust (the bytes after it are not checked) and a byte that starts
-    nothing is the code point of its value. Where each character starts
-    follows from the one before; pointer doubling finds them all in
-    ``log2(longest text)`` vectorised steps.
+    Valid UTF-8 decodes as usual (``tf.strings.unicode_decode``). A batch
+    holding invalid text decodes byte by byte as ``e5.c``: a lead byte's
+    length is taken on trust (the bytes after it are not checked) and a byte
+    that starts nothing is the code point of its value. Where each
+    character starts then follows from the one before; pointer doubling
+    finds them all in ``log2(longest text)`` vectorised steps.
 
     Args:
         flat: 1-D string tensor.
 
     Returns:
         int32 ``tf.RaggedTensor`` ``(batch, None)``.
+
+    Example:
+    >>> import tensorflow as tf
+    >>> decode_as_e5_c(tf.constant([b"a\\xffb", b"\\xc3A", "\u4e2d".encode()])).to_list()
+    [[97, 255, 98], [193], [20013]]
     """
+    import tensorflow as tf
+
+    codes = tf.strings.unicode_decode(flat, "UTF-8", errors="replace")
+    valid = tf.reduce_all(tf.equal(tf.strings.unicode_encode(codes, "UTF-8"), flat))
+    return tf.cond(valid, lambda: codes, lambda: _decode_bytes(flat))
+
+
+def _decode_bytes(flat):
+    """`decode_as_e5_c` byte by byte."""
     import tensorflow as tf
 
     lengths = tf.strings.length(flat)
