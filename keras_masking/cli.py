@@ -357,8 +357,12 @@ def _compare(args):
 def _export(args):
     from keras_masking.clue.export_run import export_run
 
-    output = export_run(args.run_folder, args.output, verbose=not args.quiet)
-    print(f"Wrote {output} (a SavedModel: tf.saved_model.load, signature serve)")
+    output = export_run(args.run_folder, args.output, verbose=not args.quiet, format=args.format)
+    how = {
+        "saved_model": "a SavedModel: tf.saved_model.load, signature serve",
+        "onnx": "model.onnx: onnxruntime.InferenceSession",
+    }[args.format]
+    print(f"Wrote {output} ({how})")
 
 
 def _clue_submit(args):
@@ -525,11 +529,13 @@ def build_parser():
         "--drop-mlm-head", action="store_true", help="leave cls/predictions out (checkpoints)"
     )
     export = commands.add_parser(
-        "export", help="a finished clue run's best model -> SavedModel (token ids in)"
+        "export", help="a finished clue run's best model -> SavedModel or ONNX (token ids in)"
     )
     export.add_argument("run_folder", metavar="RUN_FOLDER", help="a finished clue run's folder")
     export.add_argument("output", metavar="OUTPUT", help="new (or empty) folder to write")
     export.add_argument("--quiet", action="store_true", help="no signature printout")
+    export.add_argument("--format", choices=("saved_model", "onnx"), default="saved_model",
+                        help="onnx: TensorFlow backend, the export extra")  # fmt: skip
     _add_clue_parser(commands)
     _add_compare_parser(commands)
     _add_convert_e5_parser(commands)

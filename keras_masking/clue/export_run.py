@@ -4,9 +4,12 @@ import json
 import os
 import pathlib
 
+#: The formats `export_run` writes.
+FORMATS = ("saved_model", "onnx")
 
-def export_run(run_folder, output, verbose=False):
-    """Exports a finished `finetune` run's best weights as a SavedModel of token ids.
+
+def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa: A002 (Keras' name)
+    """Exports a finished `finetune` run's best weights for serving: a SavedModel or ONNX.
 
     The run is rebuilt from its ``run.json`` as `finetune` resumes a
     finished run (the same model source, data folder and methods; the best
@@ -14,8 +17,10 @@ def export_run(run_folder, output, verbose=False):
     off, FL-tuning and LoRA merged (`keras_masking.models.serving_task_model`).
     The SavedModel's ``serve`` signature takes the task model's inputs, int32
     ``(batch, sequence)`` ids as `keras_masking.clue.encode_examples` makes
-    them, and returns its outputs; ``run.json`` is copied beside it as
-    ``keras_masking_run.json``, and ``README.md`` is its model card (the
+    them, and returns its outputs; with ``format="onnx"`` the folder holds
+    ``model.onnx`` with the same inputs and outputs instead (Keras' ONNX
+    export, TensorFlow backend). Either way ``run.json`` is copied beside it
+    as ``keras_masking_run.json``, and ``README.md`` is its model card (the
     model, the methods, the data, the settings and the run's scores).
 
     Args:
@@ -24,13 +29,17 @@ def export_run(run_folder, output, verbose=False):
             says.
         output: a new (or empty) folder to write.
         verbose: bool, whether Keras prints the signature.
+        format: ``"saved_model"`` or ``"onnx"`` (needs the TensorFlow backend
+            and ``pip install "keras-masking[export]"``).
 
     Returns:
         The output folder, a `pathlib.Path`.
 
     Raises:
         FileNotFoundError: no run record in ``run_folder``.
-        ValueError: the run has not finished, or ``output`` holds files.
+        ValueError: the run has not finished, ``output`` holds files, an
+            unknown format, or ONNX on the JAX backend (each before the run
+            is rebuilt).
 
     Example:
     ```python
@@ -42,6 +51,7 @@ def export_run(run_folder, output, verbose=False):
 
     from keras_masking.clue.run_config import RunConfig
     from keras_masking.clue.runner import finetune
+    from keras_masking.layers.activations import gelu_as_erf
     from keras_masking.models.model_card import model_card
     from keras_masking.models.model_card import write_model_card
     from keras_masking.models.serving_copy import serving_task_model
@@ -49,6 +59,10 @@ def export_run(run_folder, output, verbose=False):
     from keras_masking.utils.files import write_atomically
 
     run_folder, output = pathlib.Path(run_folder), pathlib.Path(output)
+    if format not in FORMATS:
+        raise ValueError(f"Expected format in {list(FORMATS)}. Received: format={format!r}.")
+    if format == "onnx":
+        _check_onnx_export()
     record_path = run_folder / "run.json"
     if not record_path.is_file():
         raise FileNotFoundError(
@@ -76,7 +90,13 @@ def export_run(run_folder, output, verbose=False):
     if keras.config.backend() == "jax":
         signature, kwargs = token_id_signature(model)
     staging = output.with_name(f".{output.name}.partial")
-    model.export(os.fspath(staging), verbose=verbose, input_signature=signature, **kwargs)
+    if format == "onnx":
+        staging.mkdir(parents=True, exist_ok=True)
+        with gelu_as_erf():  # ONNX has no op for TensorFlow's fused exact GELU
+            model.export(os.fspath(staging / "model.onnx"), format="onnx", verbose=verbose,
+                         input_signature=token_id_signature(model)[0])  # fmt: skip
+    else:
+        model.export(os.fspath(staging), verbose=verbose, input_signature=signature, **kwargs)
     write_atomically(
         staging / "keras_masking_run.json", lambda file: file.write(json.dumps(record, indent=1))
     )
@@ -102,3 +122,21 @@ def export_run(run_folder, output, verbose=False):
         output.rmdir()
     staging.rename(output)
     return output
+
+
+def _check_onnx_export():
+    """Refuses ONNX where Keras cannot write it, before a run is rebuilt."""
+    import importlib.util
+
+    import keras
+
+    if keras.config.backend() != "tensorflow":
+        raise ValueError(
+            "ONNX export runs on the TensorFlow backend (tf2onnx): run the command with "
+            "KERAS_BACKEND=tensorflow (the run's weights load there unchanged)."
+        )
+    missing = [name for name in ("onnx", "tf2onnx") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ValueError(
+            f'ONNX export needs {", ".join(missing)}: pip install "keras-masking[export]".'
+        )

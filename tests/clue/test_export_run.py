@@ -93,3 +93,39 @@ def test_the_export_and_presets_carry_a_model_card(finished, tmp_path):
     assert "- FL-tuning (addFFN units): " in card and "ASA" in card and "DropToken" in card
     restored = TransformerBackbone.from_preset(str(tmp_path / "preset"))
     assert restored.add_ffn == backbone.add_ffn  # the preset loads with the card beside it
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="ONNX export is TF's (tf2onnx)")
+def test_an_onnx_export_serves_the_best_model(finished):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    pytest.importorskip("tf2onnx")
+    root, result = finished
+    output = root / "served_onnx"
+    assert main(["export", str(root / "run"), str(output), "--quiet", "--format", "onnx"]) == 0
+    assert sorted(path.name for path in output.iterdir()) == [
+        "README.md", "keras_masking_run.json", "model.onnx",
+    ]  # fmt: skip
+    session = onnxruntime.InferenceSession(str(output / "model.onnx"))
+    features = _features()
+    # Keras' ONNX export names the inputs args_0_<name> (docs/serving.md).
+    feed = {
+        entry.name: features[entry.name.removeprefix("args_0_")] for entry in session.get_inputs()
+    }
+    assert sorted(feed) == sorted(f"args_0_{name}" for name in features)
+    (served,) = session.run(None, feed)
+    np.testing.assert_allclose(served, result.model.predict(features, verbose=0), atol=1e-5)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the JAX backend's refusal")
+def test_onnx_on_jax_is_refused_before_the_run_is_rebuilt(finished, tmp_path):
+    root, _ = finished
+    with pytest.raises(ValueError, match="ONNX export runs on the TensorFlow backend"):
+        clue.export_run(root / "run", tmp_path / "out", format="onnx")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_format_is_refused(finished, tmp_path):
+    root, _ = finished
+    with pytest.raises(ValueError, match=r"Expected format in \['saved_model', 'onnx'\]"):
+        clue.export_run(root / "run", tmp_path / "out", format="pt")
+    assert not (tmp_path / "out").exists()
