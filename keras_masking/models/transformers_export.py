@@ -1,8 +1,9 @@
 """A backbone or classifier as a Hugging Face folder that PyTorch's ``transformers`` loads.
 
 `export_to_transformers` writes ``config.json``, ``model.safetensors`` and,
-given a WordPiece tokenizer, ``vocab.txt``, ``tokenizer_config.json`` and
-``special_tokens_map.json``: the folder loads with ``AutoModel`` /
+given a tokenizer, its files (WordPiece: ``vocab.txt``; multilingual-e5's
+unigram pieces: ``sentencepiece.bpe.model``; both with
+``tokenizer_config.json`` and ``special_tokens_map.json``): the folder loads with ``AutoModel`` /
 ``AutoModelForSequenceClassification`` and ``AutoTokenizer``. The weights
 are those of the model's serving copy (`serving_backbone`): FL-tuning and
 LoRA merged, DropToken and ASA gone.
@@ -19,6 +20,7 @@ import numpy as np
 
 from keras_masking.models.google_checkpoint_layout import backbone_variables_by_name
 from keras_masking.models.serving_copy import serving_backbone
+from keras_masking.models.xlm_roberta_tokenizer_files import xlm_roberta_tokenizer_files
 from keras_masking.utils.eager_checks import non_finite_variables
 from keras_masking.utils.files import remove_stale_partials
 from keras_masking.utils.files import write_folder_atomically
@@ -78,8 +80,13 @@ def export_to_transformers(model, folder, tokenizer=None, labels=None, overwrite
     * the tokenizer files, for the classifier's preprocessor or the
       ``tokenizer`` given: ``vocab.txt``, ``tokenizer_config.json`` and
       ``special_tokens_map.json`` for WordPiece (``BertTokenizer``, also for
-      RoFormer). A `UnigramTokenizer` (multilingual-e5) is not written: feed
-      its ids to the model (a warning says so).
+      RoFormer); for multilingual-e5's `UnigramTokenizer`,
+      ``sentencepiece.bpe.model`` and its config (``XLMRobertaTokenizer``,
+      the same ids but where the package keeps a final ``"▁"`` after a
+      trailing space or gives one ``<unk>`` per unknown character, which
+      SentencePiece strips and fuses). A pruned `UnigramTokenizer` has no
+      SentencePiece form: the model is written without tokenizer files
+      (with a warning); feed it the package's ids.
 
     The weights are the serving copy's (`serving_backbone`): FL-tuning's
     branches merged into wider FFNs (``intermediate_size`` grows), LoRA
@@ -143,7 +150,9 @@ def export_to_transformers(model, folder, tokenizer=None, labels=None, overwrite
         write_json_atomically(os.path.join(path, "config.json"), config)
         for name, content in tokenizer_files.items():
             target = os.path.join(path, name)
-            if isinstance(content, str):
+            if isinstance(content, bytes):
+                pathlib.Path(target).write_bytes(content)
+            elif isinstance(content, str):
                 pathlib.Path(target).write_text(content, encoding="utf-8")
             else:
                 write_json_atomically(target, content)
@@ -384,14 +393,7 @@ def _tokenizer_files(tokenizer, config):
     sequence_length = getattr(tokenizer, "sequence_length", None)
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a preprocessor's
     if type(tokenizer).__name__ == "UnigramTokenizer":
-        if getattr(tokenizer, "pad_token_id", None) is not None:
-            config["pad_token_id"] = int(tokenizer.pad_token_id)
-        logger.warning(
-            "export_to_transformers: the UnigramTokenizer (multilingual-e5's XLM-R pieces) has "
-            "no transformers tokenizer file here; the folder holds the model only. Feed it the "
-            "ids this package's tokenizer gives."
-        )
-        return {}
+        return _unigram_files(tokenizer, sequence_length, config)
     vocabulary = getattr(tokenizer, "vocabulary", None)
     if not isinstance(vocabulary, (list, tuple)) or not hasattr(tokenizer, "cls_token"):
         raise ValueError(
@@ -433,6 +435,26 @@ def _tokenizer_files(tokenizer, config):
         "tokenizer_config.json": tokenizer_config,
         "special_tokens_map.json": special,
     }
+
+
+def _unigram_files(tokenizer, sequence_length, config):
+    """multilingual-e5's pieces as ``XLMRobertaTokenizer`` files; none (a warning) when pruned."""
+    if getattr(tokenizer, "pad_token_id", None) is not None:
+        config["pad_token_id"] = int(tokenizer.pad_token_id)
+    if tokenizer.vocabulary_size() != config["vocab_size"]:
+        raise ValueError(
+            f"The tokenizer has {tokenizer.vocabulary_size()} ids but the model "
+            f"{config['vocab_size']} embedding rows; export the tokenizer that belongs to the "
+            "model."
+        )
+    length = int(sequence_length or config["max_position_embeddings"])
+    try:
+        return xlm_roberta_tokenizer_files(tokenizer, length)
+    except ValueError as error:
+        logger.warning(
+            "export_to_transformers: %s The folder holds the model without tokenizer files.", error
+        )
+        return {}
 
 
 # === Writing ===

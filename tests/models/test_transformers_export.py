@@ -216,3 +216,100 @@ def test_other_models_and_mismatched_tokenizers_are_refused(tmp_path):
     with pytest.raises(ValueError, match="6 tokens but the model 64"):
         export_to_transformers(_backbone(), tmp_path / "hf", tokenizer=tokenizer)
     assert not (tmp_path / "hf").exists()
+
+
+# === multilingual-e5's tokenizer as XLMRobertaTokenizer files ===
+XLM_R_PIECES = [
+    "<s>",
+    "<pad>",
+    "</s>",
+    "<unk>",
+    "\u2581",
+    "\u2581a",
+    "a",
+    "b",
+    "ab",
+    "，",
+    "<mask>",
+]
+
+
+def _unigram_tokenizer():
+    from keras_masking.models import UnigramTokenizer
+
+    return UnigramTokenizer(
+        {
+            "pieces": XLM_R_PIECES,
+            "scores": [0.0, 0.0, 0.0, 0.0, -3.0, -1.0, -2.0, -2.0, -1.5, -2.0, 0.0],
+            "special_ids": {"bos": 0, "pad": 1, "eos": 2, "unk": 3, "mask": 10},
+            # "A" -> "a", zero width space -> " ", full-width comma -> ",", U+00AD deleted
+            "normalization": {"65": [97], "8203": [32], "65292": [44], "173": []},
+        }
+    )
+
+
+def _common_prefix_search(blob, key):
+    """transformers' (spm_precompiled's) reading of a precompiled charsmap: the first match."""
+    size = int.from_bytes(blob[:4], "little")
+    units = np.frombuffer(blob[4 : 4 + size], "<u4").astype("int64")
+    replacements = blob[4 + size :]
+    position = int(units[0] >> 10)
+    for byte in key:
+        position ^= byte
+        unit = int(units[position])
+        if unit & ((1 << 31) | 0xFF) != byte:
+            return None
+        position ^= unit >> 10
+        if (unit >> 8) & 1:
+            start = int(units[position]) & ((1 << 31) - 1)
+            return replacements[start : replacements.index(b"\x00", start)].decode("utf-8")
+    return None
+
+
+def test_precompiled_charsmap_maps_every_character():
+    from keras_masking.models.xlm_roberta_tokenizer_files import precompiled_charsmap
+
+    rng = np.random.default_rng(0)
+    codes = sorted(set(rng.integers(1, 0x30000, 3000).tolist()) - set(range(0xD800, 0xE000)))
+    normalization = {code: [int(c) for c in rng.integers(32, 0x9FFF, code % 3)] for code in codes}
+    blob = precompiled_charsmap(normalization)
+    for code, value in normalization.items():
+        assert _common_prefix_search(blob, chr(code).encode("utf-8")) == "".join(map(chr, value))
+    for code in (0x41, 0x4E2D, 0x1F600):
+        if code not in normalization:
+            assert _common_prefix_search(blob, chr(code).encode("utf-8")) is None
+
+
+def test_unigram_tokenizer_exports_xlm_roberta_files_with_the_same_ids(tmp_path):
+    tokenizer = _unigram_tokenizer()
+    backbone = _backbone(vocabulary_size=len(XLM_R_PIECES), use_pooler=False, pooling="mean")
+    folder = export_to_transformers(backbone, tmp_path / "hf", tokenizer=tokenizer)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "sentencepiece.bpe.model",
+        "special_tokens_map.json",
+        "tokenizer_config.json",
+    ]
+    config, _ = _read(folder)
+    assert config["pad_token_id"] == 1
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert tokenizer_config["tokenizer_class"] == "XLMRobertaTokenizer"
+    # SentencePiece itself reads the model: ids + 1 are the package's (XLM-R's offset).
+    sentencepiece = pytest.importorskip("sentencepiece")
+    processor = sentencepiece.SentencePieceProcessor(
+        model_proto=(folder / "sentencepiece.bpe.model").read_bytes()
+    )
+    for text in ("Ab", "a\u200bab", "ab，b", "A\u00adB a"):
+        ours = [int(i) for i in tokenizer.encode(text)]
+        theirs = [i + 1 if i > 2 else (3, 0, 2)[i] for i in processor.encode(text)]
+        assert theirs == ours, text
+
+
+def test_a_pruned_unigram_tokenizer_exports_the_model_without_tokenizer_files(tmp_path, caplog):
+    tokenizer, _ = _unigram_tokenizer().prune(["ab"])
+    backbone = _backbone(vocabulary_size=tokenizer.vocabulary_size())
+    with caplog.at_level(logging.WARNING, logger="keras_masking"):
+        folder = export_to_transformers(backbone, tmp_path / "hf", tokenizer=tokenizer)
+    assert "pruned" in caplog.text
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
