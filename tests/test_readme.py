@@ -125,11 +125,14 @@ def test_every_code_block_runs_as_written(readme_folder, monkeypatch, capsys):
     assert any(command.startswith("keras-masking clue eprstmt") for command in cli_commands)
     for command in cli_commands:
         argv = shlex.split(command)[1:]
+        # README's runs for one epoch without XLA (a compile costs more than a tiny
+        # run; the runs' XLA steps: tests/clue/test_runner.py).
         if argv[:1] == ["clue"] and argv[1:2] != ["submit"]:
-            argv += ["--epochs", "1"]  # README's run, one epoch
+            argv += ["--epochs", "1", "--no-jit-compile"]
         if argv[:1] == ["compare"]:
             # Two runs (the seed-by-seed comparison: tests/clue/test_compare.py).
-            argv += ["--epochs", "1", "--methods", "plain", "fl_tuning=160", "--seeds", "0"]
+            argv += ["--epochs", "1", "--no-jit-compile", "--methods", "plain", "fl_tuning=160",
+                     "--seeds", "0"]  # fmt: skip
         assert cli.main(argv) == 0, command
     assert list((readme_folder / "runs").glob("*.zip")), "clue submit wrote no zip"
     assert keras_masking.__version__
