@@ -36,6 +36,26 @@ SEQUENCE_LENGTH = 64
 TOLERANCE = 1e-4
 
 
+def fewclue_texts(count):
+    """The strings (two characters or more) of FewCLUE's train and dev files, in order."""
+    found = []
+    for split in ("train_few_all", "dev_few_all"):
+        for path in sorted((DATA / "fewclue").glob(f"*/{split}.json")):
+            with open(path, encoding="utf-8") as file:
+                for line in file:
+                    if line.strip():
+                        record = json.loads(line)
+                        found += [v for v in record.values() if isinstance(v, str) and len(v) > 1]
+    return found[:count]
+
+
+def package_ids(tokenizer, lines):
+    """The package's ids of each text, without [CLS]/[SEP] (<s>/</s>)."""
+    if hasattr(tokenizer, "encode"):  # UnigramTokenizer
+        return [[int(i) for i in tokenizer.encode(line)] for line in lines]
+    return [[int(i) for i in tokenizer(line)] for line in lines]
+
+
 def texts(count):
     path = DATA / "fewclue" / "eprstmt" / "dev_few_all.json"
     with open(path, encoding="utf-8") as file:
@@ -115,7 +135,7 @@ def build(name):
     raise SystemExit(f"unknown model {name!r}")
 
 
-def write(folder, name, count):
+def write(folder, name, count, tokenizer_texts):
     import keras_masking
 
     model, tokenizer, kwargs, runner = build(name)
@@ -132,11 +152,17 @@ def write(folder, name, count):
         output = runner(features)  # on features (predict would preprocess them again)
     else:
         output = runner.predict(features, batch_size=8, verbose=0)["sequence_output"]
+    more = fewclue_texts(tokenizer_texts)
+    if name == "e5":
+        more = [keras_masking.models.E5_QUERY_PREFIX + line for line in more]
+    more_ids = package_ids(tokenizer, more)
     np.savez(
         f"{folder}.reference.npz",
         texts=np.array(lines),
         output=np.asarray(output, "float32"),
         kind=kind,
+        tokenizer_texts=np.array(more),
+        tokenizer_ids=np.array(json.dumps(more_ids)),
         **features,
     )
     print(f"{name}: wrote {folder} and {folder}.reference.npz ({len(lines)} texts)")
@@ -161,6 +187,12 @@ def check(folder):
         report["tokenizer"] = type(tokenizer).__name__
         report["ids_equal"] = bool(np.array_equal(ids, token_ids))
         report["rows_with_other_ids"] = int(np.sum(np.any(ids != token_ids, axis=1)))
+        more = [str(text) for text in reference["tokenizer_texts"]]
+        if more:
+            expected = json.loads(str(reference["tokenizer_ids"]))
+            theirs = tokenizer(more, add_special_tokens=False)["input_ids"]
+            same = sum(a == list(b) for a, b in zip(expected, theirs))
+            report["fewclue_texts_with_equal_ids"] = f"{same}/{len(more)}"
     else:
         report["tokenizer"] = None
     loader = (
@@ -215,10 +247,16 @@ def main(argv=None):
         choices=("bert", "fl", "roformer", "classifier", "minilm", "e5"),
     )
     parser.add_argument("--texts", type=int, default=32, help="eprstmt dev lines to compare")
+    parser.add_argument(
+        "--tokenizer-texts",
+        type=int,
+        default=4000,
+        help="FewCLUE strings whose token ids alone to compare (no model run)",
+    )
     args = parser.parse_args(argv)
     folder = os.path.abspath(args.folder)
     if args.step == "write":
-        write(folder, args.model, args.texts)
+        write(folder, args.model, args.texts, args.tokenizer_texts)
         return 0
     return check(folder)
 

@@ -135,7 +135,7 @@ def export_to_transformers(model, folder, tokenizer=None, labels=None, overwrite
     _check_backbone(backbone)
     if tokenizer is None and head is not None:
         tokenizer = getattr(model, "preprocessor", None)
-    head = _exportable_head(model, backbone, head)
+    head = _exportable_head(backbone, head)
     serving = serving_backbone(backbone)
     config, tensors = _backbone_folder(serving)
     if head is not None:
@@ -215,8 +215,8 @@ def _check_backbone(backbone):
         raise ValueError(
             "Cannot export a prefix-tuned model (enable_prefix_tuning): P-tuning v2's key/value "
             "prefixes are extra keys and values in every attention layer, which a transformers "
-            "BertModel has no place for. Export the model before prefix tuning, or serve it "
-            "with this package."
+            "BertModel has no place for. Serve it with this package instead "
+            "(classifier.export, a SavedModel)."
         )
     if backbone.add_attention_units is not None:
         raise ValueError(
@@ -237,7 +237,7 @@ def _check_backbone(backbone):
         )
 
 
-def _exportable_head(model, backbone, head):
+def _exportable_head(backbone, head):
     """The classifier, or None (with a warning) when transformers has no class for its head."""
     if head is None:
         return None
@@ -251,12 +251,9 @@ def _exportable_head(model, backbone, head):
         reasons.append("the backbone has no pooler (BertForSequenceClassification pools)")
     if backbone.pooling != "first":
         reasons.append(f"the backbone pools by {backbone.pooling!r}, BERT by the [CLS] state")
-    activation = getattr(head, "activation", None)
-    activation_name = activation if isinstance(activation, str) else getattr(
-        activation, "__name__", None
-    )  # fmt: skip
-    if activation is not None and activation_name not in ("linear", "softmax", "sigmoid"):
-        reasons.append(f"its activation {activation!r} is not a logits' softmax or sigmoid")
+    activation = getattr(head.output_dense.activation, "__name__", repr(head.activation))
+    if activation not in ("linear", "softmax", "sigmoid"):
+        reasons.append(f"its outputs are {activation}(logits), not logits or their probabilities")
     if reasons:
         logger.warning(
             "export_to_transformers: the classifier's head is not BertForSequenceClassification's "

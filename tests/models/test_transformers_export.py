@@ -90,7 +90,7 @@ def test_fl_tuning_lora_and_drop_token_export_merged(tmp_path):
         np.testing.assert_allclose(got[key], expected[key], atol=1e-5)
 
 
-def _classifier(vocabulary_size=None, num_classes=3, **backbone_overrides):
+def _classifier(num_classes=3, activation=None, **backbone_overrides):
     vocabulary = SPECIAL + [f"t{i}" for i in range(59)] + list("好坏")
     preprocessor = TransformerTextClassifierPreprocessor(
         bert_tokenizer(vocabulary), sequence_length=10
@@ -98,7 +98,9 @@ def _classifier(vocabulary_size=None, num_classes=3, **backbone_overrides):
     backbone = TransformerBackbone(
         **tiny_backbone_kwargs(vocabulary_size=len(vocabulary), **backbone_overrides)
     )
-    classifier = TransformerTextClassifier(backbone, num_classes, preprocessor=preprocessor)
+    classifier = TransformerTextClassifier(
+        backbone, num_classes, preprocessor=preprocessor, activation=activation
+    )
     randomize_weights(classifier, scale=0.1)
     return classifier, vocabulary
 
@@ -143,6 +145,24 @@ def test_a_head_bert_has_no_class_for_exports_the_backbone_with_a_warning(tmp_pa
     config, tensors = _read(folder)
     assert config["architectures"] == ["BertModel"]
     assert "classifier.weight" not in tensors
+
+
+@pytest.mark.parametrize(
+    "activation, architecture",
+    [("softmax", "BertForSequenceClassification"), ("tanh", "BertModel")],
+)
+def test_a_softmax_head_exports_its_logits_another_activation_the_backbone(
+    tmp_path, activation, architecture
+):
+    classifier, _ = _classifier(activation=activation)
+    config, tensors = _read(export_to_transformers(classifier, tmp_path / "hf"))
+    assert config["architectures"] == [architecture]
+    if architecture == "BertModel":
+        return
+    assert config["problem_type"] == "single_label_classification"
+    np.testing.assert_array_equal(
+        tensors["classifier.weight"], classifier.output_dense.kernel.numpy().T
+    )
 
 
 def test_no_pooler_and_no_segments_become_zeros(tmp_path):
