@@ -136,7 +136,9 @@ def export_to_transformers(model, folder, tokenizer=None, labels=None, overwrite
     if tokenizer is None and head is not None:
         tokenizer = getattr(model, "preprocessor", None)
     head = _exportable_head(backbone, head)
-    serving = serving_backbone(backbone)
+    # DropToken's and ASA's weights are not among the exported ones: only merges need the copy.
+    merging = backbone.add_ffn is not None or backbone.lora is not None
+    serving = serving_backbone(backbone) if merging else backbone
     config, tensors = _backbone_folder(serving)
     if head is not None:
         config, tensors = _with_classifier_head(config, tensors, head, labels)

@@ -90,6 +90,18 @@ def test_fl_tuning_lora_and_drop_token_export_merged(tmp_path):
         np.testing.assert_allclose(got[key], expected[key], atol=1e-5)
 
 
+def test_asa_and_drop_token_leave_nothing(tmp_path):
+    backbone = _backbone()
+    features = random_features()
+    expected = _outputs(backbone, features)
+    backbone.enable_asa(tau=0.5)
+    backbone.enable_drop_token(0.3, mode="attention")
+    config, tensors = _read(export_to_transformers(backbone, tmp_path / "hf"))
+    assert config["intermediate_size"] == 48 and not any("advers" in name for name in tensors)
+    got = _outputs(TransformerBackbone.from_preset(tmp_path / "hf"), features)
+    np.testing.assert_allclose(got["sequence_output"], expected["sequence_output"], atol=1e-5)
+
+
 def _classifier(num_classes=3, activation=None, **backbone_overrides):
     vocabulary = SPECIAL + [f"t{i}" for i in range(59)] + list("好坏")
     preprocessor = TransformerTextClassifierPreprocessor(
