@@ -132,6 +132,11 @@ def export_to_transformers(model, folder, tokenizer=None, labels=None, overwrite
     _check_folder(output, overwrite)
     save_file = _safetensors_save_file()
     backbone, head = _split(model)
+    if labels is not None and head is None:
+        raise ValueError(
+            "labels name a classifier's classes; this model is a backbone. Received: "
+            f"labels={labels!r}."
+        )
     _check_backbone(backbone)
     if tokenizer is None and head is not None:
         tokenizer = getattr(model, "preprocessor", None)

@@ -244,6 +244,8 @@ def test_missing_safetensors_names_the_extra(tmp_path, monkeypatch):
 def test_other_models_and_mismatched_tokenizers_are_refused(tmp_path):
     with pytest.raises(TypeError, match="TransformerBackbone"):
         export_to_transformers(object(), tmp_path / "hf")
+    with pytest.raises(ValueError, match="labels name a classifier"):
+        export_to_transformers(_backbone(), tmp_path / "hf", labels=["a", "b"])
     tokenizer = bert_tokenizer(SPECIAL + ["a"])
     with pytest.raises(ValueError, match="6 tokens but the model 64"):
         export_to_transformers(_backbone(), tmp_path / "hf", tokenizer=tokenizer)
