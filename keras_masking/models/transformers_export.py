@@ -369,6 +369,8 @@ def _with_classifier_head(config, tensors, head, labels):
     num_classes = int(head.num_classes)
     if labels is None:
         labels = [f"LABEL_{i}" for i in range(num_classes)]
+    if isinstance(labels, (str, bytes)):
+        raise ValueError(f"Expected a list of class names for labels. Received: {labels!r}.")
     labels = [str(label) for label in labels]
     if len(labels) != num_classes or len(set(labels)) != num_classes:
         raise ValueError(
