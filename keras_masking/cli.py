@@ -361,6 +361,7 @@ def _export(args):
     how = {
         "saved_model": "a SavedModel: tf.saved_model.load, signature serve",
         "onnx": "model.onnx: onnxruntime.InferenceSession",
+        "transformers": "a Hugging Face folder: transformers.AutoModel.from_pretrained",
     }[args.format]
     print(f"Wrote {output} ({how})")
 
@@ -529,13 +530,15 @@ def build_parser():
         "--drop-mlm-head", action="store_true", help="leave cls/predictions out (checkpoints)"
     )
     export = commands.add_parser(
-        "export", help="a finished clue run's best model -> SavedModel or ONNX (token ids in)"
+        "export", help="a finished clue run's best model -> SavedModel, ONNX or Hugging Face folder"
     )
     export.add_argument("run_folder", metavar="RUN_FOLDER", help="a finished clue run's folder")
     export.add_argument("output", metavar="OUTPUT", help="new (or empty) folder to write")
     export.add_argument("--quiet", action="store_true", help="no signature printout")
-    export.add_argument("--format", choices=("saved_model", "onnx"), default="saved_model",
-                        help="onnx: TensorFlow backend, the export extra")  # fmt: skip
+    export.add_argument(
+        "--format", choices=("saved_model", "onnx", "transformers"), default="saved_model",
+        help="onnx: TensorFlow backend; onnx and transformers: pip install keras-masking[export]",
+    )  # fmt: skip
     _add_clue_parser(commands)
     _add_compare_parser(commands)
     _add_convert_e5_parser(commands)

@@ -1,15 +1,17 @@
 """A finished CLUE run's chosen model, exported for serving (``keras-masking export``)."""
 
+import importlib.util
 import json
 import os
 import pathlib
+import shutil
 
 #: The formats `export_run` writes.
-FORMATS = ("saved_model", "onnx")
+FORMATS = ("saved_model", "onnx", "transformers")
 
 
 def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa: A002 (Keras' name)
-    """Exports a finished `finetune` run's best weights for serving: a SavedModel or ONNX.
+    """Exports a finished `finetune` run's best weights (SavedModel, ONNX, Hugging Face folder).
 
     The run is rebuilt from its ``run.json`` as `finetune` resumes a
     finished run (the same model source, data folder and methods; the best
@@ -19,9 +21,13 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
     ``(batch, sequence)`` ids as `keras_masking.clue.encode_examples` makes
     them, and returns its outputs; with ``format="onnx"`` the folder holds
     ``model.onnx`` with the same inputs and outputs instead (Keras' ONNX
-    export, TensorFlow backend). Either way ``run.json`` is copied beside it
-    as ``keras_masking_run.json``, and ``README.md`` is its model card (the
-    model, the methods, the data, the settings and the run's scores).
+    export, TensorFlow backend). With ``format="transformers"`` it is the
+    fine-tuned encoder as a Hugging Face folder with the run's tokenizer
+    files (`keras_masking.models.export_to_transformers` on the task model's
+    backbone; the CLUE task head stays in the SavedModel and ONNX exports).
+    Each way ``run.json`` is copied beside it as ``keras_masking_run.json``,
+    and ``README.md`` is its model card (the model, the methods, the data,
+    the settings and the run's scores).
 
     Args:
         run_folder: a finished ``keras-masking clue`` / `finetune` run folder;
@@ -29,8 +35,9 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
             says.
         output: a new (or empty) folder to write.
         verbose: bool, whether Keras prints the signature.
-        format: ``"saved_model"`` or ``"onnx"`` (needs the TensorFlow backend
-            and ``pip install "keras-masking[export]"``).
+        format: ``"saved_model"``, ``"onnx"`` (needs the TensorFlow backend
+            and ``pip install "keras-masking[export]"``) or ``"transformers"``
+            (needs ``safetensors``, in the same extra).
 
     Returns:
         The output folder, a `pathlib.Path`.
@@ -56,6 +63,7 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
     from keras_masking.models.model_card import write_model_card
     from keras_masking.models.serving_copy import serving_task_model
     from keras_masking.models.text_classifier_export import token_id_signature
+    from keras_masking.models.transformers_export import export_to_transformers
     from keras_masking.utils.files import write_atomically
 
     run_folder, output = pathlib.Path(run_folder), pathlib.Path(output)
@@ -63,6 +71,10 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
         raise ValueError(f"Expected format in {list(FORMATS)}. Received: format={format!r}.")
     if format == "onnx":
         _check_onnx_export()
+    if format == "transformers" and importlib.util.find_spec("safetensors") is None:
+        raise ValueError(
+            'A Hugging Face folder needs safetensors: pip install "keras-masking[export]".'
+        )
     record_path = run_folder / "run.json"
     if not record_path.is_file():
         raise FileNotFoundError(
@@ -90,7 +102,12 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
     if keras.config.backend() == "jax":
         signature, kwargs = token_id_signature(model)
     staging = output.with_name(f".{output.name}.partial")
-    if format == "onnx":
+    backbones = [layer for layer in model.layers if hasattr(layer, "serving_copy")]
+    if format == "transformers":
+        if staging.exists():
+            shutil.rmtree(staging)
+        export_to_transformers(backbones[0], staging, tokenizer=result.tokenizer)
+    elif format == "onnx":
         staging.mkdir(parents=True, exist_ok=True)
         with gelu_as_erf():  # ONNX has no op for TensorFlow's fused exact GELU
             model.export(os.fspath(staging / "model.onnx"), format="onnx", verbose=verbose,
@@ -110,11 +127,14 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
         "test_public": record.get("test_public"),
         "settings": config.training_record(),
     }
-    backbones = [layer for layer in model.layers if hasattr(layer, "serving_copy")]
     if backbones:
         card = model_card(
             backbones[0], f"{arguments.get('task')} ({arguments.get('benchmark')})",
-            head=f"the CLUE {arguments.get('task')} task model; inputs: {sorted(model.input)}",
+            head=(
+                f"the fine-tuned encoder of a CLUE {arguments.get('task')} run (its task head is "
+                "in the SavedModel and ONNX exports)" if format == "transformers" else
+                f"the CLUE {arguments.get('task')} task model; inputs: {sorted(model.input)}"
+            ),
             training=training,
         )  # fmt: skip
         write_model_card(staging, card)
@@ -126,8 +146,6 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
 
 def _check_onnx_export():
     """Refuses ONNX where Keras cannot write it, before a run is rebuilt."""
-    import importlib.util
-
     import keras
 
     if keras.config.backend() != "tensorflow":

@@ -77,6 +77,8 @@ class FinetuneResult:
         test_public: FewCLUE's labelled test scores, or None.
         record_path: the run record, ``run.json``.
         record: its content.
+        tokenizer: the run's tokenizer (the model source's), which encoded
+            its data.
     """
 
     status: str
@@ -88,6 +90,7 @@ class FinetuneResult:
     test_public: dict | None
     record_path: pathlib.Path
     record: dict
+    tokenizer: object = None
 
 
 def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callbacks=None,
@@ -205,7 +208,7 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
     resumed = earlier is not None and (
         earlier.get("status") == "finished" or folder.state_path.exists()
     )
-    run = _Run(task, benchmark, settings, folder, splits, encoded, verbose)
+    run = _Run(task, benchmark, settings, folder, splits, encoded, verbose, tokenizer)
     applied = _build(run, plan, backbone, tokenizer, resumed, jit_compile)
     record = {
         "keras_masking": __version__,
@@ -231,7 +234,7 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
     if earlier is not None and earlier.get("status") == "finished":
         folder.load_best(run.task_model.trainable_variables)
         logger.info("%s: finished earlier; nothing to redo.", os.fspath(folder.path))
-        return _result(earlier, run.task_model, folder)
+        return _result(earlier, run, folder)
     failure = _train(run, record, earlier if resumed else None, applied.callbacks, callbacks)
     return _finish(run, record, failure)
 
@@ -248,6 +251,7 @@ class _Run:
     splits: dict
     encoded: dict
     verbose: int
+    tokenizer: object
     task_model: keras.Model = None
     trainer: keras.Model = None
     evidence: MethodEvidence = None
@@ -393,10 +397,10 @@ def _finish(run, record, failure):
         logger.warning("%s: %s", os.fspath(folder.path), failure)
     elif "submission" in record:
         logger.info("Wrote %s", os.fspath(folder.path / record["submission"]))
-    return _result(record, run.task_model, folder)
+    return _result(record, run, folder)
 
 
-def _result(record, task_model, folder):
+def _result(record, run, folder):
     best = record.get("best") or {}
     submission = record.get("submission")
     return FinetuneResult(
@@ -404,11 +408,12 @@ def _result(record, task_model, folder):
         history=record.get("epochs", []),
         best_epoch=best.get("epoch"),
         best_score=best.get("score"),
-        model=task_model,
+        model=run.task_model,
         submission_path=None if submission is None else folder.path / submission,
         test_public=record.get("test_public"),
         record_path=folder.record_path,
         record=record,
+        tokenizer=run.tokenizer,
     )
 
 

@@ -126,6 +126,32 @@ def test_onnx_on_jax_is_refused_before_the_run_is_rebuilt(finished, tmp_path):
 
 def test_an_unknown_format_is_refused(finished, tmp_path):
     root, _ = finished
-    with pytest.raises(ValueError, match=r"Expected format in \['saved_model', 'onnx'\]"):
+    with pytest.raises(
+        ValueError, match=r"Expected format in \['saved_model', 'onnx', 'transformers'\]"
+    ):
         clue.export_run(root / "run", tmp_path / "out", format="pt")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_hugging_face_folder_holds_the_runs_encoder_and_tokenizer(finished):
+    pytest.importorskip("safetensors")
+    from keras_masking.models import TransformerBackbone
+
+    root, result = finished
+    assert main(["export", str(root / "run"), str(root / "hf2"), "--format", "transformers"]) == 0
+    names = sorted(path.name for path in (root / "hf2").iterdir())
+    for name in ("config.json", "model.safetensors", "vocab.txt", "keras_masking_run.json",
+                 "README.md"):  # fmt: skip
+        assert name in names, names
+    config = json.loads((root / "hf2" / "config.json").read_text(encoding="utf-8"))
+    assert config["model_type"] == "bert"
+    # FL-tuning's 4 units merged into the FFN: a plain model of a wider FFN.
+    backbone = next(layer for layer in result.model.layers if hasattr(layer, "serving_copy"))
+    assert config["intermediate_size"] == backbone.intermediate_dim + 4
+    assert (root / "hf2" / "vocab.txt").read_text(encoding="utf-8").split() == VOCABULARY
+    # The package reads the folder back: the run's encoder, equal.
+    loaded = TransformerBackbone.from_preset(str(root / "hf2"))
+    features = _features()
+    expected = backbone.serving_copy().predict(features, verbose=0)["sequence_output"]
+    found = loaded.predict(features, verbose=0)["sequence_output"]
+    np.testing.assert_allclose(found, expected, atol=1e-5)
