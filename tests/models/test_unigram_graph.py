@@ -208,3 +208,14 @@ def test_every_fewclue_text_field_gives_the_python_ids_with_e5s_tokenizer():
     graph = [row for ids in dataset for row in ids.to_list()]
     differing = [text for text, ids in zip(fields, graph) if ids != tokenizer.encode(text)]
     assert not differing, f"{len(differing)} of {len(fields)} fields differ: {differing[:10]}"
+
+
+def test_empty_batches_and_nested_batches_in_the_graph():
+    import tensorflow as tf
+
+    tokenizer = UnigramTokenizer(toy_model())
+    traced = tf.function(tokenizer)
+    assert traced(tf.constant([], tf.string)).to_list() == []
+    assert traced(tf.constant(["", ""])).to_list() == [[4], [4]]
+    nested = traced(tf.ragged.constant([["ab"], ["c", "dd"], []])).to_list()
+    assert nested == [[tokenizer.encode("ab")], [tokenizer.encode("c"), tokenizer.encode("dd")], []]
