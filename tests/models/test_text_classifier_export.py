@@ -193,19 +193,18 @@ def test_bad_export_arguments_are_refused_before_anything_is_written(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("pruned", [False, True], ids=["full", "pruned"])
-def test_a_unigram_tokenizer_exports_strings_in(tmp_path, pruned):
+def test_a_unigram_tokenizer_exports_strings_in(tmp_path):
     """multilingual-e5's tokenizer is TensorFlow ops too: the SavedModel takes strings and
     serves, without the package, what ``predict`` gives (ties, unknown characters one
-    ``<unk>`` each, the normalisation map, literal special pieces, a pruned table's rows)."""
+    ``<unk>`` each, the normalisation map, literal special pieces, a pruned table's rows).
+    A pruned tokenizer: its graph is the full one's plus the row gather (the full one's
+    ids in the graph: tests/models/test_unigram_graph.py)."""
     from keras_masking.models import UnigramTokenizer
     from tests.models.unigram_testing import toy_model
 
     texts = ["ab \ufb01x", "yz  c\t", "dd ab\U0001f600", "<s>cab", "", " ab"]
     second = ["c", "ab ab", "", "x", "\x01z", "b"]
-    tokenizer = UnigramTokenizer(toy_model())
-    if pruned:
-        tokenizer, _ = tokenizer.prune(texts[:2])
+    tokenizer, _ = UnigramTokenizer(toy_model()).prune(texts[:2])
     keras.utils.set_random_seed(0)
     backbone = TransformerBackbone(
         **tiny_backbone_kwargs(
