@@ -25,16 +25,20 @@ that piece, as in ``e5.c``.
 """
 
 import base64
-import struct
 import zlib
 
 import numpy as np
 
+from keras_masking.models.sentencepiece_wire import CONTROL
+from keras_masking.models.sentencepiece_wire import NO_ID
+from keras_masking.models.sentencepiece_wire import NORMAL
+from keras_masking.models.sentencepiece_wire import UNIGRAM
+from keras_masking.models.sentencepiece_wire import UNKNOWN
+from keras_masking.models.sentencepiece_wire import field
+from keras_masking.models.sentencepiece_wire import piece_message
+from keras_masking.models.sentencepiece_wire import varint_field
+
 META = "\u2581"
-# SentencePiece's ModelProto.SentencePiece.Type and TrainerSpec.ModelType.
-_NORMAL, _UNKNOWN, _CONTROL = 1, 2, 3
-_UNIGRAM = 1
-_NO_ID = (1 << 64) - 1  # int32 -1 as protobuf writes it
 # A precompiled normalisation map (SentencePiece's format) with one rule,
 # "  " -> " ": the text SentencePiece reads never holds U+0020, so it never
 # applies; tensorflow-text's converter expects a well-formed map.
@@ -86,25 +90,25 @@ def sentencepiece_model_proto(model):
     alphabet, single = set(), set()
     for index, (piece, score) in enumerate(zip(pieces, scores)):
         if index == unknown:
-            kind = _UNKNOWN
+            kind = UNKNOWN
         elif not piece or " " in piece or "\x00" in piece or not _writable(piece):
-            kind, piece = _CONTROL, f"<dead{index}>"
+            kind, piece = CONTROL, f"<dead{index}>"
         else:
-            kind = _NORMAL
+            kind = NORMAL
             alphabet.update(piece)
             if len(piece) == 1:
                 single.add(piece)
-        out += _field(1, _piece(piece, score, kind))
+        out += field(1, piece_message(piece, score, kind))
     stand_in = _stand_in(alphabet)
     for character in sorted(alphabet - single) + [chr(stand_in)]:
-        out += _field(1, _piece(character, unknown_score, _NORMAL))
-    trainer = _varint_field(3, _UNIGRAM) + b"".join(
-        _varint_field(number, _NO_ID) for number in (40, 41, 42, 43)
+        out += field(1, piece_message(character, unknown_score, NORMAL))
+    trainer = varint_field(3, UNIGRAM) + b"".join(
+        varint_field(number, NO_ID) for number in (40, 41, 42, 43)
     )
-    out += _field(2, trainer)
-    normalizer = _field(1, b"identity") + _field(2, _NEVER_APPLIED_CHARSMAP)
-    normalizer += _varint_field(3, 0) + _varint_field(4, 0) + _varint_field(5, 0)
-    out += _field(3, normalizer)
+    out += field(2, trainer)
+    normalizer = field(1, b"identity") + field(2, _NEVER_APPLIED_CHARSMAP)
+    normalizer += varint_field(3, 0) + varint_field(4, 0) + varint_field(5, 0)
+    out += field(3, normalizer)
     codes = np.array(sorted(ord(character) for character in alphabet), "int32")
     return bytes(out), codes, stand_in
 
@@ -123,32 +127,6 @@ def _stand_in(alphabet):
         if chr(code) not in alphabet:
             return code
     raise ValueError("Every private-use code point is in some piece; no stand-in is left.")
-
-
-def _varint(value):
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if not value:
-            out.append(byte)
-            return bytes(out)
-        out.append(byte | 0x80)
-
-
-def _varint_field(number, value):
-    return _varint(number << 3) + _varint(value)
-
-
-def _field(number, payload):
-    """A length-delimited field (strings, bytes, messages)."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _piece(piece, score, kind):
-    message = _field(1, piece.encode("utf-8"))
-    message += _varint(2 << 3 | 5) + struct.pack("<f", score)
-    return message + _varint_field(3, kind)
 
 
 class GraphTokenizer:

@@ -14,38 +14,16 @@ import struct
 
 import numpy as np
 
-# SentencePiece's ModelProto.SentencePiece.Type.
-_NORMAL, _UNKNOWN, _CONTROL = 1, 2, 3
-_UNIGRAM = 1
-_NO_ID = (1 << 64) - 1  # int32 -1 as protobuf writes it
+from keras_masking.models.sentencepiece_wire import CONTROL
+from keras_masking.models.sentencepiece_wire import NO_ID
+from keras_masking.models.sentencepiece_wire import NORMAL
+from keras_masking.models.sentencepiece_wire import UNIGRAM
+from keras_masking.models.sentencepiece_wire import UNKNOWN
+from keras_masking.models.sentencepiece_wire import field
+from keras_masking.models.sentencepiece_wire import piece_message
+from keras_masking.models.sentencepiece_wire import varint_field
+
 _BLOCK = 256
-
-
-def _varint(value):
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _field(number, payload):
-    """A length-delimited field."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _varint_field(number, value):
-    return _varint(number << 3) + _varint(value)
-
-
-def _piece(piece, score, kind):
-    payload = _field(1, piece.encode("utf-8"))
-    payload += _varint(2 << 3 | 5) + struct.pack("<f", float(score))
-    return payload + _varint_field(3, kind)
 
 
 def precompiled_charsmap(normalization):
@@ -167,18 +145,18 @@ def xlm_roberta_sentencepiece_model(unigram_model):
             "Export the full tokenizer, or feed the model the ids this package's gives."
         )
     out = bytearray()
-    out += _field(1, _piece(pieces[3], 0.0, _UNKNOWN))
-    out += _field(1, _piece(pieces[0], 0.0, _CONTROL))
-    out += _field(1, _piece(pieces[2], 0.0, _CONTROL))
+    out += field(1, piece_message(pieces[3], 0.0, UNKNOWN))
+    out += field(1, piece_message(pieces[0], 0.0, CONTROL))
+    out += field(1, piece_message(pieces[2], 0.0, CONTROL))
     for piece, score in zip(pieces[4:-1], scores[4:-1]):
-        out += _field(1, _piece(piece, score, _NORMAL))
-    trainer = _varint_field(3, _UNIGRAM) + _varint_field(40, 0) + _varint_field(41, 1)
-    trainer += _varint_field(42, 2) + _varint_field(43, _NO_ID)
-    out += _field(2, trainer)
-    normalizer = _field(1, b"keras_masking_unigram")
-    normalizer += _field(2, precompiled_charsmap(unigram_model["normalization"]))
-    normalizer += _varint_field(3, 1) + _varint_field(4, 1) + _varint_field(5, 1)
-    out += _field(3, normalizer)
+        out += field(1, piece_message(piece, score, NORMAL))
+    trainer = varint_field(3, UNIGRAM) + varint_field(40, 0) + varint_field(41, 1)
+    trainer += varint_field(42, 2) + varint_field(43, NO_ID)
+    out += field(2, trainer)
+    normalizer = field(1, b"keras_masking_unigram")
+    normalizer += field(2, precompiled_charsmap(unigram_model["normalization"]))
+    normalizer += varint_field(3, 1) + varint_field(4, 1) + varint_field(5, 1)
+    out += field(3, normalizer)
     return bytes(out)
 
 

@@ -124,12 +124,10 @@ def test_prefixes_stay_in_the_serving_copy():
     )
 
 
-def test_a_savedmodel_that_takes_strings_serves_predict_without_the_package(tmp_path):
-    classifier = _classifier(("fl_tuning", "drop_token", "asa"))
-    path = tmp_path / "served"
-    classifier.export(path, verbose=False)
+def _served(path, texts, second):
+    """What the SavedModel at ``path`` serves in a process that imports no keras (`SERVE`)."""
     done = subprocess.run(
-        [sys.executable, "-c", SERVE, str(path), json.dumps(TEXTS), json.dumps(SECOND)],
+        [sys.executable, "-c", SERVE, str(path), json.dumps(texts), json.dumps(second)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -137,6 +135,14 @@ def test_a_savedmodel_that_takes_strings_serves_predict_without_the_package(tmp_
     assert done.returncode == 0, done.stderr[-3000:]
     served = json.loads(done.stdout.strip().splitlines()[-1])
     assert served["imported"] == []
+    return served
+
+
+def test_a_savedmodel_that_takes_strings_serves_predict_without_the_package(tmp_path):
+    classifier = _classifier(("fl_tuning", "drop_token", "asa"))
+    path = tmp_path / "served"
+    classifier.export(path, verbose=False)
+    served = _served(path, TEXTS, SECOND)
     assert {"serving_default", "serve_texts", "serve_text_pairs", "serve_features"} <= set(
         served["signatures"]
     )
@@ -216,15 +222,7 @@ def test_a_unigram_tokenizer_exports_strings_in(tmp_path):
     _trained_weights(classifier)
     path = tmp_path / "e5"
     classifier.export(path, verbose=False)
-    done = subprocess.run(
-        [sys.executable, "-c", SERVE, str(path), json.dumps(texts), json.dumps(second)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    served = json.loads(done.stdout.strip().splitlines()[-1])
-    assert served["imported"] == []
+    served = _served(path, texts, second)
     expected = classifier.predict(texts, verbose=0)
     np.testing.assert_allclose(served["single"]["logits"], expected, atol=1e-5)
     assert served["single"]["class_id"] == np.argmax(expected, axis=-1).tolist()
