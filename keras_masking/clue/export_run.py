@@ -54,27 +54,15 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
     # import tensorflow as tf; tf.saved_model.load("served/tnews").serve(features)
     ```
     """
-    import keras
-
     from keras_masking.clue.run_config import RunConfig
     from keras_masking.clue.runner import finetune
-    from keras_masking.layers.activations import gelu_as_erf
     from keras_masking.models.model_card import model_card
     from keras_masking.models.model_card import write_model_card
     from keras_masking.models.serving_copy import serving_task_model
-    from keras_masking.models.text_classifier_export import token_id_signature
-    from keras_masking.models.transformers_export import export_to_transformers
     from keras_masking.utils.files import write_atomically
 
     run_folder, output = pathlib.Path(run_folder), pathlib.Path(output)
-    if format not in FORMATS:
-        raise ValueError(f"Expected format in {list(FORMATS)}. Received: format={format!r}.")
-    if format == "onnx":
-        _check_onnx_export()
-    if format == "transformers" and importlib.util.find_spec("safetensors") is None:
-        raise ValueError(
-            'A Hugging Face folder needs safetensors: pip install "keras-masking[export]".'
-        )
+    _check_format(format)
     record_path = run_folder / "run.json"
     if not record_path.is_file():
         raise FileNotFoundError(
@@ -92,28 +80,16 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
             f"{record.get('status')!r}): finish it first (run the same keras-masking clue "
             "command) and export it then."
         )
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise ValueError(f"Expected a new or empty folder for output. Received: {output}.")
+    _check_output(output)
     config = RunConfig.from_record(arguments)
     result = finetune(arguments["task"], arguments["data_dir"], run_folder, config, verbose=0)
     model = serving_task_model(result.model)
-    kwargs = {}
-    signature = None
-    if keras.config.backend() == "jax":
-        signature, kwargs = token_id_signature(model)
     staging = output.with_name(f".{output.name}.partial")
     backbones = [layer for layer in model.layers if hasattr(layer, "serving_copy")]
     if format == "transformers":
-        if staging.exists():
-            shutil.rmtree(staging)
-        export_to_transformers(backbones[0], staging, tokenizer=result.tokenizer)
-    elif format == "onnx":
-        staging.mkdir(parents=True, exist_ok=True)
-        with gelu_as_erf():  # ONNX has no op for TensorFlow's fused exact GELU
-            model.export(os.fspath(staging / "model.onnx"), format="onnx", verbose=verbose,
-                         input_signature=token_id_signature(model)[0])  # fmt: skip
+        _write(backbones[0], staging, format, verbose, tokenizer=result.tokenizer)
     else:
-        model.export(os.fspath(staging), verbose=verbose, input_signature=signature, **kwargs)
+        _write(model, staging, format, verbose)
     write_atomically(
         staging / "keras_masking_run.json", lambda file: file.write(json.dumps(record, indent=1))
     )
@@ -144,17 +120,118 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
     return output
 
 
-def _check_onnx_export():
-    """Refuses ONNX where Keras cannot write it, before a run is rebuilt."""
+def export_preset(preset, output, format="saved_model", labels=None, verbose=False):  # noqa: A002
+    """Exports a preset folder for serving: a SavedModel, ONNX or a Hugging Face folder.
+
+    A classifier preset (``TransformerTextClassifier.save_to_preset``: its
+    ``task.json``) exports as `TransformerTextClassifier.export` does (a
+    SavedModel that takes strings when it has a preprocessor) or as a
+    ``BertForSequenceClassification`` folder; a backbone preset (this
+    package's, keras-hub's, a Hugging Face BERT folder) exports its serving
+    copy (token ids in) or a ``BertModel`` / ``RoFormerModel`` folder with
+    the preset's tokenizer files. Methods are merged or left out as in every
+    export (`serving_copy`).
+
+    Args:
+        preset: a preset folder.
+        output: a new (or empty) folder to write.
+        format: ``"saved_model"``, ``"onnx"`` (TensorFlow backend, ``pip
+            install "keras-masking[export]"``) or ``"transformers"``.
+        labels: a classifier's class names for a Hugging Face folder
+            (``id2label``), or None.
+        verbose: bool, whether Keras prints the signature.
+
+    Returns:
+        The output folder, a `pathlib.Path`.
+
+    Raises:
+        ValueError / FileNotFoundError: an unknown format, ONNX on JAX, a
+            folder that is not a preset, ``labels`` for a backbone, or an
+            ``output`` that holds files (each before anything is written).
+
+    Example:
+    ```python
+    keras_masking.clue.export_preset("my_classifier", "for_torch", format="transformers")
+    ```
+    """
+    from keras_masking.clue.model_source import ModelSource
+    from keras_masking.models import TransformerTextClassifier
+
+    preset, output = pathlib.Path(preset), pathlib.Path(output)
+    _check_format(format)
+    if not (preset / "config.json").is_file():
+        raise FileNotFoundError(
+            f"No preset config {os.fspath(preset / 'config.json')}: expected a preset folder "
+            "(save_to_preset, keras-masking convert) or a finished clue run's folder."
+        )
+    _check_output(output)
+    classifier = (preset / "task.json").is_file()
+    if labels is not None and not (classifier and format == "transformers"):
+        raise ValueError("labels= names a classifier's classes in a Hugging Face folder only.")
+    staging = output.with_name(f".{output.name}.partial")
+    if classifier:
+        model = TransformerTextClassifier.from_preset(os.fspath(preset))
+        if format == "transformers":
+            _write(model, staging, format, verbose, labels=labels)
+        elif format == "saved_model" and model.preprocessor is not None:
+            model.export(os.fspath(staging), verbose=verbose)  # strings in
+        else:
+            _write(model.serving_copy(), staging, format, verbose)
+    else:
+        backbone, tokenizer = ModelSource(preset=os.fspath(preset)).load()
+        model = backbone if format == "transformers" else backbone.serving_copy()
+        _write(model, staging, format, verbose, tokenizer=tokenizer)
+    if output.exists():
+        output.rmdir()
+    staging.rename(output)
+    return output
+
+
+def _check_format(format):  # noqa: A002 (Keras' name)
+    """Refuses a format this process cannot write, before anything is loaded."""
     import keras
 
-    if keras.config.backend() != "tensorflow":
+    if format not in FORMATS:
+        raise ValueError(f"Expected format in {list(FORMATS)}. Received: format={format!r}.")
+    needed = {"onnx": ("onnx", "tf2onnx"), "transformers": ("safetensors",)}.get(format, ())
+    if format == "onnx" and keras.config.backend() != "tensorflow":
         raise ValueError(
             "ONNX export runs on the TensorFlow backend (tf2onnx): run the command with "
-            "KERAS_BACKEND=tensorflow (the run's weights load there unchanged)."
+            "KERAS_BACKEND=tensorflow (the weights load there unchanged)."
         )
-    missing = [name for name in ("onnx", "tf2onnx") if importlib.util.find_spec(name) is None]
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
         raise ValueError(
-            f'ONNX export needs {", ".join(missing)}: pip install "keras-masking[export]".'
+            f'{format} export needs {", ".join(missing)}: pip install "keras-masking[export]".'
         )
+
+
+def _check_output(output):
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise ValueError(f"Expected a new or empty folder for output. Received: {output}.")
+
+
+def _write(model, staging, format, verbose, tokenizer=None, labels=None):  # noqa: A002
+    """Writes ``model`` (a serving model; for transformers, a backbone or classifier)."""
+    import keras
+
+    from keras_masking.layers.activations import gelu_as_erf
+    from keras_masking.models.text_classifier_export import token_id_signature
+    from keras_masking.models.transformers_export import export_to_transformers
+
+    if staging.exists():
+        shutil.rmtree(staging)  # what an interrupted export left
+    if format == "transformers":
+        export_to_transformers(model, staging, tokenizer=tokenizer, labels=labels)
+    elif format == "onnx":
+        staging.mkdir(parents=True)
+        with gelu_as_erf():  # ONNX has no op for TensorFlow's fused exact GELU
+            signature = token_id_signature(model)[0]
+            keras.Model.export(model, os.fspath(staging / "model.onnx"), format="onnx",
+                               verbose=verbose, input_signature=signature)  # fmt: skip
+    else:
+        signature, kwargs = token_id_signature(model)
+        if keras.config.backend() != "jax":
+            kwargs = {}  # TensorFlow traces the model's own symbolic shapes
+        keras.Model.export(model, os.fspath(staging), verbose=verbose, input_signature=signature,
+                           **kwargs)  # fmt: skip

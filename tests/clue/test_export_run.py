@@ -1,5 +1,6 @@
 """`keras-masking export`: a finished run's best model as a SavedModel of token ids."""
 
+import importlib.util
 import json
 
 import keras
@@ -155,3 +156,73 @@ def test_a_hugging_face_folder_holds_the_runs_encoder_and_tokenizer(finished):
     expected = backbone.serving_copy().predict(features, verbose=0)["sequence_output"]
     found = loaded.predict(features, verbose=0)["sequence_output"]
     np.testing.assert_allclose(found, expected, atol=1e-5)
+
+
+# === Presets (keras-masking export PRESET OUTPUT) ===
+def test_a_backbone_preset_exports_its_serving_copy_and_a_hugging_face_folder(finished, tmp_path):
+    import tensorflow as tf
+
+    from keras_masking.models import TransformerBackbone
+
+    root, _ = finished
+    preset = root / "preset"
+    backbone = TransformerBackbone.from_preset(str(preset))
+    features = _features()
+    expected = backbone.predict(features, verbose=0)["sequence_output"]
+    assert main(["export", str(preset), str(tmp_path / "saved"), "--quiet"]) == 0
+    served = tf.saved_model.load(str(tmp_path / "saved"))
+    outputs = served.serve({name: tf.constant(value) for name, value in features.items()})
+    np.testing.assert_allclose(np.asarray(outputs["sequence_output"]), expected, atol=1e-5)
+    if importlib.util.find_spec("safetensors") is None:
+        return
+    assert main(["export", str(preset), str(tmp_path / "hf"), "--format", "transformers"]) == 0
+    assert (tmp_path / "hf" / "vocab.txt").read_text(encoding="utf-8").split() == VOCABULARY
+    loaded = TransformerBackbone.from_preset(str(tmp_path / "hf"))
+    np.testing.assert_allclose(
+        loaded.predict(features, verbose=0)["sequence_output"], expected, atol=1e-5
+    )
+
+
+def test_a_classifier_preset_exports_strings_in_and_its_labels(tmp_path):
+    import tensorflow as tf
+
+    from keras_masking.data import bert_tokenizer
+    from keras_masking.models import TransformerBackbone
+    from keras_masking.models import TransformerTextClassifier
+    from keras_masking.models import TransformerTextClassifierPreprocessor
+
+    keras.utils.set_random_seed(0)
+    backbone = TransformerBackbone(
+        vocabulary_size=len(VOCABULARY), num_layers=1, num_heads=2, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=32,
+    )  # fmt: skip
+    preprocessor = TransformerTextClassifierPreprocessor(
+        bert_tokenizer(VOCABULARY), sequence_length=16
+    )
+    classifier = TransformerTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
+    classifier.save_to_preset(str(tmp_path / "preset"))
+    texts = ["好评", "差评很差"]
+    assert main(["export", str(tmp_path / "preset"), str(tmp_path / "saved"), "--quiet"]) == 0
+    served = tf.saved_model.load(str(tmp_path / "saved")).signatures["serving_default"]
+    logits = served(tf.constant(texts))["logits"].numpy()
+    np.testing.assert_allclose(logits, classifier.predict(texts, verbose=0), atol=1e-5)
+    if importlib.util.find_spec("safetensors") is None:
+        return
+    hf = tmp_path / "hf"
+    argv = ["export", str(tmp_path / "preset"), str(hf), "--format", "transformers"]
+    assert main(argv + ["--labels", "neg,pos"]) == 0
+    config = json.loads((hf / "config.json").read_text(encoding="utf-8"))
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    assert config["id2label"] == {"0": "neg", "1": "pos"}
+
+
+def test_what_is_not_a_preset_or_a_run_is_refused_before_anything_is_written(finished, tmp_path):
+    root, _ = finished
+    with pytest.raises(FileNotFoundError, match="expected a preset folder"):
+        clue.export_preset(tmp_path, tmp_path / "out")
+    with pytest.raises(ValueError, match="labels= names a classifier's classes"):
+        clue.export_preset(root / "preset", tmp_path / "out", labels=["a", "b"])
+    with pytest.raises(ValueError, match=r"Expected format in"):
+        clue.export_preset(root / "preset", tmp_path / "out", format="pt")
+    assert main(["export", str(root / "run"), str(tmp_path / "out"), "--labels", "a,b"]) == 1
+    assert not (tmp_path / "out").exists()
