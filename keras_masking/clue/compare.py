@@ -235,8 +235,9 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
             result = finetune(task, data_dir, output / spec["label"] / f"seed{seed}", run,
                               verbose=verbose)  # fmt: skip
             record["runs"].append(
-                _run_entry(task, spec["label"], seed, result, dev, halves,
-                           noised=bool(config.dev_noise))  # fmt: skip
+                _run_entry(
+                    task, spec["label"], seed, result, dev, halves, noised=bool(config.dev_noise)
+                )  # fmt: skip
             )
             write_json_atomically(output / RECORD, record)
             # Each run builds its own models: free them, or a long compare

@@ -263,7 +263,14 @@ def test_a_resumed_run_keeps_every_epochs_dev_predictions(compared, data, preset
 def noised(compared, data, preset):
     output = compared[0].parent / "noised"
     result = compare(
-        "eprstmt", data, output, [METHOD], SEEDS, preset=preset, verbose=0, dev_noise=0.3,
+        "eprstmt",
+        data,
+        output,
+        [METHOD],
+        SEEDS,
+        preset=preset,
+        verbose=0,
+        dev_noise=0.3,
         **SETTINGS,
     )
     record = json.loads((output / "compare.json").read_text(encoding="utf-8"))
