@@ -550,7 +550,7 @@ def build_parser():
     export.add_argument("--quiet", action="store_true", help="no signature printout")
     export.add_argument(
         "--format", choices=("saved_model", "onnx", "transformers"), default="saved_model",
-        help="onnx: TensorFlow backend; onnx and transformers: pip install keras-masking[export]",
+        help="onnx and transformers: pip install keras-masking[export]",
     )  # fmt: skip
     export.add_argument(
         "--labels", type=lambda text: [name.strip() for name in text.split(",")],

@@ -21,7 +21,7 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
     ``(batch, sequence)`` ids as `keras_masking.clue.encode_examples` makes
     them, and returns its outputs; with ``format="onnx"`` the folder holds
     ``model.onnx`` with the same inputs and outputs instead (Keras' ONNX
-    export, TensorFlow backend). With ``format="transformers"`` it is the
+    export through TensorFlow, `export_onnx`). With ``format="transformers"`` it is the
     fine-tuned encoder as a Hugging Face folder with the run's tokenizer
     files (`keras_masking.models.export_to_transformers` on the task model's
     backbone; the CLUE task head stays in the SavedModel and ONNX exports).
@@ -35,8 +35,8 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
             says.
         output: a new (or empty) folder to write.
         verbose: bool, whether Keras prints the signature.
-        format: ``"saved_model"``, ``"onnx"`` (needs the TensorFlow backend
-            and ``pip install "keras-masking[export]"``) or ``"transformers"``
+        format: ``"saved_model"``, ``"onnx"`` (``pip install
+            "keras-masking[export]"``) or ``"transformers"``
             (needs ``safetensors``, in the same extra).
 
     Returns:
@@ -45,7 +45,7 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
     Raises:
         FileNotFoundError: no run record in ``run_folder``.
         ValueError: the run has not finished, ``output`` holds files, an
-            unknown format, or ONNX on the JAX backend (each before the run
+            unknown format, or a missing export package (each before the run
             is rebuilt).
 
     Example:
@@ -135,8 +135,8 @@ def export_preset(preset, output, format="saved_model", labels=None, verbose=Fal
     Args:
         preset: a preset folder.
         output: a new (or empty) folder to write.
-        format: ``"saved_model"``, ``"onnx"`` (TensorFlow backend, ``pip
-            install "keras-masking[export]"``) or ``"transformers"``.
+        format: ``"saved_model"``, ``"onnx"`` (``pip install
+            "keras-masking[export]"``) or ``"transformers"``.
         labels: a classifier's class names for a Hugging Face folder
             (``id2label``), or None.
         verbose: bool, whether Keras prints the signature.
@@ -145,7 +145,7 @@ def export_preset(preset, output, format="saved_model", labels=None, verbose=Fal
         The output folder, a `pathlib.Path`.
 
     Raises:
-        ValueError / FileNotFoundError: an unknown format, ONNX on JAX, a
+        ValueError / FileNotFoundError: an unknown format, a missing export package, a
             folder that is not a preset, ``labels`` for a backbone, or an
             ``output`` that holds files (each before anything is written).
 
@@ -189,16 +189,9 @@ def export_preset(preset, output, format="saved_model", labels=None, verbose=Fal
 
 def _check_format(format):  # noqa: A002 (Keras' name)
     """Refuses a format this process cannot write, before anything is loaded."""
-    import keras
-
     if format not in FORMATS:
         raise ValueError(f"Expected format in {list(FORMATS)}. Received: format={format!r}.")
     needed = {"onnx": ("onnx", "tf2onnx"), "transformers": ("safetensors",)}.get(format, ())
-    if format == "onnx" and keras.config.backend() != "tensorflow":
-        raise ValueError(
-            "ONNX export runs on the TensorFlow backend (tf2onnx): run the command with "
-            "KERAS_BACKEND=tensorflow (the weights load there unchanged)."
-        )
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
         raise ValueError(
@@ -215,7 +208,7 @@ def _write(model, staging, format, verbose, tokenizer=None, labels=None):  # noq
     """Writes ``model`` (a serving model; for transformers, a backbone or classifier)."""
     import keras
 
-    from keras_masking.layers.activations import gelu_as_erf
+    from keras_masking.models.onnx_export import export_onnx
     from keras_masking.models.text_classifier_export import token_id_signature
     from keras_masking.models.transformers_export import export_to_transformers
 
@@ -225,10 +218,7 @@ def _write(model, staging, format, verbose, tokenizer=None, labels=None):  # noq
         export_to_transformers(model, staging, tokenizer=tokenizer, labels=labels)
     elif format == "onnx":
         staging.mkdir(parents=True)
-        with gelu_as_erf():  # ONNX has no op for TensorFlow's fused exact GELU
-            signature = token_id_signature(model)[0]
-            keras.Model.export(model, os.fspath(staging / "model.onnx"), format="onnx",
-                               verbose=verbose, input_signature=signature)  # fmt: skip
+        export_onnx(model, staging / "model.onnx", verbose=verbose)
     else:
         signature, kwargs = token_id_signature(model)
         if keras.config.backend() != "jax":

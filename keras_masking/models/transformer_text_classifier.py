@@ -12,6 +12,7 @@ from keras_masking.layers.initializers import bert_initializer
 from keras_masking.models.asa_objective import ASAObjective
 from keras_masking.models.model_card import model_card
 from keras_masking.models.model_card import write_model_card
+from keras_masking.models.onnx_export import export_onnx
 from keras_masking.models.text_classifier_export import export_text_classifier
 from keras_masking.models.text_classifier_export import token_id_signature
 from keras_masking.models.transformer_backbone import TransformerBackbone
@@ -308,7 +309,9 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         probabilities and predicted class, and loads with TensorFlow and
         tensorflow-text alone (`keras_masking.models.export_text_classifier`).
         Otherwise this is Keras' ``export`` (token-id inputs; ``"onnx"``,
-        ``"openvino"``...) of the serving copy. Either way the exported
+        ``"openvino"``...) of the serving copy; ``"onnx"`` from either
+        backend (`keras_masking.models.onnx_export.export_onnx`: on JAX, a
+        TensorFlow process writes it from the same weights). Either way the exported
         graph is the plain inference model: no token dropping, no
         adversaries, FL-tuning and LoRA merged (`serving_copy`).
 
@@ -333,11 +336,13 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
                     f"{sorted(kwargs)}."
                 )
             return export_text_classifier(self, filepath, text_pairs=text_pairs, verbose=verbose)
+        if format == "onnx" and input_signature is None and not kwargs:
+            return export_onnx(self.serving_copy(), filepath, verbose=verbose)  # either backend
         if format == "onnx" and keras.config.backend() == "jax":
             raise ValueError(
-                "ONNX export runs on the TensorFlow backend (tf2onnx): Keras' JAX path "
-                "(jax2onnx) does not convert these models yet. Export from KERAS_BACKEND="
-                "tensorflow (the weights load there unchanged), or export a SavedModel."
+                "ONNX export with an input_signature or export options runs on the TensorFlow "
+                "backend (tf2onnx; Keras' JAX path, jax2onnx, does not convert these models). "
+                "Without them, export(path, format='onnx') writes it from JAX too."
             )
         serving = self.serving_copy()
         if keras.config.backend() == "jax" and format == "tf_saved_model":
