@@ -55,8 +55,6 @@ _CLUE_FILES = {
 }
 _BENCHMARK_NAMES = {"clue": "CLUE", "fewclue": "FewCLUE", None: "CLUE or FewCLUE"}
 
-# Text fields of the classification tasks: (first, second or None).
-
 
 @dataclasses.dataclass
 class ClueSplit:
@@ -358,7 +356,6 @@ def read_split(data_dir, task, split, benchmark=None, few_shot="all"):
     return ClueSplit(task, benchmark, name, examples, files, skipped, labelled, task.labels, counts)
 
 
-# === Reading one file ===
 def read_task_splits(data_dir, task, benchmark=None, few_shot="all"):
     """Reads a task's train and dev splits, and its test splits where present.
 

@@ -162,7 +162,7 @@ def _json_lines(reading, path):
 
 
 def _read_document(path):
-    """``(parsed JSON, sha256)`` of a file that is one JSON document."""
+    """``(parsed JSON, sha256, file name)`` of a file that is one JSON document."""
     name = os.fspath(path)
     with open(path, "rb") as file:
         data = file.read()
@@ -171,7 +171,7 @@ def _read_document(path):
     del data
     if not text.strip():
         raise ValueError(f"{name}: the file is empty.")
-    return _parse(text, name), digest
+    return _parse(text, name), digest, name
 
 
 def _decode(data, name, line=None):
@@ -374,8 +374,7 @@ def _chid_examples(reading, path):
 
 
 def _chid_answers(reading, path):
-    document, digest = _read_document(path)
-    name = os.fspath(path)
+    document, digest, name = _read_document(path)
     expected = "a non-empty JSON object {'#idiomNNNNNN#': index}"
     _expect(isinstance(document, dict) and document, document, name, expected)
     for tag, value in document.items():
@@ -435,8 +434,7 @@ def _candidate_index(value, candidates, where):
 
 
 def _c3_examples(reading, path):
-    document, digest = _read_document(path)
-    name = os.fspath(path)
+    document, digest, name = _read_document(path)
     expected = "a JSON array of [context lines, questions, id] documents"
     _expect(isinstance(document, list), document, name, expected)
     if not document:
@@ -473,8 +471,7 @@ def _c3_examples(reading, path):
 
 def _cmrc2018_examples(reading, path):
     """CMRC2018 questions, from CLUE's squad-style files or CMRC2018's own layout."""
-    document, digest = _read_document(path)
-    name = os.fspath(path)
+    document, digest, name = _read_document(path)
     articles = document.get("data") if isinstance(document, dict) else document
     expected = (
         "a SQuAD-style document {'data': [{'paragraphs': [...]}]} or CMRC2018's original "

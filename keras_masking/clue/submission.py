@@ -24,7 +24,9 @@ import zipfile
 from collections.abc import Mapping
 
 from keras_masking.clue.examples import RECORD_TYPES
+from keras_masking.clue.readers import _BENCHMARK_NAMES
 from keras_masking.clue.readers import ClueSplit
+from keras_masking.clue.record_readers import _CLUE_BLANK
 from keras_masking.clue.record_readers import short_labels
 from keras_masking.clue.tasks import TASKS
 from keras_masking.clue.tasks import check_benchmark
@@ -36,10 +38,8 @@ logger = logging.getLogger(__name__)
 # CLUE 1.0 had its own test files, and file names, for these tasks.
 _VERSIONED = ("tnews", "cluewsc", "c3", "chid")
 _CLUE_STEMS = {"ocnli": "ocnli_50k"}
-_BENCHMARK_NAMES = {"clue": "CLUE", "fewclue": "FewCLUE"}
 VERSIONS = ("1.1", "1.0")
 _TEST_SPLITS = ("test", "test1.0", "test_public")
-_TAG = re.compile(r"#idiom\d{6}#")
 _MAX_PROBLEMS = 20
 
 
@@ -183,7 +183,7 @@ class _Layout:
             )
         if kind == "entity":
             return _entity_problem(task, self.labels, value, example)
-        if self.tags and not _TAG.fullmatch(str(key)):
+        if self.tags and not _CLUE_BLANK.fullmatch(str(key)):
             return f"key {key!r} is not a blank tag like '#idiom012345#'"
         if kind == "multiple_choice":
             if not isinstance(value, str):
