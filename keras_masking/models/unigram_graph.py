@@ -179,12 +179,11 @@ class GraphTokenizer:
         import tensorflow as tf
 
         ids = self.sentencepiece.tokenize(self.normalize(decode_as_e5_c(flat)))
-        ids = tf.RaggedTensor.from_row_splits(
+        return tf.RaggedTensor.from_row_splits(
             tf.gather(tf.constant(self.rows), ids.flat_values),
             tf.cast(ids.row_splits, tf.int64),
             validate=False,
         )
-        return ids
 
     def normalize(self, codes):
         """Ragged code points ``(batch, None)`` -> the UTF-8 text SentencePiece reads (1-D).
@@ -275,15 +274,10 @@ def _decode_bytes(flat):
     ends = tf.gather(tf.cumsum(lengths), rows)
     position = tf.range(size)
     left = ends - position
-    width = tf.where(
-        tf.equal(_shift(data, -5), 0x6) & (left >= 2),
-        2,
-        tf.where(
-            tf.equal(_shift(data, -4), 0xE) & (left >= 3),
-            3,
-            tf.where(tf.equal(_shift(data, -3), 0x1E) & (left >= 4), 4, 1),
-        ),
-    )
+    # A lead byte 110xxxxx, 1110xxxx or 11110xxx starts 2, 3 or 4 bytes (when they fit).
+    width = tf.ones_like(data)
+    for count, shift, pattern in ((2, -5, 0x6), (3, -4, 0xE), (4, -3, 0x1E)):
+        width = tf.where(tf.equal(_shift(data, shift), pattern) & (left >= count), count, width)
     # The next character's start; the end of a text points to a sink (size).
     following = position + width
     jump = tf.concat([tf.where(following >= ends, size, following), [size]], axis=0)
@@ -298,8 +292,7 @@ def _decode_bytes(flat):
         double,
         (tf.constant(1), first, jump),
     )
-    at = tf.where(starts[:-1])[:, 0]
-    at = tf.cast(at, tf.int32)
+    at = tf.cast(tf.where(starts[:-1])[:, 0], tf.int32)
     lead, width = tf.gather(data, at), tf.gather(width, at)
     last = tf.maximum(size - 1, 0)
 
@@ -309,19 +302,12 @@ def _decode_bytes(flat):
     def follower(offset, shift):
         return bits(tf.gather(data, tf.minimum(at + offset, last)), 0x3F, shift)
 
-    code = tf.where(
-        tf.equal(width, 1),
-        lead,
-        tf.where(
-            tf.equal(width, 2),
-            bits(lead, 0x1F, 6) | follower(1, 0),
-            tf.where(
-                tf.equal(width, 3),
-                bits(lead, 0x0F, 12) | follower(1, 6) | follower(2, 0),
-                bits(lead, 0x07, 18) | follower(1, 12) | follower(2, 6) | follower(3, 0),
-            ),
-        ),
-    )
+    code = lead  # a one-byte character is its byte
+    for count, mask in ((2, 0x1F), (3, 0x0F), (4, 0x07)):
+        value = bits(lead, mask, 6 * (count - 1))
+        for offset in range(1, count):
+            value |= follower(offset, 6 * (count - 1 - offset))
+        code = tf.where(tf.equal(width, count), value, code)
     return tf.RaggedTensor.from_value_rowids(
         code, tf.cast(tf.gather(rows, at), tf.int64), nrows=tf.size(lengths, out_type=tf.int64)
     )
