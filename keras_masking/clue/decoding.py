@@ -77,11 +77,7 @@ def decode_predictions(task, outputs, encoded, examples, **options):
     if task.kind == "entity":
         return _decode_entities(outputs, encoded, rows)
     outputs = np.concatenate(_batches(outputs), axis=0)
-    if len(outputs) != rows:
-        raise ValueError(
-            f"outputs has {len(outputs)} rows; the encoded split has {rows}. Pass the model's "
-            "outputs for every row, in order."
-        )
+    _check_rows(len(outputs), rows)
     if task.kind == "classification":
         names = meta["label_names"]
         _check_shape(outputs, (rows, len(names)), "(rows, num_labels)")
@@ -254,11 +250,8 @@ def _decode_spans(outputs, encoded, examples, max_answer_length):
             best[index] = found
     predictions = {}
     for index, example in enumerate(examples):
-        if index in best:
-            _, start, end = best[index]
-            predictions[example.id] = example.context[start:end]
-        else:
-            predictions[example.id] = ""
+        _, start, end = best.get(index, (None, 0, 0))
+        predictions[example.id] = example.context[start:end]
     return predictions
 
 
@@ -301,19 +294,14 @@ def _decode_entities(outputs, encoded, rows):
             if row >= rows:
                 raise ValueError(f"outputs has more rows than the encoded split's {rows}.")
             text = offsets[row, :, 0] >= 0
-            found = []
-            for kind, i, j in np.argwhere(scores > 0):
-                if i <= j and text[i] and text[j]:
-                    found.append(
-                        (types[kind], int(offsets[row, i, 0]), int(offsets[row, j, 1]) - 1)
-                    )
+            found = [
+                (types[kind], int(offsets[row, i, 0]), int(offsets[row, j, 1]) - 1)
+                for kind, i, j in np.argwhere(scores > 0)
+                if i <= j and text[i] and text[j]
+            ]
             predictions[meta["ids"][row]] = sorted(found, key=lambda e: (e[1], e[2], e[0]))
             row += 1
-    if row != rows:
-        raise ValueError(
-            f"outputs has {row} rows; the encoded split has {rows}. Pass the model's outputs "
-            "for every row, in order."
-        )
+    _check_rows(row, rows)
     return predictions
 
 
@@ -345,6 +333,14 @@ def _batches(outputs):
     if hasattr(outputs, "shape"):
         return [np.asarray(outputs)]
     return [np.asarray(batch) for batch in outputs]
+
+
+def _check_rows(found, rows):
+    if found != rows:
+        raise ValueError(
+            f"outputs has {found} rows; the encoded split has {rows}. Pass the model's outputs "
+            "for every row, in order."
+        )
 
 
 def _check_shape(outputs, shape, what):

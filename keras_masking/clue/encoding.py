@@ -28,6 +28,7 @@ import logging
 import numpy as np
 
 from keras_masking.clue.examples import RECORD_TYPES
+from keras_masking.clue.model_source import REQUIRED_TOKENS
 from keras_masking.clue.tasks import get_task
 from keras_masking.models.transformer_text_classifier_preprocessor import pack_segments
 from keras_masking.models.transformer_tokenizer import tokenize_with_offsets
@@ -146,33 +147,22 @@ def encode_examples(task, examples, tokenizer, max_length, **options):
     return encoder(task, examples, tokenizer, max_length, **options)
 
 
-# BERT's special tokens as the tokenizers' attributes (a UnigramTokenizer's
-# <s>, </s>, <pad>, <unk>, <mask>).
-_SPECIAL_ATTRIBUTES = {
-    "[CLS]": "cls_token_id",
-    "[SEP]": "sep_token_id",
-    "[PAD]": "pad_token_id",
-    "[UNK]": "unk_token_id",
-    "[MASK]": "mask_token_id",
-}
+# BERT's special tokens as the tokenizers' attributes ("[CLS]": "cls_token_id"; a
+# UnigramTokenizer's <s>, </s>, <pad>, <unk>, <mask>).
+_SPECIAL_ATTRIBUTES = {token: f"{token[1:-1].lower()}_token_id" for token in REQUIRED_TOKENS}
 
 
 def _special_token_id(tokenizer, token):
-    """The id of a vocabulary token such as ``"[CLS]"``; a ValueError naming it when missing.
-
-    A tokenizer without BERT's tokens (a `UnigramTokenizer`) gives its own
-    ``<s>``, ``</s>``, ``<pad>``, ``<unk>`` and ``<mask>`` for them.
-    """
-    vocabulary = tokenizer.get_vocabulary()
-    attribute = _SPECIAL_ATTRIBUTES.get(token)
-    if token not in vocabulary and attribute and getattr(tokenizer, attribute, None) is not None:
-        return int(getattr(tokenizer, attribute))
-    if token not in vocabulary:
+    """The id of a token such as ``"[CLS]"`` (else the tokenizer's own); a ValueError if none."""
+    if token in tokenizer.get_vocabulary():
+        return int(tokenizer.token_to_id(token))
+    own = getattr(tokenizer, _SPECIAL_ATTRIBUTES.get(token, ""), None)
+    if own is None:
         raise ValueError(
             f"The tokenizer's vocabulary has no token {token!r}; this encoding needs it. "
             "Use a BERT vocabulary that holds it, or choose another token in the options."
         )
-    return int(tokenizer.token_to_id(token))
+    return int(own)
 
 
 # === Shared helpers ===
@@ -197,11 +187,13 @@ def _labelled(examples, field):
     return not missing
 
 
-def _pack(tokenizer, rows, max_length, choices=None):
-    """`pack_segments` of ``rows``; with ``choices``, shaped ``(-1, choices, max_length)``."""
+def _pack(tokenizer, rows, max_length, choice_mask=None):
+    """`pack_segments` of ``rows``; with ``choice_mask``, shaped ``(-1, choices, max_length)``."""
     features = pack_segments(tokenizer, rows, max_length)
-    if choices is not None:
-        features = {key: value.reshape(-1, choices, max_length) for key, value in features.items()}
+    if choice_mask is not None:
+        shape = (-1, choice_mask.shape[1], max_length)
+        features = {key: value.reshape(shape) for key, value in features.items()}
+        features["choice_mask"] = choice_mask
     return features
 
 
@@ -307,11 +299,9 @@ def _encode_multiple_choice(
         if labelled:
             _check_label(example, example.label, len(example.choices), "choices")
             targets[index] = example.label
-    features = _pack(tokenizer, rows, max_length, num_choices)
-    features["choice_mask"] = choice_mask
     counts = [len(example.choices) for example in examples]
     meta = _meta(task, examples, num_choices=counts, truncated=truncated)
-    return EncodedSplit(features, targets, meta)
+    return EncodedSplit(_pack(tokenizer, rows, max_length, choice_mask), targets, meta)
 
 
 # === Idiom cloze (CHID) ===
@@ -371,8 +361,6 @@ def _encode_idiom(
                 _check_label(passage, passage.labels[blank], len(candidates), "candidates")
                 targets[len(blanks)] = passage.labels[blank]
             blanks.append((index, blank))
-    features = _pack(tokenizer, rows, max_length, num_choices)
-    features["choice_mask"] = choice_mask
     meta = _meta(
         task,
         examples,
@@ -382,7 +370,7 @@ def _encode_idiom(
         passage_ids=[examples[i].id for i, _ in blanks],
         num_candidates=[len(examples[i].candidates) for i, _ in blanks],
     )
-    return EncodedSplit(features, targets, meta)
+    return EncodedSplit(_pack(tokenizer, rows, max_length, choice_mask), targets, meta)
 
 
 def _join_parts(parts, separator):
@@ -393,11 +381,7 @@ def _join_parts(parts, separator):
 
 
 def _window(left, right, budget):
-    """The last tokens of ``left`` and the first of ``right``, centred on the blank.
-
-    Each side gets half the budget; what one side does not use goes to the
-    other.
-    """
+    """The end of ``left`` and start of ``right``: half the budget each, unused room shared."""
     keep_left = min(len(left), max(budget // 2, budget - len(right)))
     keep_right = min(len(right), budget - keep_left)
     return left[len(left) - keep_left :], right[:keep_right]
@@ -489,12 +473,7 @@ def _mark_max_context(max_context, windows):
 
 
 def _answer_tokens(example, spans, lost, inexact):
-    """The first and last token of the first placed answer, or None (counted).
-
-    An answer whose ``answer_start`` is None (its text is not in the
-    context; see `read_split`) is skipped; an example without a placed
-    answer targets [CLS] and is counted in ``lost``.
-    """
+    """The first and last token of the first placed answer; None (counted in ``lost``): [CLS]."""
     if not example.answers:
         raise ValueError(f"{_name(example)} has an empty answers tuple; expected None or answers.")
     placed = [(text, start) for text, start in example.answers if start is not None]

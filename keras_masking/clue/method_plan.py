@@ -11,15 +11,8 @@ from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 
 # The command-line names of the switches, used in messages.
-FLAGS = {
-    "correct_embeddings": "--correct-embeddings",
-    "drop_token": "--drop-token",
-    "asa": "--asa",
-    "fl_tuning": "--fl-tuning",
-    "prefix_tuning": "--prefix-tuning",
-    "lora": "--lora",
-    "exlm_k": "--exlm-k",
-}
+_SWITCHES = "correct_embeddings drop_token asa fl_tuning prefix_tuning lora exlm_k".split()
+FLAGS = {name: "--" + name.replace("_", "-") for name in _SWITCHES}
 PEFT = "each freezes the backbone and trains its own parameters; a run compares one "
 PEFT += "parameter-efficient method with full fine-tuning, so choose one"
 # Switches that do not combine, and why.
@@ -94,11 +87,8 @@ class MethodPlan:
         set_value = object.__setattr__
         correct = check_bool("correct_embeddings", self.correct_embeddings)
         set_value(self, "correct_embeddings", correct)
-        set_value(
-            self,
-            "drop_token",
-            check_float("drop_token", self.drop_token, 0.0, 1.0, open_maximum=True),
-        )
+        drop = check_float("drop_token", self.drop_token, 0.0, 1.0, open_maximum=True)
+        set_value(self, "drop_token", drop)
         if self.asa is not None:
             set_value(self, "asa", check_float("asa", self.asa, minimum=0.0))
         for name in ("fl_tuning", "prefix_tuning", "lora", "exlm_k"):

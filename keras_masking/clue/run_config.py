@@ -221,19 +221,15 @@ def check_setting(name, value):
         if value is not None and not isinstance(value, (str, os.PathLike)):
             raise ValueError(f"Expected a path for {name}. Received: {value!r}.")
         return None if value is None else os.fspath(value)
+    if value is None and name in (*TASK_SETTINGS, "benchmark"):
+        return None
     if name in ("model", "benchmark"):
         choices = FAMILIES if name == "model" else ("clue", "fewclue")
-        if value is None and name == "benchmark":
-            return None
         if value not in choices:
             raise ValueError(f"Expected {name} in {list(choices)}. Received: {name}={value!r}.")
         return value
     if name == "few_shot":
-        if value == "all":
-            return value
-        return check_int("few_shot", value, 0, 4)
-    if name in TASK_SETTINGS and value is None:
-        return None
+        return value if value == "all" else check_int("few_shot", value, 0, 4)
     if name in ("epochs", "batch_size", "accumulation"):
         return check_int(name, value, minimum=1)
     if name == "max_length":
