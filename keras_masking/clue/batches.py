@@ -60,9 +60,7 @@ class ArrayBatches(keras.utils.PyDataset):
     def __getitem__(self, index):
         rows = self.order[index * self.batch_size : (index + 1) * self.batch_size]
         features = {name: value[rows] for name, value in self.features.items()}
-        if self.labels is None:
-            return (features,)
-        return features, self.labels[rows]
+        return (features,) if self.labels is None else (features, self.labels[rows])
 
 
 def predict_in_batches(model, features, batch_size):

@@ -232,8 +232,7 @@ def _decode_idioms(outputs, encoded):
         peak = logits.max(axis=-1, keepdims=True)
         log_probabilities = logits - peak - np.log(np.exp(logits - peak).sum(-1, keepdims=True))
         picked = joint_assignment(log_probabilities)
-        for row, candidate in zip(rows, picked):
-            predictions[meta["ids"][row]] = candidate
+        predictions.update({meta["ids"][row]: column for row, column in zip(rows, picked)})
     return predictions
 
 

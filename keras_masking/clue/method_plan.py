@@ -100,10 +100,8 @@ class MethodPlan:
 
     def is_on(self, name):
         """Whether the method ``name`` (a field of this plan) is on."""
-        value = getattr(self, name)
-        if name == "asa":
-            return value is not None  # tau 0 is ASA without the mask penalty
-        return bool(value)
+        value = getattr(self, name)  # ASA's tau 0 is ASA without the mask penalty: on
+        return value is not None if name == "asa" else bool(value)
 
     def check(self, task):
         """Refuses combinations that make no sense for ``task``.
@@ -134,9 +132,7 @@ class MethodPlan:
         from keras_masking.clue.tasks import get_task
 
         task = get_task(task)
-        if self.asa is not None or task.kind in ("span", "entity"):
-            return "attention"
-        return "gather"
+        return "attention" if self.asa is not None or task.kind in ("span", "entity") else "gather"
 
     def describe(self):
         """A JSON-ready dict of the switches."""

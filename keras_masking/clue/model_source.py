@@ -71,9 +71,7 @@ class ModelSource:
     def folder(self):
         """The folder the model files lie in."""
         path = pathlib.Path(self.checkpoint or self.preset)
-        if self.preset is not None or path.is_dir():
-            return path
-        return path.parent
+        return path if self.preset is not None or path.is_dir() else path.parent
 
     def config_file(self):
         """The checkpoint's ``bert_config.json`` (None for presets)."""
@@ -85,9 +83,7 @@ class ModelSource:
 
     def preset_vocabulary(self):
         """The vocabulary file a preset folder carries, or None."""
-        if self.preset is None:
-            return None
-        return _first_file(self.folder, VOCABULARY_NAMES)
+        return None if self.preset is None else _first_file(self.folder, VOCABULARY_NAMES)
 
     def vocabulary_file(self):
         """The vocabulary to tokenise with (checked to exist)."""

@@ -567,13 +567,9 @@ def _cmrc2018_answers(qa, text, where, squad, counts):
         if not answer_text.strip():
             raise ValueError(f"{here}: the answer text is empty.")
         start = _locate_answer(text, answer_text, given)
-        placement = "exact"
-        if start is None:
-            placement = "unplaced"
-        elif given is not None and start != given:
-            placement = "relocated"
         counts["answers"] += 1
-        if placement != "exact":
+        if start is None or (given is not None and start != given):
+            placement = "unplaced" if start is None else "relocated"
             counts[f"answers_{placement}"] += 1
             placements.append(placement)
         spans.append((answer_text, start))
