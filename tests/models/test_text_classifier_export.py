@@ -22,23 +22,26 @@ VOCABULARY = SPECIAL + list("这家店的菜很好吃服务太差了不会再来
 TEXTS = ["这家店的菜很好吃", "服务太差了，不会再来", "菜很好吃"]
 SECOND = ["很好吃", "不会再来", "服务太差"]
 
-# What a service runs: TensorFlow and tensorflow-text only.
+# What a service runs: TensorFlow and tensorflow-text only. One process serves
+# every SavedModel of the module (argv[1]: a JSON list of [path, texts, second]).
 SERVE = """
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # noqa: F401 (WordPiece ops)
-served = tf.saved_model.load(sys.argv[1])
-texts, second = json.loads(sys.argv[2]), json.loads(sys.argv[3])
-single = served.signatures["serving_default"](texts=tf.constant(texts))
-pairs = served.signatures["serve_text_pairs"](
-    texts_a=tf.constant(texts), texts_b=tf.constant(second)
-)
-print(json.dumps({
-    "single": {key: value.numpy().tolist() for key, value in single.items()},
-    "pairs": {key: value.numpy().tolist() for key, value in pairs.items()},
-    "imported": sorted(name for name in sys.modules if name.startswith("keras_masking")),
-    "signatures": sorted(served.signatures),
-}))
+results = []
+for path, texts, second in json.loads(sys.argv[1]):
+    served = tf.saved_model.load(path)
+    single = served.signatures["serving_default"](texts=tf.constant(texts))
+    pairs = served.signatures["serve_text_pairs"](
+        texts_a=tf.constant(texts), texts_b=tf.constant(second)
+    )
+    results.append({
+        "single": {key: value.numpy().tolist() for key, value in single.items()},
+        "pairs": {key: value.numpy().tolist() for key, value in pairs.items()},
+        "signatures": sorted(served.signatures),
+    })
+imported = sorted(name for name in sys.modules if name.startswith("keras_masking"))
+print(json.dumps({"results": results, "imported": imported}))
 """
 
 
@@ -124,25 +127,55 @@ def test_prefixes_stay_in_the_serving_copy():
     )
 
 
-def _served(path, texts, second):
-    """What the SavedModel at ``path`` serves in a process that imports no keras (`SERVE`)."""
-    done = subprocess.run(
-        [sys.executable, "-c", SERVE, str(path), json.dumps(texts), json.dumps(second)],
-        capture_output=True,
-        text=True,
-        timeout=300,
+def _unigram_classifier(texts):
+    """An e5-like classifier: a pruned `UnigramTokenizer` (its graph is the full one's plus
+    the row gather; the full one's ids in the graph: tests/models/test_unigram_graph.py)."""
+    from keras_masking.models import UnigramTokenizer
+    from tests.models.unigram_testing import toy_model
+
+    tokenizer, _ = UnigramTokenizer(toy_model()).prune(texts[:2])
+    keras.utils.set_random_seed(0)
+    backbone = TransformerBackbone(
+        **tiny_backbone_kwargs(
+            vocabulary_size=tokenizer.vocabulary_size(), pooling="mean", use_pooler=False
+        )
     )
+    preprocessor = TransformerTextClassifierPreprocessor(tokenizer, sequence_length=12)
+    classifier = TransformerTextClassifier(backbone, num_classes=3, preprocessor=preprocessor)
+    return _trained_weights(classifier)
+
+
+# multilingual-e5's hard cases: ties, unknown characters (one ``<unk>`` each), the
+# normalisation map, literal special pieces.
+UNIGRAM_TEXTS = ["ab \ufb01x", "yz  c\t", "dd ab\U0001f600", "<s>cab", "", " ab"]
+UNIGRAM_SECOND = ["c", "ab ab", "", "x", "\x01z", "b"]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A WordPiece classifier with methods and an e5-like one, exported strings-in and
+    served by one process that imports no keras (`SERVE`): ``{name: (classifier, served)}``."""
+    folder = tmp_path_factory.mktemp("served")
+    models = {
+        "wordpiece": (_classifier(("fl_tuning", "drop_token", "asa")), TEXTS, SECOND),
+        "unigram": (_unigram_classifier(UNIGRAM_TEXTS), UNIGRAM_TEXTS, UNIGRAM_SECOND),
+    }
+    jobs = []
+    for name, (classifier, texts, second) in models.items():
+        classifier.export(folder / name, verbose=False)
+        jobs.append([str(folder / name), texts, second])
+    done = subprocess.run(
+        [sys.executable, "-c", SERVE, json.dumps(jobs)], capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    served = json.loads(done.stdout.strip().splitlines()[-1])
-    assert served["imported"] == []
-    return served
+    output = json.loads(done.stdout.strip().splitlines()[-1])
+    assert output["imported"] == []
+    return {name: (models[name][0], result) for name, result in zip(models, output["results"])}
 
 
-def test_a_savedmodel_that_takes_strings_serves_predict_without_the_package(tmp_path):
-    classifier = _classifier(("fl_tuning", "drop_token", "asa"))
-    path = tmp_path / "served"
-    classifier.export(path, verbose=False)
-    served = _served(path, TEXTS, SECOND)
+def test_a_savedmodel_that_takes_strings_serves_predict_without_the_package(served):
+    classifier, served = served["wordpiece"]
     assert {"serving_default", "serve_texts", "serve_text_pairs", "serve_features"} <= set(
         served["signatures"]
     )
@@ -199,36 +232,19 @@ def test_bad_export_arguments_are_refused_before_anything_is_written(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_a_unigram_tokenizer_exports_strings_in(tmp_path):
+def test_a_unigram_tokenizer_exports_strings_in(served):
     """multilingual-e5's tokenizer is TensorFlow ops too: the SavedModel takes strings and
-    serves, without the package, what ``predict`` gives (ties, unknown characters one
-    ``<unk>`` each, the normalisation map, literal special pieces, a pruned table's rows).
-    A pruned tokenizer: its graph is the full one's plus the row gather (the full one's
-    ids in the graph: tests/models/test_unigram_graph.py)."""
-    from keras_masking.models import UnigramTokenizer
-    from tests.models.unigram_testing import toy_model
-
-    texts = ["ab \ufb01x", "yz  c\t", "dd ab\U0001f600", "<s>cab", "", " ab"]
-    second = ["c", "ab ab", "", "x", "\x01z", "b"]
-    tokenizer, _ = UnigramTokenizer(toy_model()).prune(texts[:2])
-    keras.utils.set_random_seed(0)
-    backbone = TransformerBackbone(
-        **tiny_backbone_kwargs(
-            vocabulary_size=tokenizer.vocabulary_size(), pooling="mean", use_pooler=False
-        )
-    )
-    preprocessor = TransformerTextClassifierPreprocessor(tokenizer, sequence_length=12)
-    classifier = TransformerTextClassifier(backbone, num_classes=3, preprocessor=preprocessor)
-    _trained_weights(classifier)
-    path = tmp_path / "e5"
-    classifier.export(path, verbose=False)
-    served = _served(path, texts, second)
+    serves, without the package, what ``predict`` gives."""
+    classifier, served = served["unigram"]
+    texts = UNIGRAM_TEXTS
     expected = classifier.predict(texts, verbose=0)
     np.testing.assert_allclose(served["single"]["logits"], expected, atol=1e-5)
     assert served["single"]["class_id"] == np.argmax(expected, axis=-1).tolist()
-    pairs = classifier.predict((texts, second), verbose=0)
+    pairs = classifier.predict((texts, UNIGRAM_SECOND), verbose=0)
     np.testing.assert_allclose(served["pairs"]["logits"], pairs, atol=1e-5)
     # The ids the SavedModel packs are the Python tokenizer's.
+    preprocessor = classifier.preprocessor
+    tokenizer = preprocessor.tokenizer
     features = preprocessor(texts)
     rows = [[tokenizer.cls_token_id] + tokenizer.encode(text) + [tokenizer.sep_token_id]
             for text in texts]  # fmt: skip
