@@ -57,13 +57,12 @@ def export_text_classifier(classifier, filepath, text_pairs=False, verbose=True)
             "classifier without one; classifier.export(path) then exports the token-id model, "
             "as Keras does."
         )
-    if not isinstance(
-        classifier.preprocessor.tokenizer, (keras_hub.tokenizers.BertTokenizer, UnigramTokenizer)
-    ):
+    tokenizer = classifier.preprocessor.tokenizer
+    if not isinstance(tokenizer, (keras_hub.tokenizers.BertTokenizer, UnigramTokenizer)):
         raise ValueError(
             "A SavedModel that takes strings needs a tokenizer that runs as TensorFlow ops (a "
             "keras-hub BertTokenizer, WordPiece, or a UnigramTokenizer, multilingual-e5's). "
-            f"Received: a preprocessor with a {type(classifier.preprocessor.tokenizer).__name__}; "
+            f"Received: a preprocessor with a {type(tokenizer).__name__}; "
             "export the token-id model instead: classifier.export(path, input_signature=...) "
             "or classifier.serving_copy() without its preprocessor."
         )
@@ -84,18 +83,14 @@ def export_text_classifier(classifier, filepath, text_pairs=False, verbose=True)
             return {"logits": scores, "probabilities": tf.nn.softmax(scores), "class_id": class_id}
         return {"scores": scores, "class_id": class_id}
 
-    text = tf.TensorSpec((None,), tf.string)
+    def texts(*names):
+        return [tf.TensorSpec((None,), tf.string, name=name) for name in names]
 
-    @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="texts")])
+    @tf.function(input_signature=texts("texts"))
     def serve_texts(texts):
         return predictions(preprocessor(texts))
 
-    @tf.function(
-        input_signature=[
-            tf.TensorSpec.from_spec(text, name="texts_a"),
-            tf.TensorSpec.from_spec(text, name="texts_b"),
-        ]
-    )
+    @tf.function(input_signature=texts("texts_a", "texts_b"))
     def serve_text_pairs(texts_a, texts_b):
         return predictions(preprocessor(x=(texts_a, texts_b)))
 

@@ -64,30 +64,22 @@ def _double_array(keys):
         for byte in key:
             node = node.setdefault(byte, {})
         node[0] = value
-    units = {}
-    used_bases = set()
-    next_free = _BLOCK
-
-    def free(position):
-        return position not in units
-
+    units, used_bases, next_free = {0: 0}, set(), _BLOCK
     # (node, its position, the label that reached it)
     pending = [(root, 0, 0)]
-    units[0] = 0
     while pending:
         node, position, label = pending.pop()
         labels = sorted(node)
         base = next_free
-        while base in used_bases or not all(free(base ^ child) for child in labels):
+        while base in used_bases or any(base ^ child in units for child in labels):
             base += 1
         used_bases.add(base)
-        while not free(next_free):
+        while next_free in units:
             next_free += 1
         offset = position ^ base
         if offset >= 1 << 21:
             raise ValueError("The normalisation map is too large for a precompiled charsmap.")
-        has_leaf = 0 in node
-        units[position] = offset << 10 | (1 << 8 if has_leaf else 0) | label
+        units[position] = offset << 10 | (1 << 8 if 0 in node else 0) | label
         for child in labels:
             child_position = base ^ child
             if child == 0:
@@ -97,8 +89,7 @@ def _double_array(keys):
                 pending.append((node[child], child_position, child))
     size = (max(units) // _BLOCK + 1) * _BLOCK
     array = np.zeros(size, "uint32")
-    for position, unit in units.items():
-        array[position] = unit
+    array[list(units)] = list(units.values())
     return array
 
 
