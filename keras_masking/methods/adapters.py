@@ -444,7 +444,7 @@ def _check_base(backbone, description, source):
     if not stored:
         return  # written before checksums were stored
     mine = [[variable.path, _checksum(variable)] for variable in _base_variables(backbone)]
-    for index, (theirs, ours) in enumerate(zip(stored, mine)):
+    for theirs, ours in zip(stored, mine):
         if theirs != ours:
             raise ValueError(
                 f"The adapter {source} was trained on another base model: its base weight "
@@ -520,11 +520,8 @@ def _load_into(model, backbone, description, arrays, source):
     before = _adapter_variables(model, backbone)
     with backbone.restore_on_error(variables=before):
         attached = False
-        for key, attach in (
-            ("add_ffn", backbone.attach_add_ffn),
-            ("key_value_prefix", backbone.attach_key_value_prefixes),
-            ("add_attention_units", backbone.attach_attention_units),
-        ):
+        attaches = (backbone.attach_add_ffn, backbone.attach_key_value_prefixes)
+        for key, attach in zip(_ATTACHMENTS, (*attaches, backbone.attach_attention_units)):
             wanted = description["method"].get(key)
             if wanted is not None and getattr(backbone, key) is None:
                 attach(**wanted)

@@ -29,6 +29,10 @@ from keras_masking.utils.arguments import check_seed
 from keras_masking.utils.eager_checks import concrete_value
 from keras_masking.utils.eager_checks import non_finite_variables
 
+# The constructor arguments `get_config` adds to `ExLMModel`'s.
+_CONFIG_NAMES = ("mask_rate", "replacement", "objective", "transition_heads", "seed")
+_CONFIG_NAMES += ("max_special_tokens",)
+
 
 def _any_equal(token_ids, ids):
     """bool ``(B, L)``: the token is one of ``ids``."""
@@ -492,26 +496,16 @@ class ExLMPretrainer(ExLMModel):
                 f"{path!r} holds {count} NaN or infinite value(s); a step on it gives "
                 "NaN everywhere. Reload the weights from a good checkpoint."
             )
+        stop = StopOnNonFiniteLoss(type(self).__name__)
         if len(args) > 5:  # callbacks passed by position
             args = list(args)
-            args[5] = [*(args[5] or []), StopOnNonFiniteLoss(type(self).__name__)]
+            args[5] = [*(args[5] or []), stop]
         else:
-            kwargs["callbacks"] = [
-                *(kwargs.get("callbacks") or []),
-                StopOnNonFiniteLoss(type(self).__name__),
-            ]
+            kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), stop]
         return super().fit(*args, **kwargs)
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "mask_rate": self.mask_rate,
-            "replacement": self.replacement,
-            "objective": self.objective,
-            "transition_heads": self.transition_heads,
-            "seed": self.seed,
-            "max_special_tokens": self.max_special_tokens,
-        }
+        return {**super().get_config(), **{name: getattr(self, name) for name in _CONFIG_NAMES}}
 
 
 class StopOnNonFiniteLoss(keras.callbacks.Callback):
