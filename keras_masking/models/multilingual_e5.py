@@ -278,9 +278,6 @@ def corpus_texts(paths):
 def _strings(value):
     if isinstance(value, str):
         yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
+    elif isinstance(value, (dict, list)):
+        for item in value.values() if isinstance(value, dict) else value:
             yield from _strings(item)

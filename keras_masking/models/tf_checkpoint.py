@@ -297,7 +297,9 @@ def _convert_values(values, expected, source):
     return converted
 
 
-def _load_values(model, values, strict, source, folder):
+def _load_values(model, values, strict, source, prefix=None):
+    """Checks ``values`` against the model, then assigns them all; ``prefix``: the files'."""
+    folder = prefix and os.path.dirname(os.path.abspath(prefix))
     expected = layout.model_variables_by_name(model)
     backbone = getattr(model, "backbone", model)
     family = family_of(backbone)
@@ -382,17 +384,16 @@ def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None)
     report.skipped  # checkpoint variables the model does not use
     ```
     """
-    _check_model(model, "load_tf_checkpoint_weights")
+    backbone = _check_model(model, "load_tf_checkpoint_weights")
     strict = check_bool("strict", strict)
     if source is not None and not isinstance(source, str):
         raise ValueError(f"Expected a str or None for source. Received: source={source!r}.")
     if isinstance(checkpoint_path, dict):
-        return _load_values(model, checkpoint_path, strict, source or "checkpoint", None)
+        return _load_values(model, checkpoint_path, strict, source or "checkpoint")
     prefix = resolve_checkpoint_prefix(checkpoint_path)
-    _check_folder_configs(prefix, getattr(model, "backbone", model))
+    _check_folder_configs(prefix, backbone)
     values = read_tf_checkpoint(prefix)
-    folder = os.path.dirname(os.path.abspath(prefix))
-    return _load_values(model, values, strict, source or str(checkpoint_path), folder)
+    return _load_values(model, values, strict, source or str(checkpoint_path), prefix)
 
 
 def from_tf_checkpoint(
@@ -454,8 +455,7 @@ def from_tf_checkpoint(
     backbone = TransformerBackbone(**kwargs)
     _check_folder_configs(prefix, backbone, skip=config_path)
     result = TransformerMaskedLM(backbone) if with_mlm else backbone
-    folder = os.path.dirname(os.path.abspath(prefix))
-    _load_values(result, values, strict, str(checkpoint_path), folder)
+    _load_values(result, values, strict, str(checkpoint_path), prefix)
     return result
 
 

@@ -303,13 +303,11 @@ class TransformerTokenizer(keras_hub.tokenizers.BertTokenizer):
         """Greedy longest-match-first WordPiece of one word, as BERT's."""
         if not word:
             return []
-        vocabulary, suffix = self._token_to_id_map, self.suffix_indicator
-        pieces = _wordpiece(word, vocabulary, suffix, self.max_input_chars_per_word)
+        suffix = self.suffix_indicator
+        pieces = _wordpiece(word, self._token_to_id_map, suffix, self.max_input_chars_per_word)
         if pieces is None:
             return [self.oov_token]
-        return [
-            (self.suffix_indicator if start else "") + word[start:end] for start, end, _ in pieces
-        ]
+        return [(suffix if start else "") + word[start:end] for start, end, _ in pieces]
 
     def get_config(self):
         config = super().get_config()
@@ -327,11 +325,8 @@ def _wordpiece(word, vocabulary, suffix, max_chars=None):
     ``max_chars`` characters (None: keras-hub's 100 UTF-8 bytes), or with a
     part that is not in ``vocabulary``.
     """
-    if max_chars is None:
-        too_long = len(word.encode("utf-8")) > _MAX_BYTES_PER_WORD
-    else:
-        too_long = len(word) > max_chars
-    if too_long:
+    length = len(word.encode("utf-8")) if max_chars is None else len(word)
+    if length > (_MAX_BYTES_PER_WORD if max_chars is None else max_chars):
         return None
     pieces, start = [], 0
     while start < len(word):
@@ -507,13 +502,9 @@ def _clean_with_spans(text, spans):
     """BERT's text cleaning; each kept character keeps its span, deleted ones vanish."""
     if text.isprintable() and "\ufffd" not in text:
         return text, spans
-    kept, kept_spans = [], []
-    for char, span in zip(text, spans):
-        cleaned = char.translate(_CLEANING_TABLE)
-        if cleaned:
-            kept.append(cleaned)
-            kept_spans.append(span)
-    return "".join(kept), kept_spans
+    kept = [(char.translate(_CLEANING_TABLE), span) for char, span in zip(text, spans)]
+    kept = [(cleaned, span) for cleaned, span in kept if cleaned]
+    return "".join(cleaned for cleaned, _ in kept), [span for _, span in kept]
 
 
 def _strip_accents(text):

@@ -356,8 +356,7 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         if self._held.row_of_piece is not None:
             raise ValueError("This tokenizer is pruned already; prune the full one.")
         special = self.unigram_model["special_ids"]
-        used = set()
-        count = 0
+        used, count = set(), 0
         for text in texts:
             if not isinstance(text, str):
                 raise ValueError(f"Expected strings in texts. Received: {text!r}.")
