@@ -258,10 +258,14 @@ class BackboneAttachments:
             target_layer_names: layer names, as `enable_lora` takes them.
         """
         names = set(target_layer_names)
+        return [layer for layer in self._lora_capable() if layer.name in names]
+
+    def _lora_capable(self):
+        """The sublayers that take LoRA (Keras' ``enable_lora``) and hold weights, in order."""
         return [
             layer
             for layer in self._flatten_layers(include_self=False)
-            if layer.name in names and hasattr(layer, "enable_lora") and layer.weights
+            if hasattr(layer, "enable_lora") and layer.weights
         ]
 
     def lora_layers(self):

@@ -232,13 +232,7 @@ class BackboneMethods:
         rank = check_int("rank", rank, minimum=1)
         if self.lora is not None:
             raise ValueError(f"LoRA is already enabled ({self.lora}).")
-        adaptable = sorted(
-            {
-                layer.name
-                for layer in self._flatten_layers(include_self=False)
-                if hasattr(layer, "enable_lora") and layer.weights
-            }
-        )
+        adaptable = sorted({layer.name for layer in self._lora_capable()})
         if target_layer_names is None:
             names = [name for name in self.default_lora_layer_names() if name in adaptable]
         else:
