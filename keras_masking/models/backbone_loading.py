@@ -288,6 +288,5 @@ def _declared_activation(preset):
     config_path = _preset_file(preset, "config.json")
     if config_path is None:
         return None
-    with open(config_path, encoding="utf-8") as file:
-        config = json.load(file)
+    config = read_json_object(config_path, "the preset's config.json")
     return config.get("hidden_act") if "model_type" in config else None

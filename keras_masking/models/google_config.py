@@ -186,11 +186,8 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
     unknown = sorted(set(config) - known)
     missing = [key for key in REQUIRED_KEYS if key not in config]
     if missing:
-        hints = []
-        for key in missing:
-            close = difflib.get_close_matches(key, unknown, n=1)
-            if close:
-                hints.append(f"{close[0]!r} -> {key!r}?")
+        closest = {key: difflib.get_close_matches(key, unknown, n=1) for key in missing}
+        hints = [f"{close[0]!r} -> {key!r}?" for key, close in closest.items() if close]
         raise ValueError(
             f"{source}: missing required key(s) {missing}. "
             f"Unrecognised keys: {unknown}. "

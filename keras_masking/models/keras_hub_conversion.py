@@ -64,21 +64,19 @@ def _hub_variables_by_name(backbone, kind):
             # keras-hub's LoRA: the kernel converts merged, W + (alpha / rank) A B.
             (kernel,) = [v for v in layer.weights if v.name == "kernel"]
             by_path[kernel.path.removeprefix(own_prefix)] = layer.kernel
-    if kind == "RobertaBackbone":
-        pairs = {
-            "bert/embeddings/word_embeddings": "embeddings/token_embedding/embeddings",
-            "bert/embeddings/position_embeddings": "embeddings/position_embedding/embeddings",
-        }
-    else:
-        pairs = {
-            "bert/embeddings/word_embeddings": "token_embedding/embeddings",
-            "bert/embeddings/position_embeddings": "position_embedding/embeddings",
-            "bert/embeddings/token_type_embeddings": "segment_embedding/embeddings",
-            "bert/pooler/dense/kernel": "pooled_dense/kernel",
-            "bert/pooler/dense/bias": "pooled_dense/bias",
-        }
-    pairs["bert/embeddings/LayerNorm/gamma"] = "embeddings_layer_norm/gamma"
-    pairs["bert/embeddings/LayerNorm/beta"] = "embeddings_layer_norm/beta"
+    # RoBERTa's token and position tables sit in its `embeddings` layer; BERT adds
+    # segments and a pooler.
+    inside = "embeddings/" if kind == "RobertaBackbone" else ""
+    pairs = {
+        "bert/embeddings/word_embeddings": f"{inside}token_embedding/embeddings",
+        "bert/embeddings/position_embeddings": f"{inside}position_embedding/embeddings",
+        "bert/embeddings/LayerNorm/gamma": "embeddings_layer_norm/gamma",
+        "bert/embeddings/LayerNorm/beta": "embeddings_layer_norm/beta",
+    }
+    if kind == "BertBackbone":
+        pairs["bert/embeddings/token_type_embeddings"] = "segment_embedding/embeddings"
+        pairs["bert/pooler/dense/kernel"] = "pooled_dense/kernel"
+        pairs["bert/pooler/dense/bias"] = "pooled_dense/bias"
     per_layer = {
         "attention/self/query": "self_attention_layer/query",
         "attention/self/key": "self_attention_layer/key",

@@ -435,16 +435,13 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
     def get_config(self):
         # keras-hub's Task config holds the backbone, the preprocessor and the
         # name (the compute dtype follows the backbone's).
-        config = super().get_config()
-        config.update(
-            {
-                "num_classes": self.num_classes,
-                "activation": keras.activations.serialize(self.activation),
-                "dropout": self.dropout,
-                "trainable": self.trainable,
-            }
-        )
-        return config
+        return {
+            **super().get_config(),
+            "num_classes": self.num_classes,
+            "activation": keras.activations.serialize(self.activation),
+            "dropout": self.dropout,
+            "trainable": self.trainable,
+        }
 
     @classmethod
     def from_config(cls, config):
