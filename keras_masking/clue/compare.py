@@ -25,11 +25,12 @@ import numpy as np
 
 from keras_masking.clue.decoding import score
 from keras_masking.clue.method_plan import MethodPlan
-from keras_masking.clue.model_source import ModelSource
 from keras_masking.clue.readers import detect_benchmark
 from keras_masking.clue.readers import read_split
 from keras_masking.clue.run_config import RunConfig
 from keras_masking.clue.run_folder import RunFolder
+from keras_masking.clue.runner import _data_and_model
+from keras_masking.clue.runner import _model_source
 from keras_masking.clue.runner import finetune
 from keras_masking.clue.tasks import get_task
 from keras_masking.utils.arguments import MAX_SEED
@@ -173,15 +174,12 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
             f"methods {config.methods.active()}, seed {options.get('seed')}."
         )
     specs, added = _method_specs(methods)
-    seeds = check_int_list(
-        "seeds", seeds, minimum=0, maximum=MAX_SEED, allow_empty=False, unique=True
+    seeds = list(
+        check_int_list("seeds", seeds, minimum=0, maximum=MAX_SEED, allow_empty=False, unique=True)
     )
-    seeds = list(seeds)
     rates = _learning_rates(specs, config.learning_rate, learning_rates)
     split_seed = check_int("split_seed", split_seed, minimum=0, maximum=MAX_SEED)
-    model_source = ModelSource(config.checkpoint, config.preset, config.model, config.config,
-                               vocabulary=config.vocab)  # fmt: skip
-    files = model_source.check()
+    model_source, files = _model_source(config)
     for spec in specs:  # every method fits the task and model before the first run writes
         run = dataclasses.replace(config, methods=MethodPlan(**spec["switches"]))
         run.resolved(task)
@@ -191,15 +189,7 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
     dev = read_split(data_dir, task, "dev", benchmark, config.few_shot).examples
     halves = split_halves([example.id for example in dev], split_seed)
     arguments = {
-        "task": task.name,
-        "benchmark": benchmark,
-        "few_shot": config.few_shot,
-        "data_dir": os.path.abspath(data_dir),
-        "checkpoint": files["model"] if config.checkpoint is not None else None,
-        "preset": files["model"] if config.preset is not None else None,
-        "model": config.model if config.checkpoint is not None else None,
-        "config": files["config"],
-        "vocab": files["vocabulary"],
+        **_data_and_model(task, benchmark, config, data_dir, files),
         "methods": [spec["label"] for spec in specs],
         "seeds": seeds,
         "split_seed": split_seed,
@@ -224,6 +214,7 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
     }
     output.mkdir(parents=True, exist_ok=True)
     write_json_atomically(output / RECORD, record)
+    noised = bool(config.dev_noise)
     for seed in seeds:  # seed by seed: an interrupted compare has whole pairs first
         for spec in specs:
             logger.info(
@@ -234,11 +225,8 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
                                       methods=MethodPlan(**spec["switches"]))  # fmt: skip
             result = finetune(task, data_dir, output / spec["label"] / f"seed{seed}", run,
                               verbose=verbose)  # fmt: skip
-            record["runs"].append(
-                _run_entry(
-                    task, spec["label"], seed, result, dev, halves, noised=bool(config.dev_noise)
-                )  # fmt: skip
-            )
+            entry = _run_entry(task, spec["label"], seed, result, dev, halves, noised)
+            record["runs"].append(entry)
             write_json_atomically(output / RECORD, record)
             # Each run builds its own models: free them, or a long compare
             # holds every run's weights and compiled steps in memory.
@@ -441,11 +429,7 @@ def choose_epoch(epochs):
 
 
 def _run_entry(task, label, seed, result, dev, halves, noised=False):
-    """One run's per-epoch half scores and its chosen epoch (JSON-ready).
-
-    With ``noised``, also each epoch's score on the noised half B and the
-    chosen epoch's (``held_out_noised``).
-    """
+    """One run's per-epoch half scores and its chosen epoch; ``noised``: the noised half B's too."""
     by_id = {example.id: example for example in dev}
     half_examples = {name: [by_id[key] for key in halves[name]] for name in ("A", "B")}
     folder = RunFolder(result.record_path.parent)
@@ -464,13 +448,8 @@ def _run_entry(task, label, seed, result, dev, halves, noised=False):
             epochs[-1]["half_b_noised"] = half_score(task, found, half_examples["B"])
     finished = result.status == "finished"
     chosen, held_out = choose_epoch(epochs) if finished else (None, None)
-    extra = {}
-    if noised:
-        extra["held_out_noised"] = next(
-            (entry["half_b_noised"] for entry in epochs if entry["epoch"] == chosen), None
-        )
     model = result.record.get("model", {})
-    return {
+    run = {
         "method": label,
         "seed": seed,
         "folder": f"{label}/seed{seed}",
@@ -481,8 +460,12 @@ def _run_entry(task, label, seed, result, dev, halves, noised=False):
         "epochs": epochs,
         "chosen_epoch": chosen,
         "held_out": held_out,
-        **extra,
     }
+    if noised:
+        run["held_out_noised"] = next(
+            (entry["half_b_noised"] for entry in epochs if entry["epoch"] == chosen), None
+        )
+    return run
 
 
 # === Statistics ===
@@ -563,10 +546,11 @@ def summarize(runs, labels, seeds, score="held_out"):
         The rows of `CompareResult.rows`.
     """
     held_out = {(run["method"], run["seed"]): run.get(score) for run in runs}
-    parameters = {}
-    for run in runs:
-        if run["trainable_parameters"] is not None:
-            parameters.setdefault(run["method"], run["trainable_parameters"])
+    parameters = {  # each method's first known count
+        run["method"]: run["trainable_parameters"]
+        for run in reversed(runs)
+        if run["trainable_parameters"] is not None
+    }
     rows = []
     for label in labels:
         done = [seed for seed in seeds if held_out.get((label, seed)) is not None]
@@ -595,13 +579,11 @@ def summarize(runs, labels, seeds, score="held_out"):
 
 
 def _notes(runs, seeds):
-    notes = []
-    for run in runs:
-        if run["status"] != "finished":
-            notes.append(
-                f"{run['method']} seed {run['seed']} failed ({run['failure']}); left out, with "
-                "its pair."
-            )
+    notes = [
+        f"{run['method']} seed {run['seed']} failed ({run['failure']}); left out, with its pair."
+        for run in runs
+        if run["status"] != "finished"
+    ]
     if len(seeds) == 1:
         notes.append(
             "One seed: the 95% interval cannot be computed; every verdict is 'cannot tell'."

@@ -94,13 +94,10 @@ class RunFolder:
                 "resume from it. Remove the folder to start again."
             ) from error
         changed = {
-            name: (earlier.get(name), value)
-            for name, value in arguments.items()
-            if earlier.get(name, value) != value or name not in earlier
+            name: (earlier.get(name), arguments.get(name))
+            for name in {**earlier, **arguments}
+            if name not in earlier or name not in arguments or earlier[name] != arguments[name]
         }
-        changed.update(
-            {name: (value, None) for name, value in earlier.items() if name not in arguments}
-        )
         if changed:
             listed = "; ".join(
                 f"{name}: {old!r} there, {new!r} now"

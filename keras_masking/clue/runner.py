@@ -164,22 +164,12 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
     # TensorFlow cannot XLA-compile a step over mirrored variables (Keras'
     # "auto" turns XLA off under tf.distribute too).
     jit_compile = config.jit_compile and not in_tf_distribute_scope()
-    source = ModelSource(config.checkpoint, config.preset, config.model, config.config,
-                         vocabulary=config.vocab)  # fmt: skip
-    files = source.check()
+    source, files = _model_source(config)
     plan.check_source(source)
     benchmark, _ = detect_benchmark(data_dir, task, config.benchmark)
     few_shot, dev_noise = config.few_shot, config.dev_noise
     arguments = {
-        "task": task.name,
-        "benchmark": benchmark,
-        "few_shot": few_shot,
-        "data_dir": os.path.abspath(data_dir),
-        "checkpoint": files["model"] if config.checkpoint is not None else None,
-        "preset": files["model"] if config.preset is not None else None,
-        "model": config.model if config.checkpoint is not None else None,
-        "config": files["config"],
-        "vocab": files["vocabulary"],
+        **_data_and_model(task, benchmark, config, data_dir, files),
         **plan.describe(),
         **settings,
         **({"dev_noise": dev_noise} if dev_noise else {}),
@@ -239,6 +229,29 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
     return _finish(run, record, failure)
 
 
+def _model_source(config):
+    """The `ModelSource` of a `RunConfig` and its files (`ModelSource.check`)."""
+    source = ModelSource(config.checkpoint, config.preset, config.model, config.config,
+                         vocabulary=config.vocab)  # fmt: skip
+    return source, source.check()
+
+
+def _data_and_model(task, benchmark, config, data_dir, files):
+    """The data and model entries of a run's (or a compare's) recorded arguments."""
+    checkpoint = config.checkpoint is not None
+    return {
+        "task": task.name,
+        "benchmark": benchmark,
+        "few_shot": config.few_shot,
+        "data_dir": os.path.abspath(data_dir),
+        "checkpoint": files["model"] if checkpoint else None,
+        "preset": files["model"] if config.preset is not None else None,
+        "model": config.model if checkpoint else None,
+        "config": files["config"],
+        "vocab": files["vocabulary"],
+    }
+
+
 # === The run ===
 @dataclasses.dataclass
 class _Run:
@@ -263,8 +276,7 @@ class _Run:
         return decode_predictions(self.task, outputs, encoded, examples)
 
     def evaluate(self, name, predictions=None):
-        """The task's CLUE metric on the labelled split ``name`` (of ``predictions``
-        when given, else of the task model's)."""
+        """The task's CLUE metric on split ``name``, of ``predictions`` (default: the model's)."""
         if predictions is None:
             predictions = self.predict(name)
         return score(self.task, predictions, self.splits[name].examples)
@@ -341,18 +353,13 @@ def _train(run, record, earlier, first_callbacks, callbacks):
         train.features, train.labels, settings["batch_size"], order=np.concatenate(orders)
     )
     failure = TrainingFailure(record)
-    dev = DevScore(
-        lambda: run.predict("dev"), lambda found: run.evaluate("dev", found), failure, folder
-    )
-    noised = None
-    if "dev_noised" in run.splits:
-        noised = DevScore(
-            lambda: run.predict("dev_noised"),
-            lambda found: run.evaluate("dev_noised", found),
-            failure,
-            folder,
-            split="dev_noised",
-        )
+
+    def scorer(name):
+        predict, score = functools.partial(run.predict, name), functools.partial(run.evaluate, name)
+        return DevScore(predict, score, failure, folder, split=name)
+
+    dev = scorer("dev")
+    noised = scorer("dev_noised") if "dev_noised" in run.splits else None
     best = BestWeights(folder, run.task_model.trainable_variables, best=record["best"])
     run.trainer.fit(
         batches,
