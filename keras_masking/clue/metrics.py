@@ -159,11 +159,8 @@ def _type_counts(name, predicted, gold):
 
 def _per_type(counts, names):
     """The scores of each type of ``names`` from `_type_counts`."""
-    per_type = {}
-    for name in names:
-        tp, predicted, gold = counts.get(name, (0, 0, 0))
-        per_type[name] = dict(_precision_recall_f1(tp, predicted, gold), support=gold)
-    return per_type
+    found = {name: counts.get(name, (0, 0, 0)) for name in names}  # (tp, predicted, gold)
+    return {name: dict(_precision_recall_f1(*c), support=c[2]) for name, c in found.items()}
 
 
 def _is_int(value):
