@@ -123,10 +123,8 @@ class AttentionAdversary(keras.layers.Layer):
         return (input_shape[0], input_shape[1], input_shape[1])
 
     def get_config(self):
-        config = super().get_config()
         names = ("alpha", "noise", "initializer_range", "seed")
-        config.update({name: getattr(self, name) for name in names})
-        return config
+        return {**super().get_config(), **{name: getattr(self, name) for name in names}}
 
 
 def attention_adversaries(layers, hidden_dim, alpha=1.0, noise=False, seed=None):

@@ -72,6 +72,5 @@ class AttentionUnits(keras.layers.Layer):
         return self.project_output(value)
 
     def get_config(self):
-        config = super().get_config()
-        config.update({"units_per_head": self.units_per_head, "num_heads": self.num_heads})
-        return config
+        config = {"units_per_head": self.units_per_head, "num_heads": self.num_heads}
+        return {**super().get_config(), **config}

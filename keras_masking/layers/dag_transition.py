@@ -10,6 +10,7 @@ from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import check_ids_in_range
 from keras_masking.utils.eager_checks import check_integer_ids
 from keras_masking.utils.eager_checks import check_zero_one
+from keras_masking.utils.eager_checks import dims_match
 from keras_masking.utils.eager_checks import static_shape
 
 _NEGATIVE = -1e9
@@ -130,12 +131,7 @@ class DAGTransition(keras.layers.Layer):
             if value is None:
                 continue
             other = static_shape(value)
-            batches = (shape[0], None, 1) if batch_one else (shape[0], None)
-            if (
-                len(other) != 2
-                or (other[1] is not None and other[1] != shape[1])
-                or (shape[0] is not None and other[0] not in batches)
-            ):
+            if len(other) != 2 or not dims_match(other, shape, broadcast_batch=batch_one):
                 raise ValueError(
                     f"Expected {name} of shape ({shape[0]}, {shape[1]}) (hidden has "
                     f"{shape[1]} vertices). Received: {name}.shape={tuple(other)}."
@@ -175,12 +171,5 @@ class DAGTransition(keras.layers.Layer):
         return keras.KerasTensor((hidden.shape[0], hidden.shape[1], hidden.shape[1]), "float32")
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "max_vertices": self.max_vertices,
-                "slot_dim": self.slot_dim,
-            }
-        )
-        return config
+        names = ("num_heads", "max_vertices", "slot_dim")
+        return {**super().get_config(), **{name: getattr(self, name) for name in names}}

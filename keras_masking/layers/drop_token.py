@@ -20,6 +20,7 @@ from keras_masking.utils.arguments import check_int_list
 from keras_masking.utils.arguments import check_seed
 from keras_masking.utils.eager_checks import check_zero_one
 from keras_masking.utils.eager_checks import concrete_value
+from keras_masking.utils.eager_checks import dims_match
 from keras_masking.utils.eager_checks import dtype_name
 from keras_masking.utils.eager_checks import static_shape
 
@@ -105,12 +106,10 @@ class DropToken(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        checked = self._checked(
+        self._configure(
             rate, unselectable_token_ids, protected_positions, mode, seed, slot_multiple
         )
-        self.seed_generator = keras.random.SeedGenerator(checked["seed"])
-        for name, value in checked.items():
-            setattr(self, name, value)
+        self.seed_generator = keras.random.SeedGenerator(self.seed)
 
     def reconfigure(
         self,
@@ -140,21 +139,20 @@ class DropToken(keras.layers.Layer):
         >>> drop.mode, drop.rate
         ('attention', 0.2)
         """
-        checked = self._checked(
+        self._configure(
             rate, unselectable_token_ids, protected_positions, mode, seed, slot_multiple
         )
-        for name, value in checked.items():
-            setattr(self, name, value)
         # The draws restart as a new layer's would: from ``seed``, or from a
         # fresh random seed (Keras' default, from Python's random state).
-        start = checked["seed"] if checked["seed"] is not None else random.randint(1, 10**9)
+        start = self.seed if self.seed is not None else random.randint(1, 10**9)
         state = self.seed_generator.state
         state.assign(ops.cast(ops.convert_to_tensor([start, 0]), state.dtype))
 
-    @staticmethod
-    def _checked(rate, unselectable_token_ids, protected_positions, mode, seed, slot_multiple):
-        """Every setting checked, before any is set."""
-        return dict(
+    def _configure(
+        self, rate, unselectable_token_ids, protected_positions, mode, seed, slot_multiple
+    ):
+        """Sets every setting, all checked before any is set."""
+        checked = dict(
             rate=check_drop_rate(rate),
             unselectable_token_ids=check_int_list(
                 "unselectable_token_ids", unselectable_token_ids, minimum=0
@@ -166,6 +164,8 @@ class DropToken(keras.layers.Layer):
             seed=check_seed("seed", seed),
             slot_multiple=check_int("slot_multiple", slot_multiple, minimum=1),
         )
+        for name, value in checked.items():
+            setattr(self, name, value)
 
     def set_rate(self, rate):
         """Changes the drop rate (takes effect at the next trace of a step).
@@ -231,13 +231,8 @@ class DropToken(keras.layers.Layer):
                 continue
             shape = static_shape(value)
             ranks = (2, 3) if name == "position_ids" else (2,)
-            batches = (batch, None, 1) if name == "position_ids" else (batch, None)
-            if (
-                len(shape) not in ranks
-                or (batch is not None and shape[0] not in batches)
-                or None not in (length, shape[1])
-                and shape[1] != length
-            ):
+            batch_one = name == "position_ids"
+            if len(shape) not in ranks or not dims_match(shape, (batch, length), batch_one):
                 raise ValueError(
                     f"Expected {name} of shape {expected} with (batch, sequence) = "
                     f"{(batch, length)}, as hidden. Received: {name} with shape {shape}."
@@ -344,18 +339,15 @@ class DropToken(keras.layers.Layer):
         }
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "rate": self.rate,
-                "unselectable_token_ids": list(self.unselectable_token_ids),
-                "protected_positions": list(self.protected_positions),
-                "mode": self.mode,
-                "seed": self.seed,
-                "slot_multiple": self.slot_multiple,
-            }
-        )
-        return config
+        return {
+            **super().get_config(),
+            "rate": self.rate,
+            "unselectable_token_ids": list(self.unselectable_token_ids),
+            "protected_positions": list(self.protected_positions),
+            "mode": self.mode,
+            "seed": self.seed,
+            "slot_multiple": self.slot_multiple,
+        }
 
     @classmethod
     def from_config(cls, config):
@@ -429,6 +421,4 @@ class RestoreDroppedTokens(keras.layers.Layer):
         return keras.KerasTensor(shape, kept_values.dtype)
 
     def get_config(self):
-        config = super().get_config()
-        config.update({"gathering": self.gathering})
-        return config
+        return {**super().get_config(), "gathering": self.gathering}

@@ -113,13 +113,10 @@ class GlobalPointer(keras.layers.Layer):
         return keras.KerasTensor(self.compute_output_shape(sequence.shape), "float32")
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_types": self.num_types,
-                "head_size": self.head_size,
-                "use_rotary": self.use_rotary,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            }
-        )
-        return config
+        return {
+            **super().get_config(),
+            "num_types": self.num_types,
+            "head_size": self.head_size,
+            "use_rotary": self.use_rotary,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }

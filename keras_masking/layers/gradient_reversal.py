@@ -42,6 +42,4 @@ class GradientReversal(keras.layers.Layer):
         return input_shape
 
     def get_config(self):
-        config = super().get_config()
-        config["alpha"] = self.alpha
-        return config
+        return {**super().get_config(), "alpha": self.alpha}

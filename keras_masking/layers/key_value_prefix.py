@@ -78,10 +78,8 @@ class PrefixEncoder(keras.layers.Layer):
         return ops.matmul(hidden, kernel) + bias
 
     def get_config(self):
-        config = super().get_config()
         names = ("length", "hidden_dim", "num_layers", "hidden_units")
-        config.update({name: getattr(self, name) for name in names})
-        return config
+        return {**super().get_config(), **{name: getattr(self, name) for name in names}}
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")

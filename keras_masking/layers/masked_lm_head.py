@@ -173,16 +173,13 @@ class MaskedLMHead(keras.layers.Layer):
         return keras.KerasTensor(shape, self._logits_dtype)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "token_embedding": keras.saving.serialize_keras_object(self.token_embedding),
-                "activation": self.activation,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            }
-        )
-        return config
+        return {
+            **super().get_config(),
+            "token_embedding": keras.saving.serialize_keras_object(self.token_embedding),
+            "activation": self.activation,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }
 
     @classmethod
     def from_config(cls, config):

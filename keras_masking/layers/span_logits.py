@@ -55,6 +55,4 @@ class MaskedSpanLogits(keras.layers.Layer):
         return keras.KerasTensor(tuple(logits.shape), "float32")
 
     def get_config(self):
-        config = super().get_config()
-        config["context_segment"] = self.context_segment
-        return config
+        return {**super().get_config(), "context_segment": self.context_segment}

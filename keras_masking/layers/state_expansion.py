@@ -10,6 +10,7 @@ from keras_masking.utils.arguments import check_int
 from keras_masking.utils.arguments import check_int_list
 from keras_masking.utils.eager_checks import check_integer_ids
 from keras_masking.utils.eager_checks import check_zero_one
+from keras_masking.utils.eager_checks import dims_match
 from keras_masking.utils.eager_checks import static_shape
 
 
@@ -24,10 +25,7 @@ def _check_inputs(token_ids, padding_mask, expand_mask):
         )
     for name, value in (("padding_mask", padding_mask), ("expand_mask", expand_mask)):
         other = None if value is None else static_shape(value)
-        if other is not None and (
-            len(other) != 2
-            or any(a is not None and b is not None and a != b for a, b in zip(other, shape))
-        ):
+        if other is not None and (len(other) != 2 or not dims_match(other, shape)):
             raise ValueError(
                 f"Expected {name} of the shape of token_ids {shape}. "
                 f"Received: {name}.shape={other}."
@@ -188,14 +186,11 @@ class StateExpansion(keras.layers.Layer):
         }
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "k": self.k,
-                "mask_token_id": self.mask_token_id,
-                "expand_token_ids": list(self.expand_token_ids),
-                "max_expanded_tokens": self.max_expanded_tokens,
-                "mask_rate": self.mask_rate,
-            }
-        )
-        return config
+        return {
+            **super().get_config(),
+            "k": self.k,
+            "mask_token_id": self.mask_token_id,
+            "expand_token_ids": list(self.expand_token_ids),
+            "max_expanded_tokens": self.max_expanded_tokens,
+            "mask_rate": self.mask_rate,
+        }

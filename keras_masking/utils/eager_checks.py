@@ -99,6 +99,23 @@ def static_shape(x):
     return tuple(int(d) if isinstance(d, (int, np.integer)) else None for d in shape)
 
 
+def dims_match(shape, reference, broadcast_batch=False):
+    """Whether the known sizes of ``shape`` agree with ``reference``'s, axis by axis.
+
+    Only the axes both have are compared; None matches any size, and so does
+    a batch (axis 0) of 1 with ``broadcast_batch``.
+
+    Example:
+
+    >>> dims_match((1, None), (4, 7), broadcast_batch=True), dims_match((4, 6), (4, 7))
+    (True, False)
+    """
+    return all(
+        a is None or b is None or a == b or (axis == 0 and broadcast_batch and a == 1)
+        for axis, (a, b) in enumerate(zip(shape, reference))
+    )
+
+
 def dtype_name(x):
     """The standardized dtype name of a tensor, array or nested list."""
     dtype = getattr(x, "dtype", None)
@@ -216,16 +233,12 @@ def check_encoder_inputs(
         raise ValueError(
             f"Expected token_ids of shape (batch, sequence). Received: token_ids.shape={shape}."
         )
-
-    def same(a, b):
-        return a is None or b is None or a == b
-
     for name in ("padding_mask", "segment_ids"):
         value = inputs.get(name)
         if value is None:
             continue
         other = static_shape(value)
-        if len(other) != 2 or not all(same(a, b) for a, b in zip(other, shape)):
+        if len(other) != 2 or not dims_match(other, shape):
             raise ValueError(
                 f"Expected {name} of the shape of token_ids {shape}. "
                 f"Received: {name}.shape={other}."
@@ -234,9 +247,7 @@ def check_encoder_inputs(
     if position_ids is not None:
         other = static_shape(position_ids)
         ok = len(other) in position_ranks and len(other) >= 2
-        ok = ok and (same(other[0], shape[0]) or other[0] == 1) and same(other[1], shape[1])
-        ok = ok and (len(other) == 2 or same(other[2], 2))
-        if not ok:
+        if not (ok and dims_match(other, shape + (2,), broadcast_batch=True)):
             shapes = {2: "(batch or 1, sequence)", 3: "(batch or 1, sequence, 2)"}
             expected = " or ".join(shapes[rank] for rank in position_ranks)
             raise ValueError(
