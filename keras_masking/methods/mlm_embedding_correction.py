@@ -54,10 +54,8 @@ def _owner_backbone(model, layer):
     candidates = (model, getattr(model, "backbone", None))
     if isinstance(model, keras.layers.Layer):
         candidates += tuple(walk_layers(model))
-    for candidate in candidates:
-        if isinstance(candidate, TransformerBackbone) and candidate.token_embedding is layer:
-            return candidate
-    return None
+    owners = (c for c in candidates if isinstance(c, TransformerBackbone))
+    return next((owner for owner in owners if owner.token_embedding is layer), None)
 
 
 def correction_record(model, embedding=None):

@@ -154,9 +154,7 @@ def _read_normalization(reader):
     normalization = {}
     for _ in range(count):
         code, length = table.unpack(struct.Struct("<IB"), "the normalisation map")
-        normalization[code] = tuple(
-            int(value) for value in table.array("<u4", length, "a map entry")
-        )
+        normalization[code] = tuple(table.array("<u4", length, "a map entry").tolist())
     return normalization
 
 
