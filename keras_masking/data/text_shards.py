@@ -384,16 +384,8 @@ def _tensorflow_ops():
     """TensorFlow's ops under `keras.ops`' names, for `select_tokens` in `tf.data`."""
     import tensorflow as tf
 
-    return types.SimpleNamespace(
-        cast=tf.cast,
-        sum=tf.reduce_sum,
-        floor=tf.floor,
-        round=tf.round,
-        minimum=tf.minimum,
-        maximum=tf.maximum,
-        where=tf.where,
-        argsort=tf.argsort,
-    )
+    names = ("cast", "floor", "round", "minimum", "maximum", "where", "argsort")
+    return types.SimpleNamespace(sum=tf.reduce_sum, **{name: getattr(tf, name) for name in names})
 
 
 def _key(seed, purpose, index):

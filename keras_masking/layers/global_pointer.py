@@ -100,9 +100,7 @@ class GlobalPointer(keras.layers.Layer):
         valid = (index[None, :] >= index[:, None])[None, None]  # j >= i
         if padding_mask is not None:
             real = ops.cast(padding_mask, "bool")
-            valid = ops.logical_and(
-                valid, ops.logical_and(real[:, None, :, None], real[:, None, None, :])
-            )
+            valid = valid & real[:, None, :, None] & real[:, None, None, :]
         return ops.where(valid, scores, ops.cast(MASKED_SCORE, "float32"))
 
     def compute_output_shape(self, sequence_shape, padding_mask_shape=None):

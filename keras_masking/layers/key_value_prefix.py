@@ -50,20 +50,16 @@ class PrefixEncoder(keras.layers.Layer):
     def build(self, input_shape=None):
         if self.built:
             return
-        d, h = self.hidden_dim, self.hidden_units
-        self.embeddings = self.add_weight(
-            name="embeddings", shape=(self.length, d), initializer=bert_initializer()
-        )
-        self.hidden_kernel = self.add_weight(
-            name="hidden_kernel", shape=(d, h), initializer=bert_initializer()
-        )
-        self.hidden_bias = self.add_weight(name="hidden_bias", shape=(h,), initializer="zeros")
-        self.output_kernel = self.add_weight(
-            name="output_kernel", shape=(h, self.num_layers * 2 * d), initializer=bert_initializer()
-        )
-        self.output_bias = self.add_weight(
-            name="output_bias", shape=(self.num_layers * 2 * d,), initializer="zeros"
-        )
+        d, h, width = self.hidden_dim, self.hidden_units, self.num_layers * 2 * self.hidden_dim
+        for name, shape in (
+            ("embeddings", (self.length, d)),
+            ("hidden_kernel", (d, h)),
+            ("hidden_bias", (h,)),
+            ("output_kernel", (h, width)),
+            ("output_bias", (width,)),
+        ):
+            initializer = "zeros" if name.endswith("_bias") else bert_initializer()
+            setattr(self, name, self.add_weight(name=name, shape=shape, initializer=initializer))
         self.built = True
 
     def call(self, layer_index=None):

@@ -92,9 +92,7 @@ class MaskedLMHead(keras.layers.Layer):
     @property
     def _logits_dtype(self):
         """float32, or float64 under a float64 policy."""
-        if self.dtype_policy.variable_dtype == "float64":
-            return "float64"
-        return "float32"
+        return "float64" if self.dtype_policy.variable_dtype == "float64" else "float32"
 
     def build(self, hidden_shape, mask_positions_shape=None):
         hidden_dim = hidden_shape[-1]

@@ -17,6 +17,7 @@ from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
 
 POSITION_SCHEMES = ("absolute", "rotary", "relative", "rotary2d")
+_ROTATIONS = {"rotary": apply_interleaved_rotary, "rotary2d": apply_rotary_2d}
 
 
 def validate_position_scheme(position):
@@ -169,12 +170,10 @@ class SelfAttention(keras.layers.Layer):
         query = self._split_heads(self.query(hidden))
         key = self._split_heads(self.key(hidden))
         value = self._split_heads(self.value(hidden))
-        if self.position == "rotary":
-            query = apply_interleaved_rotary(query, position_ids, self.rotary_base)
-            key = apply_interleaved_rotary(key, position_ids, self.rotary_base)
-        elif self.position == "rotary2d":
-            query = apply_rotary_2d(query, position_ids, self.rotary_base)
-            key = apply_rotary_2d(key, position_ids, self.rotary_base)
+        rotate = _ROTATIONS.get(self.position)
+        if rotate is not None:
+            query = rotate(query, position_ids, self.rotary_base)
+            key = rotate(key, position_ids, self.rotary_base)
         scale = 1.0 / math.sqrt(self.head_dim)
         query = query * ops.cast(scale, query.dtype)
         # [B, H, Q, K]
@@ -187,9 +186,7 @@ class SelfAttention(keras.layers.Layer):
         relative = None
         if self.position == "relative":
             relative = relative_position_embeddings(
-                position_ids,
-                ops.cast(self.relative_table, query.dtype),
-                self.max_relative_position,
+                position_ids, ops.cast(self.relative_table, query.dtype), self.max_relative_position
             )
             logits = logits + _einsum_table("bqhd,bqkd->bhqk", query, relative)
         if attention_mask_bias is not None:

@@ -40,9 +40,7 @@ class MaskedSpanLogits(keras.layers.Layer):
 
     def call(self, logits, segment_ids, padding_mask):
         real = ops.cast(padding_mask, "bool")
-        context = ops.logical_and(
-            real, ops.equal(ops.cast(segment_ids, "int32"), self.context_segment)
-        )
+        context = real & ops.equal(ops.cast(segment_ids, "int32"), self.context_segment)
         first = ops.arange(ops.shape(segment_ids)[1]) == 0
         valid = ops.logical_or(context, first[None, :])
         logits = ops.cast(logits, "float32")

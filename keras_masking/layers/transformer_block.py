@@ -9,12 +9,7 @@ from keras_masking.utils.arguments import check_float
 
 
 def _training(training):
-    """``training=`` for a sublayer call, left out when None.
-
-    Keras 3 lets an explicit ``training=None`` hide the flag of an outer
-    call; leaving it out lets the sublayer inherit it (the two stage methods
-    are called from other layers' ``call``).
-    """
+    """``training=`` for a sublayer call, left out when None so that it inherits the outer flag."""
     return {} if training is None else {"training": training}
 
 
@@ -197,11 +192,7 @@ class TransformerBlock(keras.layers.Layer):
         if hooks.get("kv_prefix") is None and self.key_value_prefix is not None:
             hooks["kv_prefix"] = self.key_value_prefix(**_training(training))
         attended = self.self_attention(
-            hidden,
-            padding_mask,
-            extra_units=self.attention_units,
-            **hooks,
-            **_training(training),
+            hidden, padding_mask, extra_units=self.attention_units, **hooks, **_training(training)
         )
         attended = self.attention_output_dropout(attended, **_training(training))
         return self.attention_layer_norm(hidden + attended)

@@ -89,9 +89,7 @@ class TransformerEmbedding(keras.layers.Layer):
                 keras.layers.Embedding, self.max_sequence_length, "position_embedding"
             )
         self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon,
-            dtype=self.dtype_policy,
-            name="layer_norm",
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
         self.embedding_dropout = ReplicaDropout(
             self.dropout, dtype=self.dtype_policy, name="embedding_dropout"
@@ -119,29 +117,25 @@ class TransformerEmbedding(keras.layers.Layer):
                 f"max_sequence_length={self.max_sequence_length}."
             )
         check_integer_ids("token_ids", token_ids)
-        check_ids_in_range(token_ids, self.vocabulary_size, "token_ids", "vocabulary_size")
-        # Compiled calls cannot raise on values: an out-of-range id makes its
-        # embedding NaN (TensorFlow would clamp it silently, JAX fill NaN).
-        valid = _in_range(token_ids, self.vocabulary_size)
-        embedded = self.token_embedding(token_ids)
-        if self.segment_embedding is not None:
-            if segment_ids is None:
-                segment_ids = ops.zeros_like(token_ids)
-            check_ids_in_range(segment_ids, self.num_segments, "segment_ids", "num_segments")
-            valid &= _in_range(segment_ids, self.num_segments)
-            embedded = embedded + self.segment_embedding(segment_ids)
-        if self.position_embedding is not None:
-            if position_ids is None:
-                position_ids = ops.arange(ops.shape(token_ids)[1], dtype="int32")
-                position_ids = position_ids[None, :]
-            check_ids_in_range(
-                position_ids,
-                self.max_sequence_length,
-                "position_ids",
-                "max_sequence_length",
-            )
-            valid &= _in_range(position_ids, self.max_sequence_length)
-            embedded = embedded + self.position_embedding(position_ids)
+        if segment_ids is None and self.segment_embedding is not None:
+            segment_ids = ops.zeros_like(token_ids)
+        if position_ids is None and self.position_embedding is not None:
+            position_ids = ops.arange(ops.shape(token_ids)[1], dtype="int32")[None, :]
+        embedded = valid = None
+        for name, ids, table, limit in (
+            ("token_ids", token_ids, self.token_embedding, "vocabulary_size"),
+            ("segment_ids", segment_ids, self.segment_embedding, "num_segments"),
+            ("position_ids", position_ids, self.position_embedding, "max_sequence_length"),
+        ):
+            if table is None:
+                continue
+            upper = getattr(self, limit)
+            check_ids_in_range(ids, upper, name, limit)
+            # Compiled calls cannot raise on values: an out-of-range id makes its
+            # embedding NaN (TensorFlow would clamp it silently, JAX fill NaN).
+            in_range = (ids >= 0) & (ids < upper)
+            valid = in_range if valid is None else valid & in_range
+            embedded = table(ids) if embedded is None else embedded + table(ids)
         embedded = ops.where(valid[..., None], embedded, float("nan"))
         embedded = self.layer_norm(embedded)
         return self.embedding_dropout(embedded, training=training)
@@ -165,7 +159,3 @@ _CONFIG_NAMES = (
     "dropout",
     "layer_norm_epsilon",
 )
-
-
-def _in_range(ids, upper):
-    return (ids >= 0) & (ids < upper)

@@ -344,8 +344,7 @@ def _graph(match, log_transitions, inputs):
     finite = log_transitions > -float("inf")  # forward edges of valid vertices only
     # Column scales: log E[u, v] = log P[u, v] + c_v with max_u P[u, v] = 1.
     # c_v moves into the emission of v at every step after the first.
-    column_max = ops.max(ops.where(finite, log_transitions, -float("inf")), axis=1)
-    column_max = ops.where(ops.isfinite(column_max), column_max, 0.0)
+    column_max = _safe_max(log_transitions, axis=1)  # -inf off the finite edges
     scaled = ops.where(finite, log_transitions - column_max[:, None, :], 0.0)
     transitions = ops.where(finite, ops.exp(scaled), 0.0)
     first_step = i == 0
@@ -487,9 +486,8 @@ def _fast_backward(graph, fast):
 
 
 def _logsumexp(x, axis):
-    top = ops.max(x, axis=axis, keepdims=True)
-    top = ops.where(ops.isfinite(top), top, 0.0)
-    return ops.squeeze(top, axis) + ops.log(ops.sum(ops.exp(x - top), axis=axis))
+    top = _safe_max(x, axis)
+    return top + ops.log(ops.sum(ops.exp(x - ops.expand_dims(top, axis)), axis=axis))
 
 
 def _log_space(graph, with_gradients):
