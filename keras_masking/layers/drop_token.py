@@ -7,6 +7,7 @@ import numpy as np
 from keras import ops
 
 from keras_masking.distribution.random import batch_uniform
+from keras_masking.ops.token_dropping import _check_gather_slots
 from keras_masking.ops.token_dropping import batched_gather
 from keras_masking.ops.token_dropping import check_drop_rate
 from keras_masking.ops.token_dropping import kept_indices
@@ -399,15 +400,7 @@ class RestoreDroppedTokens(keras.layers.Layer):
                 f"Received: kept_values with shape {values_shape}, keep_mask with "
                 f"shape {mask_shape}."
             )
-        values = concrete_value(keep_mask)
-        if values is not None and values.size and values_shape[1] is not None:
-            most = int(values.astype(bool).sum(axis=1).max())
-            if most > values_shape[1]:
-                raise ValueError(
-                    f"Expected the keep_mask of the gather that produced kept_values. Received: "
-                    f"a keep_mask row that keeps {most} tokens, kept_values with "
-                    f"{values_shape[1]} slots."
-                )
+        _check_gather_slots(keep_mask, values_shape[1], "keep_mask", "keep_mask")
 
     def call(self, kept_values, keep_mask, training=None):
         self._check_inputs(kept_values, keep_mask)

@@ -91,6 +91,18 @@ def _same_dims(names, shapes, dims):
             raise ValueError(f"Expected matching (batch, sequence) shapes. Received: {listed}.")
 
 
+def _check_gather_slots(keep, slots, name, described):
+    """Refuses a concrete ``keep`` whose row keeps more than ``slots`` (None: unknown) tokens."""
+    values = concrete_value(keep)
+    if values is not None and slots is not None and values.size:
+        most = int(values.astype(bool).sum(axis=1).max())
+        if most > slots:
+            raise ValueError(
+                f"Expected the {described} of the gather that produced kept_values. Received: "
+                f"a {name} row that keeps {most} tokens, kept_values with {slots} slots."
+            )
+
+
 def sample_keep_mask(real, droppable, rate, keep_length, noise, rounding):
     """Which tokens to keep.
 
@@ -235,14 +247,7 @@ def restore_full_length(kept_values, keep):
     keep_shape = _static_shape("keep", keep, rank=2)
     _same_dims(("kept_values", "keep"), (values_shape[:1], keep_shape[:1]), 1)
     slots = values_shape[1]
-    concrete = concrete_value(keep)
-    if concrete is not None and slots is not None and concrete.size:
-        most = int(concrete.astype(bool).sum(axis=1).max())
-        if most > slots:
-            raise ValueError(
-                "Expected the keep mask of the gather that produced kept_values. Received: "
-                f"a keep row that keeps {most} tokens, kept_values with {slots} slots."
-            )
+    _check_gather_slots(keep, slots, "keep", "keep mask")
     keep = ops.cast(keep, "bool")
     keep_int = ops.cast(keep, "int32")
     # A kept token's slot is the number of kept tokens before it.
