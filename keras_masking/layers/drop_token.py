@@ -26,6 +26,7 @@ from keras_masking.utils.eager_checks import dtype_name
 from keras_masking.utils.eager_checks import static_shape
 
 MODES = ("gather", "attention")
+_OUTPUTS = ("hidden", "padding_mask", "position_ids", "keep_mask", "kept_indices")
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -260,13 +261,8 @@ class DropToken(keras.layers.Layer):
             # The identity: position ids as given (or 0..L-1, unbroadcast, so
             # relative positions cost no more than without this layer).
             positions = full_positions if position_ids is None else ops.cast(position_ids, "int32")
-            return {
-                "hidden": hidden,
-                "padding_mask": padding_mask,
-                "position_ids": positions,
-                "keep_mask": ops.ones_like(real),
-                "kept_indices": all_indices,
-            }
+            outputs = (hidden, padding_mask, positions, ops.ones_like(real), all_indices)
+            return dict(zip(_OUTPUTS, outputs))
         position_ids = ops.cast(full_positions if position_ids is None else position_ids, "int32")
         position_ids = ops.broadcast_to(
             position_ids, (batch, ops.shape(hidden)[1]) + tuple(position_ids.shape[2:])
@@ -283,13 +279,8 @@ class DropToken(keras.layers.Layer):
         if self.mode == "attention":
             # Full length; the dropped tokens' keys are hidden as padding is.
             hidden_keys = ops.cast(padding_mask, "int32") * ops.cast(keep, "int32")
-            return {
-                "hidden": hidden,
-                "padding_mask": ops.cast(hidden_keys, padding_mask.dtype),
-                "position_ids": position_ids,
-                "keep_mask": keep,
-                "kept_indices": all_indices,
-            }
+            hidden_keys = ops.cast(hidden_keys, padding_mask.dtype)
+            return dict(zip(_OUTPUTS, (hidden, hidden_keys, position_ids, keep, all_indices)))
         indices = kept_indices(keep, keep_length)
         # A row whose protected tokens outnumber the slots (only possible in a
         # compiled call: eager calls refused it above) keeps its first
@@ -299,13 +290,9 @@ class DropToken(keras.layers.Layer):
         keep = keep & gathered
         kept = batched_gather(hidden, indices)
         kept = ops.where(overflow[:, None, None], ops.cast(float("nan"), kept.dtype), kept)
-        return {
-            "hidden": kept,
-            "padding_mask": ops.cast(batched_gather(keep, indices), padding_mask.dtype),
-            "position_ids": batched_gather(position_ids, indices),
-            "keep_mask": keep,
-            "kept_indices": indices,
-        }
+        kept_mask = ops.cast(batched_gather(keep, indices), padding_mask.dtype)
+        kept_positions = batched_gather(position_ids, indices)
+        return dict(zip(_OUTPUTS, (kept, kept_mask, kept_positions, keep, indices)))
 
     def _check_protected_fit(self, protected, length, keep_length):
         values = concrete_value(protected)

@@ -159,9 +159,7 @@ class MaskedLMHead(keras.layers.Layer):
         return logits + ops.cast(self.output_bias, dtype)
 
     def compute_output_shape(self, hidden_shape, mask_positions_shape=None):
-        length = hidden_shape[1]
-        if mask_positions_shape is not None:
-            length = mask_positions_shape[1]
+        length = hidden_shape[1] if mask_positions_shape is None else mask_positions_shape[1]
         return (hidden_shape[0], length, self.token_embedding.input_dim)
 
     def compute_output_spec(self, hidden, mask_positions=None):

@@ -70,10 +70,7 @@ class ChoiceLogits(keras.layers.Layer):
         self.built = True
 
     def call(self, scores, choice_mask):
-        choices = choice_mask.shape[1]
-        if choices is None:
-            choices = ops.shape(choice_mask)[1]
-        logits = ops.reshape(ops.cast(scores, "float32"), (-1, choices))
+        logits = ops.reshape(ops.cast(scores, "float32"), (-1, ops.shape(choice_mask)[1]))
         valid = ops.cast(choice_mask, "bool")
         return ops.where(valid, logits, ops.cast(MASKED_LOGIT, "float32"))
 

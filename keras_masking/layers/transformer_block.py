@@ -114,13 +114,12 @@ class TransformerBlock(keras.layers.Layer):
                 "Expected hidden_dim divisible by num_heads. "
                 f"Received: hidden_dim={hidden_dim}, num_heads={self.num_heads}."
             )
-        attention_dropout = self.attention_dropout
         self.self_attention = SelfAttention(
             num_heads=self.num_heads,
             head_dim=head_dim,
             position=self.position,
             max_relative_position=self.max_relative_position,
-            dropout=self.dropout if attention_dropout is None else attention_dropout,
+            dropout=self.dropout if self.attention_dropout is None else self.attention_dropout,
             kernel_initializer=self.kernel_initializer,
             dtype=self.dtype_policy,
             name="self_attention",

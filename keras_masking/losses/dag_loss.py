@@ -350,10 +350,9 @@ def _graph(match, log_transitions, inputs):
     first_step = i == 0
     emission = match + ops.where(first_step, 0.0, column_max[:, None, :])
     return {
+        **inputs,
         "steps": steps,
         "vertices": vertices,
-        "output_length": output_length,
-        "target_length": target_length,
         "considered": considered,
         "match": ops.where(band, match, -float("inf")),
         "log_transitions": log_transitions,

@@ -58,9 +58,7 @@ def warn_if_slow_token_dropping_under_xla():
     silent everywhere else.
     """
     global _warned
-    if _warned or keras.config.backend() != "tensorflow":
-        return
-    if xla_cpu_fusion_emitters_disabled():
+    if _warned or keras.config.backend() != "tensorflow" or xla_cpu_fusion_emitters_disabled():
         return
     import tensorflow as tf
 
