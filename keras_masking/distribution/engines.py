@@ -44,8 +44,7 @@ def data_parallel_engine():
     elif backend == "tensorflow":
         import tensorflow as tf
 
-        cluster = tf_config_cluster()
-        if cluster:
+        if tf_config_cluster():
             engine = tf.distribute.MultiWorkerMirroredStrategy()
         else:
             devices = tf.config.list_logical_devices("GPU")

@@ -34,12 +34,10 @@ def replica_position():
     import tensorflow as tf
 
     context = tf.distribute.get_replica_context()
-    if context is None:  # the cross-replica context of a strategy's scope
+    # No context: the cross-replica context of a strategy's scope.
+    if context is None or context.num_replicas_in_sync == 1:
         return 0, 1
-    count = context.num_replicas_in_sync
-    if count == 1:
-        return 0, 1
-    return context.replica_id_in_sync_group, count
+    return context.replica_id_in_sync_group, context.num_replicas_in_sync
 
 
 def in_tf_distribute_scope():
