@@ -200,27 +200,19 @@ def text_shard_dataset(
     lines = _read_lines(
         paths, shuffle=shuffle_buffer > 0, seed=seed, repeat=repeat, cycle=cycle_length
     )
-    windows = (
-        lines.batch(_LINES_PER_TOKENIZER_CALL)
-        .map(
-            lambda text: _windows(tokenizer(text), sequence_length - 2),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
-        .unbatch()
+    parallel = {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": True}
+    windows = lines.batch(_LINES_PER_TOKENIZER_CALL).map(
+        lambda text: _windows(tokenizer(text), sequence_length - 2), **parallel
     )
+    windows = windows.unbatch()
     if shuffle_buffer > 0:
         windows = _block_shuffle(windows, shuffle_buffer, seed)
     batches = windows.ragged_batch(batch_size, drop_remainder=True).map(
-        lambda rows: _pack(rows, special, batch_size, sequence_length),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
+        lambda rows: _pack(rows, special, batch_size, sequence_length), **parallel
     )
     if objective == "mlm":
         masker = _bert_masking(masking, special, random_ids, seed, num_shards, shard_index)
-        batches = batches.enumerate().map(
-            masker, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-        )
+        batches = batches.enumerate().map(masker, **parallel)
     options = tf.data.Options()
     options.deterministic = True
     if num_shards > 1:
