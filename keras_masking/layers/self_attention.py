@@ -113,20 +113,11 @@ class SelfAttention(keras.layers.Layer):
         self.dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         width = self.num_heads * self.head_dim
-
-        def projection(name):
-            return keras.layers.Dense(
-                width,
-                kernel_initializer=clone_initializer(self.kernel_initializer),
-                dtype=self.dtype_policy,
-                name=name,
-            )
-
         # Named like keras-hub's lora targets, so `Backbone.enable_lora`
         # finds "query" and "value" as it is.
-        self.query = projection("query")
-        self.key = projection("key")
-        self.value = projection("value")
+        self.query = self._dense(width, "query")
+        self.key = self._dense(width, "key")
+        self.value = self._dense(width, "value")
         self.attention_output = None
         self.probability_dropout = ReplicaDropout(
             self.dropout, dtype=self.dtype_policy, name="probability_dropout"
@@ -139,14 +130,17 @@ class SelfAttention(keras.layers.Layer):
         hidden_dim = input_shape[-1]
         for projection in (self.query, self.key, self.value):
             projection.build(input_shape)
-        self.attention_output = keras.layers.Dense(
-            hidden_dim,
-            kernel_initializer=clone_initializer(self.kernel_initializer),
-            dtype=self.dtype_policy,
-            name="attention_output",
-        )
+        self.attention_output = self._dense(hidden_dim, "attention_output")
         self.attention_output.build(tuple(input_shape[:-1]) + (self.num_heads * self.head_dim,))
         self.built = True
+
+    def _dense(self, units, name):
+        return keras.layers.Dense(
+            units,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            dtype=self.dtype_policy,
+            name=name,
+        )
 
     def _split_heads(self, x):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
