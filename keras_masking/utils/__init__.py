@@ -1,5 +1,6 @@
 """Small helpers at the backend edge."""
 
+from keras_masking.utils.training_state import build_optimizer
 from keras_masking.utils.training_state import outermost_caller
 from keras_masking.utils.training_state import refresh_training
 from keras_masking.utils.training_state import unbuilt_optimizer_copy

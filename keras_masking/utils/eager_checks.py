@@ -12,6 +12,8 @@ import numpy as np
 from keras import backend
 from keras import ops as keras_ops
 
+from keras_masking.utils.training_state import build_optimizer
+
 
 def concrete_value(x):
     """``x`` as a numpy array if it is concrete, else None.
@@ -360,6 +362,7 @@ class ConcreteInputChecks:
             self._check_data(validation[0])
             if len(validation) > 1:
                 self.check_labels(validation[1])
+        build_optimizer(self)  # one trace of the first step on TensorFlow, not two
         return super().fit(x, *args, **kwargs)
 
     evaluate = _checking_data("evaluate", labelled=True)

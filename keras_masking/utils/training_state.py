@@ -3,6 +3,7 @@
 import copy
 import weakref
 
+import keras
 from keras.src.backend.common import global_state
 
 #: Optimizer settings Keras keeps outside `get_config` (set by
@@ -40,6 +41,39 @@ def unbuilt_optimizer_copy(optimizer):
                 setattr(target, name, copy.copy(getattr(source, name)))
         target._exclude_from_weight_decay_cache = {}
     return fresh
+
+
+def build_optimizer(model):
+    """Builds ``model``'s optimizer over its trainable variables, before ``fit`` traces a step.
+
+    Keras' TensorFlow trainer builds the optimizer inside the first traced
+    train step, and ``tf.function`` traces a function that created variables
+    a second time: the first ``fit`` traces and optimizes the whole step
+    twice. Built beforehand (what Keras' JAX trainer always does), it is
+    traced once (benchmarks/first_fit.py). The package's models call this in
+    ``fit``; it does nothing on other backends, for a model that is not built
+    yet, without an optimizer, or when the optimizer is built.
+
+    Args:
+        model: a `keras.Model`, compiled or not.
+
+    Example:
+    ```python
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(True))
+    keras_masking.utils.build_optimizer(model)
+    model.fit(features, labels, verbose=0)  # on TensorFlow: one trace of the step
+    ```
+    """
+    optimizer = getattr(model, "optimizer", None)
+    if (
+        keras.config.backend() != "tensorflow"
+        or optimizer is None
+        or optimizer.built
+        or not model.built
+    ):
+        return
+    with model.distribute_strategy.scope():
+        optimizer.build(model.trainable_variables)
 
 
 def refresh_training(model):

@@ -23,3 +23,56 @@ def test_a_backbone_predict_leaves_no_training_flag_for_later_calls():
     ones = keras.ops.ones((3, 8))
     dropped = keras.layers.Dropout(0.5, seed=1)(ones)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(dropped), np.ones((3, 8)))
+
+
+def _classifier():
+    keras.utils.set_random_seed(0)
+    backbone = keras_masking.models.TransformerBackbone(**tiny_backbone_kwargs(dropout=0.0))
+    model = keras_masking.models.TransformerTextClassifier(backbone, num_classes=2, dropout=0.0)
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    traces = []
+    train_step = model.train_step
+
+    def counted(*args, **kwargs):
+        traces.append(1)
+        return train_step(*args, **kwargs)
+
+    model.train_step = counted
+    return model, traces
+
+
+def test_a_first_fit_builds_the_optimizer_before_it_traces_and_trains_the_same():
+    import keras_hub
+
+    features, labels = random_features(batch=4), np.array([0, 1, 1, 0])
+    # Keras' own `fit` (past the package's): on TensorFlow the optimizer is
+    # built inside the first trace, which is then traced again.
+    keras_default, default_traces = _classifier()
+    keras_hub.models.TextClassifier.fit(keras_default, features, labels, batch_size=2, verbose=0)
+    model, traces = _classifier()
+    model.fit(features, labels, batch_size=2, verbose=0)
+    tensorflow = keras.config.backend() == "tensorflow"
+    assert len(default_traces) == (2 if tensorflow else 1)
+    assert len(traces) == 1
+    assert int(model.optimizer.iterations) == 2
+    for ours, theirs in zip(model.weights, keras_default.weights):
+        assert ours.path == theirs.path
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-6, err_msg=ours.path)
+    moments = {v.path for v in model.optimizer.variables}
+    assert len(moments) == len(keras_default.optimizer.variables)
+
+
+def test_build_optimizer_leaves_an_unbuilt_model_and_a_built_optimizer_alone():
+    model, _ = _classifier()
+    model.optimizer.build(model.trainable_variables)
+    built = [v.path for v in model.optimizer.variables]
+    keras_masking.utils.build_optimizer(model)
+    assert [v.path for v in model.optimizer.variables] == built
+    unbuilt = keras.Sequential([keras.layers.Dense(2)])
+    unbuilt.compile(optimizer="adam", loss="mse")
+    keras_masking.utils.build_optimizer(unbuilt)
+    assert not unbuilt.optimizer.built
+    keras_masking.utils.build_optimizer(keras.Sequential())  # no optimizer: nothing to do
