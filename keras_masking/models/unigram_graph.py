@@ -160,8 +160,7 @@ class GraphTokenizer:
 
         table = sorted((int(key), list(value)) for key, value in model["normalization"].items())
         self.keys = np.array([key for key, _ in table], "int32")
-        lengths = np.array([len(value) for _, value in table], "int32")
-        self.replacement_lengths = lengths
+        self.replacement_lengths = lengths = np.array([len(value) for _, value in table], "int32")
         self.replacement_starts = (np.cumsum(lengths) - lengths).astype("int32")
         # One spare value: gathers from an all-deleting map stay in range.
         self.replacements = np.array([c for _, value in table for c in value] + [0], "int32")
