@@ -316,7 +316,7 @@ class _Updates(keras.callbacks.Callback):
 
     def __init__(self):
         super().__init__()
-        self.moved, self.updates, self.dev_scores = [], [], []
+        self.moved, self.moved_embeddings, self.updates, self.dev_scores = [], [], [], []
 
     def on_epoch_begin(self, epoch, logs=None):
         self.before = [np.array(v.numpy()) for v in self.model.trainable_variables]
@@ -324,6 +324,13 @@ class _Updates(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         after = [np.array(v.numpy()) for v in self.model.trainable_variables]
         self.moved.append(any(not np.array_equal(a, b) for a, b in zip(self.before, after)))
+        self.moved_embeddings.append(
+            any(
+                not np.array_equal(a, b)
+                for v, a, b in zip(self.model.trainable_variables, self.before, after)
+                if v.path.endswith("token_embedding/embeddings")
+            )
+        )
         self.updates.append(int(self.model.optimizer.iterations))
         self.dev_scores.append(logs["dev_score"])
 
@@ -339,6 +346,7 @@ def test_accumulation_over_more_batches_than_an_epoch_has_still_updates(data, pr
     )  # fmt: skip
     assert result.status == "finished"
     assert updates.moved == [True] * epochs
+    assert updates.moved_embeddings == [True] * epochs  # the token embeddings train too
     assert updates.updates == list(range(1, epochs + 1))
     # Callbacks of the run see each epoch's dev score in the logs.
     assert updates.dev_scores == [entry["dev"]["score"] for entry in result.history]
