@@ -29,9 +29,9 @@ from keras_masking.clue.readers import detect_benchmark
 from keras_masking.clue.readers import read_split
 from keras_masking.clue.run_config import RunConfig
 from keras_masking.clue.run_folder import RunFolder
-from keras_masking.clue.runner import _data_and_model
-from keras_masking.clue.runner import _model_source
 from keras_masking.clue.runner import finetune
+from keras_masking.clue.runner import model_source_of
+from keras_masking.clue.runner import recorded_data_and_model
 from keras_masking.clue.tasks import get_task
 from keras_masking.utils.arguments import MAX_SEED
 from keras_masking.utils.arguments import check_float
@@ -179,7 +179,7 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
     )
     rates = _learning_rates(specs, config.learning_rate, learning_rates)
     split_seed = check_int("split_seed", split_seed, minimum=0, maximum=MAX_SEED)
-    model_source, files = _model_source(config)
+    model_source, files = model_source_of(config)
     for spec in specs:  # every method fits the task and model before the first run writes
         run = dataclasses.replace(config, methods=MethodPlan(**spec["switches"]))
         run.resolved(task)
@@ -189,7 +189,7 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
     dev = read_split(data_dir, task, "dev", benchmark, config.few_shot).examples
     halves = split_halves([example.id for example in dev], split_seed)
     arguments = {
-        **_data_and_model(task, benchmark, config, data_dir, files),
+        **recorded_data_and_model(task, benchmark, config, data_dir, files),
         "methods": [spec["label"] for spec in specs],
         "seeds": seeds,
         "split_seed": split_seed,

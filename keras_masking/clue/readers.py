@@ -53,7 +53,7 @@ _CLUE_FILES = {
     "test": ("test1.1.json", "test.json", "test1.0.json"),
     "test1.0": ("test1.0.json",),
 }
-_BENCHMARK_NAMES = {"clue": "CLUE", "fewclue": "FewCLUE", None: "CLUE or FewCLUE"}
+BENCHMARK_NAMES = {"clue": "CLUE", "fewclue": "FewCLUE", None: "CLUE or FewCLUE"}
 
 
 @dataclasses.dataclass
@@ -141,8 +141,8 @@ def detect_benchmark(data_dir, task, benchmark=None):
         benchmark = check_benchmark(benchmark)
         if benchmark not in task.benchmarks:
             raise ValueError(
-                f"{task.name} is not a {_BENCHMARK_NAMES[benchmark]} task. "
-                f"It is part of: {', '.join(_BENCHMARK_NAMES[b] for b in task.benchmarks)}."
+                f"{task.name} is not a {BENCHMARK_NAMES[benchmark]} task. "
+                f"It is part of: {', '.join(BENCHMARK_NAMES[b] for b in task.benchmarks)}."
             )
     data_dir = pathlib.Path(data_dir)
     found, tried = [], []
@@ -156,24 +156,24 @@ def detect_benchmark(data_dir, task, benchmark=None):
     matching = [(kind, folder) for kind, folder in found if benchmark in (None, kind)]
     if not matching:
         others = "".join(
-            f"; {_BENCHMARK_NAMES[kind]} files are in {os.fspath(folder)}" for kind, folder in found
+            f"; {BENCHMARK_NAMES[kind]} files are in {os.fspath(folder)}" for kind, folder in found
         )
         raise FileNotFoundError(
-            f"No {_BENCHMARK_NAMES[benchmark]} files of {task.name} found. "
+            f"No {BENCHMARK_NAMES[benchmark]} files of {task.name} found. "
             f"Tried: {', '.join(tried)}{others}."
         )
     if len(matching) > 1:
         raise ValueError(
             f"More than one folder holds {task.name} files: "
-            + ", ".join(f"{os.fspath(f)} ({_BENCHMARK_NAMES[kind]})" for kind, f in matching)
+            + ", ".join(f"{os.fspath(f)} ({BENCHMARK_NAMES[kind]})" for kind, f in matching)
             + ". Keep one, or pass the task's folder as data_dir"
             + ("." if benchmark else " and benchmark=.")
         )
     kind, folder = matching[0]
     if kind not in task.benchmarks:
         raise ValueError(
-            f"{os.fspath(folder)} holds {_BENCHMARK_NAMES[kind]} files, but {task.name} is not a "
-            f"{_BENCHMARK_NAMES[kind]} task."
+            f"{os.fspath(folder)} holds {BENCHMARK_NAMES[kind]} files, but {task.name} is not a "
+            f"{BENCHMARK_NAMES[kind]} task."
         )
     return kind, folder
 
@@ -346,7 +346,7 @@ def read_split(data_dir, task, split, benchmark=None, few_shot="all"):
         logger.info("%s %s: skipped %d examples labelled '-'.", task.name, name, reading.skipped)
     logger.info(
         "Read %s %s %s: %d examples from %s.",
-        _BENCHMARK_NAMES[benchmark],
+        BENCHMARK_NAMES[benchmark],
         task.name,
         name,
         len(examples),

@@ -33,7 +33,7 @@ _TEXT_FIELDS = {
 }
 _INTEGER_LABEL_TASKS = ("tnews", "iflytek")  # FewCLUE writes these labels as ints
 _NLI_TASKS = ("ocnli", "cmnli")  # "-": the annotators did not agree; skipped
-_CLUE_BLANK = re.compile(r"#idiom\d{6}#")
+CLUE_BLANK = re.compile(r"#idiom\d{6}#")
 _FEWCLUE_BLANK = "#idiom#"
 _SKIP = object()
 
@@ -388,9 +388,9 @@ def _clue_chid_passage(reading, where, record, candidates, answers, answers_name
     parts, blank_ids = [], []
     current = None
     for content in contents:
-        pieces = _CLUE_BLANK.split(content)
+        pieces = CLUE_BLANK.split(content)
         current = pieces[0] if current is None else current + "\n" + pieces[0]
-        for tag, piece in zip(_CLUE_BLANK.findall(content), pieces[1:]):
+        for tag, piece in zip(CLUE_BLANK.findall(content), pieces[1:]):
             parts.append(current)
             blank_ids.append(tag)
             current = piece

@@ -164,12 +164,12 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
     # TensorFlow cannot XLA-compile a step over mirrored variables (Keras'
     # "auto" turns XLA off under tf.distribute too).
     jit_compile = config.jit_compile and not in_tf_distribute_scope()
-    source, files = _model_source(config)
+    source, files = model_source_of(config)
     plan.check_source(source)
     benchmark, _ = detect_benchmark(data_dir, task, config.benchmark)
     few_shot, dev_noise = config.few_shot, config.dev_noise
     arguments = {
-        **_data_and_model(task, benchmark, config, data_dir, files),
+        **recorded_data_and_model(task, benchmark, config, data_dir, files),
         **plan.describe(),
         **settings,
         **({"dev_noise": dev_noise} if dev_noise else {}),
@@ -229,14 +229,14 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
     return _finish(run, record, failure)
 
 
-def _model_source(config):
+def model_source_of(config):
     """The `ModelSource` of a `RunConfig` and its files (`ModelSource.check`)."""
     source = ModelSource(config.checkpoint, config.preset, config.model, config.config,
                          vocabulary=config.vocab)  # fmt: skip
     return source, source.check()
 
 
-def _data_and_model(task, benchmark, config, data_dir, files):
+def recorded_data_and_model(task, benchmark, config, data_dir, files):
     """The data and model entries of a run's (or a compare's) recorded arguments."""
     checkpoint = config.checkpoint is not None
     return {

@@ -24,9 +24,9 @@ import zipfile
 from collections.abc import Mapping
 
 from keras_masking.clue.examples import RECORD_TYPES
-from keras_masking.clue.readers import _BENCHMARK_NAMES
+from keras_masking.clue.readers import BENCHMARK_NAMES
 from keras_masking.clue.readers import ClueSplit
-from keras_masking.clue.record_readers import _CLUE_BLANK
+from keras_masking.clue.record_readers import CLUE_BLANK
 from keras_masking.clue.record_readers import short_labels
 from keras_masking.clue.tasks import TASKS
 from keras_masking.clue.tasks import check_benchmark
@@ -72,7 +72,7 @@ def submission_file_name(task, benchmark, version="1.1"):
             f"Received: version={version!r}."
         )
     if benchmark not in task.benchmarks:
-        title = _BENCHMARK_NAMES[benchmark]
+        title = BENCHMARK_NAMES[benchmark]
         names = {each.name for each in TASKS.values() if benchmark in each.benchmarks}
         raise ValueError(
             f"{task.name} is not a {title} task; it has no submission file there. "
@@ -183,7 +183,7 @@ class _Layout:
             )
         if kind == "entity":
             return _entity_problem(task, self.labels, value, example)
-        if self.tags and not _CLUE_BLANK.fullmatch(str(key)):
+        if self.tags and not CLUE_BLANK.fullmatch(str(key)):
             return f"key {key!r} is not a blank tag like '#idiom012345#'"
         if kind == "multiple_choice":
             if not isinstance(value, str):
@@ -461,7 +461,7 @@ def _name_problems(name, layout):
     if name in expected:
         return []
     message = (
-        f"file name {name!r} is not what {_BENCHMARK_NAMES[benchmark]} expects for "
+        f"file name {name!r} is not what {BENCHMARK_NAMES[benchmark]} expects for "
         f"{task.name}: {expected[0]!r}"
     )
     if len(expected) > 1:

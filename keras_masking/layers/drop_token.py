@@ -7,9 +7,9 @@ import numpy as np
 from keras import ops
 
 from keras_masking.distribution.random import batch_uniform
-from keras_masking.ops.token_dropping import _check_gather_slots
 from keras_masking.ops.token_dropping import batched_gather
 from keras_masking.ops.token_dropping import check_drop_rate
+from keras_masking.ops.token_dropping import check_gather_slots
 from keras_masking.ops.token_dropping import kept_indices
 from keras_masking.ops.token_dropping import restore_full_length
 from keras_masking.ops.token_dropping import sample_keep_mask
@@ -387,7 +387,7 @@ class RestoreDroppedTokens(keras.layers.Layer):
                 f"Received: kept_values with shape {values_shape}, keep_mask with "
                 f"shape {mask_shape}."
             )
-        _check_gather_slots(keep_mask, values_shape[1], "keep_mask", "keep_mask")
+        check_gather_slots(keep_mask, values_shape[1], "keep_mask", "keep_mask")
 
     def call(self, kept_values, keep_mask, training=None):
         self._check_inputs(kept_values, keep_mask)

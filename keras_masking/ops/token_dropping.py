@@ -91,7 +91,7 @@ def _same_dims(names, shapes, dims):
             raise ValueError(f"Expected matching (batch, sequence) shapes. Received: {listed}.")
 
 
-def _check_gather_slots(keep, slots, name, described):
+def check_gather_slots(keep, slots, name, described):
     """Refuses a concrete ``keep`` whose row keeps more than ``slots`` (None: unknown) tokens."""
     values = concrete_value(keep)
     if values is not None and slots is not None and values.size:
@@ -247,7 +247,7 @@ def restore_full_length(kept_values, keep):
     keep_shape = _static_shape("keep", keep, rank=2)
     _same_dims(("kept_values", "keep"), (values_shape[:1], keep_shape[:1]), 1)
     slots = values_shape[1]
-    _check_gather_slots(keep, slots, "keep", "keep mask")
+    check_gather_slots(keep, slots, "keep", "keep mask")
     keep = ops.cast(keep, "bool")
     keep_int = ops.cast(keep, "int32")
     # A kept token's slot is the number of kept tokens before it.
