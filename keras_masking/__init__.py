@@ -32,22 +32,28 @@ import sys
 
 def _quiet_command_line():
     """True in the ``keras-masking`` command (or ``python -m keras_masking.cli``)
-    run without ``--verbose``: there the backend's start-up lines (TensorFlow's
-    C++ logs, "Could not find cuda drivers") are hidden. Library users see
-    whatever their own settings show."""
-    command = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    is_cli = command == "keras-masking" or sys.argv[0].endswith(
+    run without ``--verbose``: there the backend's C++ lines (start-up lines such
+    as "Could not find cuda drivers", and run-time ones such as "failed call to
+    cuInit") are hidden. Library users see whatever their own settings show."""
+    argv = getattr(sys, "orig_argv", sys.argv)  # the interpreter's own command line
+    script = sys.argv[0] if sys.argv else ""
+    as_module = any(a == "-m" and b == "keras_masking.cli" for a, b in zip(argv, argv[1:]))
+    is_cli = as_module or os.path.basename(script) == "keras-masking" or script.endswith(
         os.path.join("keras_masking", "cli.py")
     )
-    return is_cli and "--verbose" not in sys.argv[1:]
+    return is_cli and "--verbose" not in argv
 
 
 if _quiet_command_line():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow reads its C++ log level once, when it loads; 3 hides its ERROR
+    # lines too ("failed call to cuInit" on a machine without a GPU). The
+    # user's own setting is kept.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     _stderr, _null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(_null, 2)  # the C++ start-up lines bypass Python's sys.stderr
     try:
         import keras  # noqa: F401  (loads the backend, quietly)
+        import tensorflow  # noqa: F401  (the readers' and tf.data's, on any backend)
     finally:
         os.dup2(_stderr, 2)
         os.close(_stderr)

@@ -47,19 +47,15 @@ import os
 import sys
 import warnings
 
-# TensorFlow reads its C++ log level once, when it loads: set it first.
-if "--verbose" not in sys.argv[1:]:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from keras_masking.clue.model_source import FAMILIES  # noqa: E402
-from keras_masking.clue.model_source import checkpoint_prefix  # noqa: E402
-from keras_masking.clue.model_source import existing_file  # noqa: E402
-from keras_masking.utils.arguments import MAX_SEED  # noqa: E402
-from keras_masking.utils.arguments import check_float  # noqa: E402
-from keras_masking.utils.arguments import check_int  # noqa: E402
-from keras_masking.utils.arguments import check_int_list  # noqa: E402
-from keras_masking.utils.files import write_folder_atomically  # noqa: E402
-from keras_masking.version import __version__  # noqa: E402
+from keras_masking.clue.model_source import FAMILIES
+from keras_masking.clue.model_source import checkpoint_prefix
+from keras_masking.clue.model_source import existing_file
+from keras_masking.utils.arguments import MAX_SEED
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_int_list
+from keras_masking.utils.files import write_folder_atomically
+from keras_masking.version import __version__
 
 PROG = "keras-masking"
 # Warnings of situations the command expects (the message's start).
