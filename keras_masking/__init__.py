@@ -38,8 +38,10 @@ def _quiet_command_line():
     argv = getattr(sys, "orig_argv", sys.argv)  # the interpreter's own command line
     script = sys.argv[0] if sys.argv else ""
     as_module = any(a == "-m" and b == "keras_masking.cli" for a, b in zip(argv, argv[1:]))
-    is_cli = as_module or os.path.basename(script) == "keras-masking" or script.endswith(
-        os.path.join("keras_masking", "cli.py")
+    is_cli = (
+        as_module
+        or os.path.basename(script) == "keras-masking"
+        or script.endswith(os.path.join("keras_masking", "cli.py"))
     )
     return is_cli and "--verbose" not in argv
 
