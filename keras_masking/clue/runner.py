@@ -402,8 +402,6 @@ def _finish(run, record, failure):
     folder.write_record(record)
     if failure:
         logger.warning("%s: %s", os.fspath(folder.path), failure)
-    elif "submission" in record:
-        logger.info("Wrote %s", os.fspath(folder.path / record["submission"]))
     return _result(record, run, folder)
 
 
