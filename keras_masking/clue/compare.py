@@ -26,6 +26,7 @@ import numpy as np
 from keras_masking.clue.decoding import score
 from keras_masking.clue.method_plan import MethodPlan
 from keras_masking.clue.readers import detect_benchmark
+from keras_masking.clue.readers import read_labelled_file
 from keras_masking.clue.readers import read_split
 from keras_masking.clue.run_config import RunConfig
 from keras_masking.clue.run_folder import RunFolder
@@ -89,6 +90,8 @@ class CompareResult:
         plot_path: ``compare.png``, or None when matplotlib is missing.
         noised_rows: with ``dev_noise``, the same rows from the noised half B's
             scores (at the epochs chosen on the clean half A); else None.
+        test_rows: with ``test_file``, the same rows from the test file's
+            scores at the epochs chosen on half A; else None.
     """
 
     rows: list
@@ -96,6 +99,7 @@ class CompareResult:
     markdown_path: pathlib.Path
     plot_path: pathlib.Path | None
     noised_rows: list | None = None
+    test_rows: list | None = None
 
 
 def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=None, *,
@@ -188,6 +192,9 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
     config = dataclasses.replace(config, benchmark=benchmark)
     dev = read_split(data_dir, task, "dev", benchmark, config.few_shot).examples
     halves = split_halves([example.id for example in dev], split_seed)
+    test_examples = None
+    if config.test_file:  # a bad file is refused before the first run writes
+        test_examples = len(read_labelled_file(config.test_file, task, benchmark))
     arguments = {
         **recorded_data_and_model(task, benchmark, config, data_dir, files),
         "methods": [spec["label"] for spec in specs],
@@ -197,6 +204,7 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
         "learning_rates": rates,
         **({"noise": config.dev_noise} if config.dev_noise else {}),
         **({"data_parallel": True} if config.data_parallel else {}),
+        **({"test_file": os.path.abspath(config.test_file)} if config.test_file else {}),
     }
     output = pathlib.Path(output_dir)
     _check_output(output, arguments, halves)
@@ -206,7 +214,9 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
         "keras_masking": __version__,
         "arguments": arguments,
         "halves": {"split_seed": split_seed, **halves},
-        "rule": "epoch chosen on dev half A, reported on dev half B",
+        "rule": "epoch chosen on dev half A, reported on dev half B"
+        + (" and on the test file" if test_examples else ""),
+        **({"test_examples": test_examples} if test_examples else {}),
         "notes": [f"{BASELINE!r} was added: the baseline."] if added else [],
         "runs": [],
         "summary": None,
@@ -214,7 +224,7 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
     }
     output.mkdir(parents=True, exist_ok=True)
     write_json_atomically(output / RECORD, record)
-    noised = bool(config.dev_noise)
+    noised, tested = bool(config.dev_noise), bool(config.test_file)
     for seed in seeds:  # seed by seed: an interrupted compare has whole pairs first
         for spec in specs:
             logger.info(
@@ -225,7 +235,7 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
                                       methods=MethodPlan(**spec["switches"]))  # fmt: skip
             result = finetune(task, data_dir, output / spec["label"] / f"seed{seed}", run,
                               verbose=verbose)  # fmt: skip
-            entry = _run_entry(task, spec["label"], seed, result, dev, halves, noised)
+            entry = _run_entry(task, spec["label"], seed, result, dev, halves, noised, tested)
             record["runs"].append(entry)
             write_json_atomically(output / RECORD, record)
             # Each run builds its own models: free them, or a long compare
@@ -247,13 +257,21 @@ def _finish(record, output, task):
             record["runs"], arguments["methods"], arguments["seeds"], score="held_out_noised"
         )
         record["summary_noised"] = noised_rows
+        record["notes"] += _zero_spread_notes(noised_rows, "under noise, ")
+    test_rows = None
+    if arguments.get("test_file"):
+        test_rows = summarize(
+            record["runs"], arguments["methods"], arguments["seeds"], score="test"
+        )
+        record["summary_test"] = test_rows
+        record["notes"] += _zero_spread_notes(test_rows, "on the test file, ")
     record["status"] = "finished"
     json_path = write_json_atomically(output / RECORD, record)
     markdown = _markdown(record, task)
     markdown_path = write_atomically(output / TABLE, lambda file: file.write(markdown))
     plot_path = _plot(output / PLOT, rows, task, noised_rows)
     logger.info("compare: wrote %s", os.fspath(markdown_path))
-    return CompareResult(rows, json_path, markdown_path, plot_path, noised_rows)
+    return CompareResult(rows, json_path, markdown_path, plot_path, noised_rows, test_rows)
 
 
 # === Methods ===
@@ -428,8 +446,9 @@ def choose_epoch(epochs):
     return best["epoch"], best["half_b"]
 
 
-def _run_entry(task, label, seed, result, dev, halves, noised=False):
-    """One run's per-epoch half scores and its chosen epoch; ``noised``: the noised half B's too."""
+def _run_entry(task, label, seed, result, dev, halves, noised=False, tested=False):
+    """One run's per-epoch half scores and its chosen epoch; ``noised``: the noised
+    half B's too; ``tested``: the test file's (the run scored it at every epoch)."""
     by_id = {example.id: example for example in dev}
     half_examples = {name: [by_id[key] for key in halves[name]] for name in ("A", "B")}
     folder = RunFolder(result.record_path.parent)
@@ -446,6 +465,8 @@ def _run_entry(task, label, seed, result, dev, halves, noised=False):
             # The noised dev keeps dev's ids and labels: score it on the same half.
             found = folder.read_dev_predictions(entry["epoch"], "dev_noised")
             epochs[-1]["half_b_noised"] = half_score(task, found, half_examples["B"])
+        if tested:
+            epochs[-1]["test"] = entry["test_file"]["score"]
     finished = result.status == "finished"
     chosen, held_out = choose_epoch(epochs) if finished else (None, None)
     model = result.record.get("model", {})
@@ -461,10 +482,11 @@ def _run_entry(task, label, seed, result, dev, halves, noised=False):
         "chosen_epoch": chosen,
         "held_out": held_out,
     }
+    at_chosen = next((entry for entry in epochs if entry["epoch"] == chosen), {})
     if noised:
-        run["held_out_noised"] = next(
-            (entry["half_b_noised"] for entry in epochs if entry["epoch"] == chosen), None
-        )
+        run["held_out_noised"] = at_chosen.get("half_b_noised")
+    if tested:
+        run["test"] = at_chosen.get("test")  # never used to choose
     return run
 
 
@@ -502,7 +524,10 @@ def paired_difference(scores, baseline):
     Returns:
         A dict: ``n``, ``mean``, ``sd`` (n - 1 in the denominator; None for
         n = 1), ``t`` (the quantile used), ``low`` and ``high`` (None for
-        n = 1: one seed gives no interval), and the ``verdict``: ``"helps"``
+        n = 1: one seed gives no interval), ``half_width`` (``t * sd /
+        sqrt(n)``: the smallest mean difference these seeds could have told
+        from 0 at this spread; None for n = 1 or sd 0, where the spread is
+        unknown), and the ``verdict``: ``"helps"``
         (low > 0), ``"hurts"`` (high < 0) or ``"cannot tell"``. The same
         difference on every seed (sd 0, an interval of width 0) is "cannot
         tell": the spread of so few seeds is then unknown, not zero (with
@@ -520,7 +545,7 @@ def paired_difference(scores, baseline):
     mean = float(differences.mean())
     if n == 1:
         return {"n": 1, "mean": mean, "sd": None, "t": None, "low": None, "high": None,
-                "verdict": "cannot tell"}  # fmt: skip
+                "half_width": None, "verdict": "cannot tell"}  # fmt: skip
     sd = float(differences.std(ddof=1))
     t = t_quantile_975(n - 1)
     half_width = t * sd / math.sqrt(n)
@@ -528,7 +553,8 @@ def paired_difference(scores, baseline):
     verdict = "helps" if low > 0 else "hurts" if high < 0 else "cannot tell"
     if sd == 0.0:
         verdict = "cannot tell"  # a zero-width interval says nothing about the spread
-    return {"n": n, "mean": mean, "sd": sd, "t": t, "low": low, "high": high, "verdict": verdict}
+    return {"n": n, "mean": mean, "sd": sd, "t": t, "low": low, "high": high,
+            "half_width": half_width if sd > 0.0 else None, "verdict": verdict}  # fmt: skip
 
 
 def summarize(runs, labels, seeds, score="held_out"):
@@ -539,8 +565,9 @@ def summarize(runs, labels, seeds, score="held_out"):
             a failed run).
         labels: the method labels, plain among them.
         seeds: the seeds, in order.
-        score: the entries' score to summarize: ``"held_out"``, or
-            ``"held_out_noised"`` (the noised half B).
+        score: the entries' score to summarize: ``"held_out"``,
+            ``"held_out_noised"`` (the noised half B) or ``"test"`` (the
+            labelled test file).
 
     Returns:
         The rows of `CompareResult.rows`.
@@ -591,12 +618,12 @@ def _notes(runs, seeds):
     return notes
 
 
-def _zero_spread_notes(rows):
+def _zero_spread_notes(rows, where=""):
     """A note for each method whose difference was the same on every seed."""
     return [
-        f"{row['method']}: the same difference ({row['difference']['mean']:+.2f}) on every seed; "
-        "an interval of width 0 proves nothing about the spread, so the verdict is 'cannot "
-        "tell'. Run more seeds, or a larger dev half."
+        f"{where}{row['method']}: the same difference ({row['difference']['mean']:+.2f}) on "
+        "every seed; an interval of width 0 proves nothing about the spread, so the verdict is "
+        "'cannot tell'. Run more seeds, or score more examples."
         for row in rows
         if row["difference"] and row["difference"]["sd"] == 0.0
     ]
@@ -618,10 +645,26 @@ def _markdown(record, task):
         f"# Methods compared on {task.name}",
         "",
         f"Task {task.name} ({arguments['benchmark']}), model {model}, seeds {seeds}; epoch chosen "
-        f"on dev half A (n={len(halves['A'])}), reported on half B (n={len(halves['B'])}).",
+        f"on dev half A (n={len(halves['A'])}), reported on half B (n={len(halves['B'])}"
+        + (
+            f"; one example is {100 / len(halves['B']):.2f} points"
+            if task.metric == "accuracy"
+            else ""
+        )
+        + ").",
         "",
         *_table(rows, f"held-out {task.metric}"),
     ]
+    if arguments.get("test_file"):
+        count = record.get("test_examples")
+        lines += [
+            "",
+            f"## On the test file ({arguments['test_file']}, n={count})",
+            "",
+            "The same runs at the same epochs (chosen on half A); the test file chose nothing.",
+            "",
+            *_table(record["summary_test"], f"test {task.metric}"),
+        ]
     noise = arguments.get("noise")
     if noise:
         lines += [
@@ -637,7 +680,9 @@ def _markdown(record, task):
         "",
         f"Differences are paired by seed (method minus {BASELINE}); the interval is Student t's "
         'over the seeds (n - 1 degrees of freedom). "helps": the interval is above 0; '
-        '"hurts": below 0.',
+        '"hurts": below 0. "resolves ±": the interval\'s half-width, the smallest mean '
+        "difference these seeds could have told from 0 at the spread they showed: a "
+        '"cannot tell" says no more than that a difference, if any, is smaller than about this.',
     ]
     lines += [f"- {note}" for note in record["notes"]]
     return "\n".join(lines) + "\n"
@@ -647,14 +692,17 @@ def _table(rows, scored):
     """The markdown table of summary rows."""
     lines = [
         f"| method | trainable parameters | {scored}, mean ± sd | difference from "
-        f"{BASELINE}, mean [95% interval] | verdict |",
-        "|---|---:|---:|---:|---|",
+        f"{BASELINE}, mean [95% interval] | resolves ± | verdict |",
+        "|---|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         parameters = row["trainable_parameters"]
         parameters = "–" if parameters is None else f"{parameters:,}"
         held = "–" if row["mean"] is None else f"{_number(row['mean'])} ± {_number(row['sd'])}"
         difference = row["difference"]
+        resolves = "–" if not difference else _number(difference["half_width"])
+        if difference and difference["sd"] == 0.0:
+            resolves = "unknown"  # no spread seen: not a resolution of 0
         if row["method"] == BASELINE:
             shown = "(baseline)"
         elif difference is None:
@@ -664,7 +712,9 @@ def _table(rows, scored):
         else:
             low, high = _number(difference["low"], True), _number(difference["high"], True)
             shown = f"{_number(difference['mean'], True)} [{low}, {high}]"
-        lines.append(f"| {row['method']} | {parameters} | {held} | {shown} | {row['verdict']} |")
+        lines.append(
+            f"| {row['method']} | {parameters} | {held} | {shown} | {resolves} | {row['verdict']} |"
+        )
     return lines
 
 

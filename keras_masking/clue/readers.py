@@ -356,6 +356,54 @@ def read_split(data_dir, task, split, benchmark=None, few_shot="all"):
     return ClueSplit(task, benchmark, name, examples, files, skipped, labelled, task.labels, counts)
 
 
+def read_labelled_file(path, task, benchmark):
+    """Reads a labelled file of a task in its dev split's format: a held-out test set.
+
+    Args:
+        path: the file (one file; C3: one ``m-`` or ``d-`` file). CHID keeps
+            its labels in a separate answer file and is refused.
+        task: a task name (aliases allowed) or `ClueTask`.
+        benchmark: ``"clue"`` or ``"fewclue"``, as the task's other splits.
+
+    Returns:
+        A labelled `ClueSplit` named ``"test_file"``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: CHID, a bad record (naming the file and line), no
+            examples.
+
+    Example:
+
+    >>> import pathlib
+    >>> _ = pathlib.Path("held_out.json").write_text(
+    ...     '{"id": 1, "sentence": "好吃", "label": "Positive"}\\n', encoding="utf-8")
+    >>> split = read_labelled_file("held_out.json", "eprstmt", "fewclue")
+    >>> split.split, split.examples
+    ('test_file', [TextExample(id=1, text_a='好吃', text_b=None, label='Positive')])
+    """
+    task = get_task(task)
+    if task.name == "chid":
+        raise ValueError(
+            "A labelled test file for chid is not supported: CHID's labels are in a separate "
+            "answer file."
+        )
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"Expected a path for the test file. Received: {path!r}.")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Test file {os.fspath(path)!r}: no such file.")
+    reading = SplitReading(task, True, False, check_benchmark(benchmark), None)
+    examples = list(read_file(reading, path))
+    if not examples:
+        raise ValueError(f"{os.fspath(path)}: no labelled examples.")
+    logger.info(
+        "Read a labelled test file of %s: %d examples from %s.",
+        task.name, len(examples), os.fspath(path),
+    )  # fmt: skip
+    return ClueSplit(task, reading.benchmark, "test_file", examples, reading.files,
+                     reading.skipped, True, task.labels, reading.counts)  # fmt: skip
+
+
 def read_task_splits(data_dir, task, benchmark=None, few_shot="all"):
     """Reads a task's train and dev splits, and its test splits where present.
 

@@ -149,8 +149,9 @@ class DevScore(keras.callbacks.Callback):
     With a run folder, the epoch's dev predictions are saved there too
     (`RunFolder.save_dev_predictions`), so an epoch can be chosen afterwards
     on part of dev (`keras_masking.clue.compare`). With ``split``
-    ``"dev_noised"``, it scores the noised copy of dev instead and adds
-    ``dev_noised_score``, which chooses nothing.
+    ``"dev_noised"`` (or ``"test_file"``), it scores the noised copy of dev
+    (or the labelled test file) instead and adds ``dev_noised_score`` (or
+    ``test_file_score``), which chooses nothing.
 
     Args:
         predict: a callable returning the dev predictions (id -> prediction).
@@ -158,7 +159,7 @@ class DevScore(keras.callbacks.Callback):
             ``score``).
         failure: the run's `TrainingFailure`.
         folder: the run's `RunFolder`, or None (the predictions are not saved).
-        split: the split scored, ``"dev"`` or ``"dev_noised"``.
+        split: the split scored, ``"dev"``, ``"dev_noised"`` or ``"test_file"``.
 
     Attributes:
         scores: the last epoch's dev scores.
@@ -241,16 +242,17 @@ class RunRecord(keras.callbacks.Callback):
         dev: the run's `DevScore`; best: its `BestWeights`.
         evidence: the run's `MethodEvidence`.
         noised: the `DevScore` of the noised dev, or None.
+        tested: the `DevScore` of the labelled test file, or None.
     """
 
-    def __init__(self, folder, record, dev, best, evidence, noised=None):
+    def __init__(self, folder, record, dev, best, evidence, noised=None, tested=None):
         super().__init__()
         self.folder = folder
         self.record = record
         self.dev = dev
         self.best = best
         self.evidence = evidence
-        self.noised = noised
+        self.also = [score for score in (noised, tested) if score is not None]
 
     def on_epoch_begin(self, epoch, logs=None):
         self.started = time.time()
@@ -260,7 +262,7 @@ class RunRecord(keras.callbacks.Callback):
         if (logs or {}).get("dev_score") is None:
             return
         seconds = time.time() - self.started
-        scored = {score.log_name for score in (self.dev, self.noised) if score is not None}
+        scored = {score.log_name for score in (self.dev, *self.also)}
         metrics = {name: float(value) for name, value in logs.items() if name not in scored}
         entry = {
             "epoch": epoch + 1,
@@ -270,8 +272,8 @@ class RunRecord(keras.callbacks.Callback):
             "methods": self.evidence.summary(metrics),
             "seconds": round(seconds, 3),
         }
-        if self.noised is not None:
-            entry["dev_noised"] = self.noised.scores
+        for score in self.also:  # "dev_noised", "test_file": they choose nothing
+            entry[score.split] = score.scores
         correction = self.evidence.correction
         if correction is not None and correction.record is not None:
             self.record["model"]["embedding_correction"] = correction.record.to_config()
@@ -293,6 +295,7 @@ def _epoch_line(entry, best):
         f"epoch {entry['epoch']}: loss {entry['loss']:.4f}, dev {dev['metric']} "
         f"{dev['score']:.2f} (best {best['score']:.2f} at epoch {best['epoch']}), "
         + (f"noised dev {entry['dev_noised']['score']:.2f}, " if "dev_noised" in entry else "")
+        + (f"test file {entry['test_file']['score']:.2f}, " if "test_file" in entry else "")
         + f"{entry['seconds']:.1f} s"
     )
     return line + (f"; {shown}" if shown else "")

@@ -55,6 +55,9 @@ class RunConfig:
         few_shot: FewCLUE's ``"all"`` (``*_few_all``) or a split index 0..4.
         dev_noise: float in [0, 1]; above 0, every epoch also scores dev with
             that share of its characters replaced.
+        test_file: a labelled file in the task's dev format (a held-out test
+            set, `read_labelled_file`), scored at every epoch; it chooses
+            nothing. None: no such file.
         methods: a `MethodPlan` (or a dict of its switches).
 
     Raises:
@@ -113,6 +116,11 @@ class RunConfig:
         0.0, "--dev-noise", "also score dev with this share of its characters replaced (0.1: "
         "10%%), a robustness check (text and sentence-pair tasks)", "data", kind=float,
         metavar="SHARE",
+    )  # fmt: skip
+    test_file: str | None = _setting(
+        None, "--test", "a labelled file in the task's dev format, scored at every epoch and "
+        "never used to choose one (compare: at the epoch dev's half A chose)", "data",
+        metavar="FILE",
     )  # fmt: skip
     # === Methods ===
     methods: MethodPlan = dataclasses.field(default_factory=MethodPlan)
@@ -217,7 +225,7 @@ def check_setting(name, value):
                 f"Expected a MethodPlan or a dict of switches for methods. Received: {value!r}."
             )
         return value
-    if name in ("checkpoint", "preset", "config", "vocab"):
+    if name in ("checkpoint", "preset", "config", "vocab", "test_file"):
         if value is not None and not isinstance(value, (str, os.PathLike)):
             raise ValueError(f"Expected a path for {name}. Received: {value!r}.")
         return None if value is None else os.fspath(value)

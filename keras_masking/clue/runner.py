@@ -32,6 +32,7 @@ from keras_masking.clue.noise import DEV_NOISE_SEED
 from keras_masking.clue.noise import add_character_noise
 from keras_masking.clue.optimization import fine_tuning_optimizer
 from keras_masking.clue.readers import detect_benchmark
+from keras_masking.clue.readers import read_labelled_file
 from keras_masking.clue.readers import read_task_splits
 from keras_masking.clue.run_callbacks import BestWeights
 from keras_masking.clue.run_callbacks import DevScore
@@ -124,7 +125,10 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
             seed 0: the same noised dev for every run); it chooses nothing
             (the best epoch is dev's): its scores are each epoch's
             ``dev_noised`` in the record, its predictions in
-            ``dev_noised_predictions/``. The embedding correction is the
+            ``dev_noised_predictions/``. A ``test_file`` (a labelled file in
+            the task's dev format) is scored the same way and chooses nothing
+            either: each epoch's ``test_file`` in the record, its predictions
+            in ``test_file_predictions/``. The embedding correction is the
             `keras_masking.callbacks.MLMEmbeddingCorrection` callback of the
             ``fit`` (a resumed run is corrected as it is built). DropToken
             keeps [CLS] and [SEP]; on TensorFlow's CPU backend the run turns
@@ -173,6 +177,7 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
         **plan.describe(),
         **settings,
         **({"dev_noise": dev_noise} if dev_noise else {}),
+        **({"test_file": os.path.abspath(config.test_file)} if config.test_file else {}),
     }
     folder = RunFolder(output_dir)
     earlier = folder.read_record(arguments)
@@ -181,6 +186,8 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
     splits = read_task_splits(arguments["data_dir"], task, benchmark, few_shot)
     if dev_noise:
         splits["dev_noised"] = _noised_dev(splits, dev_noise)
+    if config.test_file:
+        splits["test_file"] = read_labelled_file(config.test_file, task, benchmark)
     data = {name: _split_record(split) for name, split in splits.items()}
     if earlier is not None:
         _check_same_data(folder, earlier.get("data", {}), data)
@@ -360,6 +367,7 @@ def _train(run, record, earlier, first_callbacks, callbacks):
 
     dev = scorer("dev")
     noised = scorer("dev_noised") if "dev_noised" in run.splits else None
+    tested = scorer("test_file") if "test_file" in run.splits else None
     best = BestWeights(folder, run.task_model.trainable_variables, best=record["best"])
     run.trainer.fit(
         batches,
@@ -374,10 +382,10 @@ def _train(run, record, earlier, first_callbacks, callbacks):
             failure,
             run.evidence,
             dev,
-            *([noised] if noised is not None else []),
+            *(score for score in (noised, tested) if score is not None),
             best,
             ResumeState(folder, variables),
-            RunRecord(folder, record, dev, best, run.evidence, noised),
+            RunRecord(folder, record, dev, best, run.evidence, noised, tested),
             *(callbacks or []),
         ],
     )

@@ -52,7 +52,8 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def compared(data, preset, tmp_path_factory):
     output = tmp_path_factory.mktemp("compare") / "out"
-    result = compare("eprstmt", data, output, [METHOD], SEEDS, preset=preset, verbose=0, **SETTINGS)
+    result = compare("eprstmt", data, output, [METHOD], SEEDS, preset=preset, verbose=0,
+                     test_file=data / "eprstmt" / "test_public.json", **SETTINGS)  # fmt: skip
     record = json.loads((output / "compare.json").read_text(encoding="utf-8"))
     return output, result, record
 
@@ -154,11 +155,13 @@ def test_the_paired_difference_and_its_interval_by_hand():
     assert found["low"] == pytest.approx(8 / 3 - half_width)
     assert found["high"] == pytest.approx(8 / 3 + half_width)
     assert found["verdict"] == "helps"
+    # The smallest mean difference these seeds could tell from 0 at this spread.
+    assert found["half_width"] == pytest.approx(half_width)
     assert paired_difference([1.0, 2.0, 1.0], [3.0, 5.0, 4.0])["verdict"] == "hurts"
     assert paired_difference([1.0, 5.0], [2.0, 2.0])["verdict"] == "cannot tell"
     one = paired_difference([3.0], [1.0])
     assert one["mean"] == 2.0 and one["low"] is None and one["high"] is None
-    assert one["verdict"] == "cannot tell"
+    assert one["verdict"] == "cannot tell" and one["half_width"] is None
 
 
 def test_the_same_difference_on_every_seed_proves_nothing():
@@ -166,6 +169,7 @@ def test_the_same_difference_on_every_seed_proves_nothing():
     found = paired_difference([56.25, 62.5, 50.0], [50.0, 56.25, 43.75])
     assert found["sd"] == 0.0 and found["low"] == found["high"] == pytest.approx(6.25)
     assert found["verdict"] == "cannot tell"
+    assert found["half_width"] is None  # the spread is unknown, not a resolution of 0
     rows = summarize(
         [{"method": m, "seed": s, "held_out": v, "status": "finished", "trainable_parameters": 1}
          for m, values in (("plain", (50.0, 56.25, 43.75)), ("fl", (56.25, 62.5, 50.0)))
@@ -176,6 +180,78 @@ def test_the_same_difference_on_every_seed_proves_nothing():
     compare_module = importlib.import_module("keras_masking.clue.compare")
     (note,) = compare_module._zero_spread_notes(rows)
     assert note.startswith("fl: the same difference (+6.25) on every seed")
+    table = "\n".join(compare_module._table(rows, "held-out accuracy"))
+    assert "| fl | 1 | 56.25 ± 6.25 | +6.25 [+6.25, +6.25] | unknown | cannot tell |" in table
+
+
+# === A labelled test file: scored at the epoch half A chose, choosing nothing ===
+def test_the_test_file_is_scored_at_the_epoch_half_a_chose_and_chooses_nothing(compared, data):
+    output, result, record = compared
+    test = read_split(data, "eprstmt", "test_public").examples
+    gold = {example.id: example.label for example in test}
+    assert record["test_examples"] == len(test) == 16
+    for run in record["runs"]:
+        folder = output / run["folder"]
+        history = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        for entry, logged in zip(run["epochs"], history["epochs"]):
+            document = json.loads(
+                (folder / "test_file_predictions" / f"epoch_{entry['epoch']}.json").read_text(
+                    encoding="utf-8"
+                )
+            )
+            predictions = dict(document["predictions"])
+            assert entry["test"] == logged["test_file"]["score"]
+            assert entry["test"] == _accuracy(predictions, gold, list(gold))
+        chosen = next(entry for entry in run["epochs"] if entry["epoch"] == run["chosen_epoch"])
+        assert run["test"] == chosen["test"]
+        # The run's best epoch is dev's, whatever the test file scored.
+        dev_scores = [entry["dev"]["score"] for entry in history["epochs"]]
+        assert history["best"]["epoch"] == dev_scores.index(max(dev_scores)) + 1
+    # The test file's epochs are half A's, not the test file's own best.
+    assert [run["chosen_epoch"] for run in record["runs"]] == [
+        choose_epoch(run["epochs"])[0] for run in record["runs"]
+    ]
+    rows = summarize(record["runs"], record["arguments"]["methods"], SEEDS, score="test")
+    assert record["summary_test"] == result.test_rows == rows
+    assert rows[1]["scores"] == [
+        next(r["test"] for r in record["runs"] if (r["method"], r["seed"]) == (METHOD, seed))
+        for seed in SEEDS
+    ]
+    markdown = (output / "compare.md").read_text(encoding="utf-8")
+    assert f"## On the test file ({data / 'eprstmt' / 'test_public.json'}, n=16)" in markdown
+    assert "one example is 12.50 points" in markdown  # half B: 8 examples
+    assert "resolves ±" in markdown
+
+
+@pytest.mark.parametrize(
+    "name, content, error, message",
+    [
+        ("missing.json", None, FileNotFoundError, "no such file"),
+        ("bad.json", '{"id": 1, "sentence": "好", "label": "Positive"}\nnot json\n', ValueError,
+         "bad.json:2"),
+        ("wrong_label.json", '{"id": 1, "sentence": "好", "label": "Great"}\n', ValueError,
+         "wrong_label.json:1"),
+    ],
+)  # fmt: skip
+def test_a_bad_test_file_is_refused_before_anything_is_written(
+    data, preset, tmp_path, name, content, error, message
+):
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    for run in (compare, finetune):
+        output = tmp_path / run.__name__
+        arguments = ([METHOD], SEEDS) if run is compare else ()
+        with pytest.raises(error, match=message):
+            run("eprstmt", data, output, *arguments, preset=preset, test_file=path, **SETTINGS)
+        assert not output.exists()
+
+
+def test_a_test_file_for_chid_is_refused():
+    from keras_masking.clue.readers import read_labelled_file
+
+    with pytest.raises(ValueError, match="CHID's labels are in a separate answer file"):
+        read_labelled_file("anything.json", "chid", "clue")
 
 
 def test_the_summary_is_the_hand_computation_of_the_runs(compared):
@@ -190,6 +266,11 @@ def test_the_summary_is_the_hand_computation_of_the_runs(compared):
     # A method whose difference is the same on every seed gets its note (and "cannot tell").
     zero = [
         r["method"] for r in record["summary"] if r["difference"] and r["difference"]["sd"] == 0
+    ]
+    zero += [  # and so does one on the test file
+        "on the test file, " + r["method"]
+        for r in record["summary_test"]
+        if r["difference"] and r["difference"]["sd"] == 0
     ]
     assert [note.split(":")[0] for note in record["notes"][1:]] == zero
     assert rows["plain"]["scores"] == plain and rows[METHOD]["scores"] == method
@@ -209,7 +290,7 @@ def test_the_summary_is_the_hand_computation_of_the_runs(compared):
     parameters = json.loads((output / "plain" / "seed0" / "run.json").read_text("utf-8"))
     assert rows["plain"]["trainable_parameters"] == parameters["model"]["trainable_parameters"]
     table = result.markdown_path.read_text(encoding="utf-8")
-    assert "epoch chosen on dev half A (n=8), reported on half B (n=8)" in table
+    assert "epoch chosen on dev half A (n=8), reported on half B (n=8; one example is" in table
     assert "seeds 0, 1;" in table and "Task eprstmt (fewclue)" in table
     shown = f"{mean:+.2f} [{mean - half_width:+.2f}, {mean + half_width:+.2f}]"
     assert f"| {METHOD} | " in table and shown in table
@@ -221,9 +302,11 @@ def test_a_second_compare_runs_nothing_and_writes_the_same_record(compared, data
     output, result, record = compared
     before = (output / "compare.json").read_bytes()
     files = sorted(output.glob("*/seed*/run.json")) + sorted(output.glob("*/seed*/*/*.json"))
-    assert len(files) == 2 * len(SEEDS) * (1 + SETTINGS["epochs"])
+    # Each run: run.json and each epoch's dev and test-file predictions.
+    assert len(files) == 2 * len(SEEDS) * (1 + 2 * SETTINGS["epochs"])
     times = [path.stat().st_mtime_ns for path in files]
-    again = compare("eprstmt", data, output, [METHOD], SEEDS, preset=preset, verbose=0, **SETTINGS)
+    again = compare("eprstmt", data, output, [METHOD], SEEDS, preset=preset, verbose=0,
+                    test_file=data / "eprstmt" / "test_public.json", **SETTINGS)  # fmt: skip
     assert [path.stat().st_mtime_ns for path in files] == times  # no run trained or wrote
     assert (output / "compare.json").read_bytes() == before
     assert again.rows == result.rows
@@ -373,7 +456,8 @@ def test_a_folder_of_another_compare_or_of_other_files_is_refused(compared, data
     output, _, _ = compared
     before = (output / "compare.json").read_bytes()
     with pytest.raises(ValueError, match=r"other arguments \(seeds: \[0, 1\] there, \[0\] now\)"):
-        compare("eprstmt", data, output, [METHOD], [0], preset=preset, verbose=0, **SETTINGS)
+        compare("eprstmt", data, output, [METHOD], [0], preset=preset, verbose=0,
+                test_file=data / "eprstmt" / "test_public.json", **SETTINGS)  # fmt: skip
     assert (output / "compare.json").read_bytes() == before
     foreign = tmp_path / "foreign"
     foreign.mkdir()
@@ -403,6 +487,7 @@ def test_the_command_line_compares_end_to_end(data, preset, tmp_path, capsys):
     argv += ["--methods", "plain", METHOD, "--seeds", "1", "--epochs", "1"]
     argv += ["--batch-size", "4", "--max-length", "24", "--learning-rate", "3e-2"]
     argv += ["--learning-rate-for", "drop_token=1e-2"]
+    argv += ["--test", str(data / "eprstmt" / "test_public.json")]
     argv += [] if SETTINGS["jit_compile"] else ["--no-jit-compile"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -412,6 +497,8 @@ def test_the_command_line_compares_end_to_end(data, preset, tmp_path, capsys):
     assert record["arguments"]["learning_rates"] == {"plain": 0.03, METHOD: 0.01}
     assert [run["learning_rate"] for run in record["runs"]] == [0.03, 0.01]
     assert all(run["chosen_epoch"] == 1 for run in record["runs"])
+    assert record["arguments"]["test_file"] == str(data / "eprstmt" / "test_public.json")
+    assert all(run["test"] is not None for run in record["runs"])
     assert f"| {METHOD} | " in printed and "compare.md" in printed
     assert main(argv[:4] + ["--preset", str(preset), "--methods", "dropout=1"]) == 2
     assert "methods entry 'dropout=1'" in capsys.readouterr().err
