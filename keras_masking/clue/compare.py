@@ -25,9 +25,11 @@ import numpy as np
 
 from keras_masking.clue.decoding import score
 from keras_masking.clue.method_plan import MethodPlan
+from keras_masking.clue.readers import check_held_out
 from keras_masking.clue.readers import detect_benchmark
 from keras_masking.clue.readers import read_labelled_file
 from keras_masking.clue.readers import read_split
+from keras_masking.clue.readers import read_task_splits
 from keras_masking.clue.run_config import RunConfig
 from keras_masking.clue.run_folder import RunFolder
 from keras_masking.clue.runner import finetune
@@ -194,7 +196,9 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
     halves = split_halves([example.id for example in dev], split_seed)
     test_examples = None
     if config.test_file:  # a bad file is refused before the first run writes
-        test_examples = len(read_labelled_file(config.test_file, task, benchmark))
+        test = read_labelled_file(config.test_file, task, benchmark)
+        check_held_out(test, read_task_splits(data_dir, task, benchmark, config.few_shot))
+        test_examples = len(test)
     arguments = {
         **recorded_data_and_model(task, benchmark, config, data_dir, files),
         "methods": [spec["label"] for spec in specs],

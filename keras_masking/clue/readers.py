@@ -404,6 +404,60 @@ def read_labelled_file(path, task, benchmark):
                      reading.skipped, True, task.labels, reading.counts)  # fmt: skip
 
 
+def check_held_out(test, splits):
+    """Refuses a test file that is one of the run's own files; warns of shared examples.
+
+    A test set scores what nothing was chosen or trained on: the run's train
+    file or the dev file that chooses the epoch is refused (the same bytes),
+    and examples equal to a train or dev example (all but the id) are
+    counted in a warning.
+
+    Args:
+        test: the test file's `ClueSplit` (`read_labelled_file`).
+        splits: the run's splits, ``{"train", "dev", ...}`` (`read_task_splits`).
+
+    Raises:
+        ValueError: the test file has the bytes of the train or dev file.
+
+    Example:
+
+    >>> import pathlib
+    >>> folder = pathlib.Path("fewclue/eprstmt")
+    >>> folder.mkdir(parents=True)
+    >>> for name, text in (("train_few_all", "好吃"), ("dev_few_all", "难吃")):
+    ...     _ = (folder / f"{name}.json").write_text(
+    ...         f'{{"id": 1, "sentence": "{text}", "label": "Positive"}}\\n', encoding="utf-8")
+    >>> splits = read_task_splits("fewclue", "eprstmt")
+    >>> test = read_labelled_file(folder / "dev_few_all.json", "eprstmt", "fewclue")
+    >>> check_held_out(test, splits)
+    Traceback (most recent call last):
+    ...
+    ValueError: Test file ... has the bytes of the dev split's file ...: a test set must be
+    held out from training and from the dev that chooses the epoch.
+    """
+    tested = {entry["sha256"] for entry in test.files}
+    path = test.files[0]["path"]
+    for name in ("train", "dev"):
+        for entry in splits[name].files if name in splits else ():
+            if entry["sha256"] in tested:
+                raise ValueError(
+                    f"Test file {path} has the bytes of the {name} split's file {entry['path']}: "
+                    "a test set must be held out from training and from the dev that chooses "
+                    "the epoch."
+                )
+    shared = {}
+    for name in ("train", "dev"):
+        seen = {dataclasses.replace(example, id=None) for example in splits[name].examples}
+        shared[name] = sum(dataclasses.replace(e, id=None) in seen for e in test.examples)
+    if any(shared.values()):
+        logger.warning(
+            "Test file %s: %s of its %d examples equal a train or dev example (all but the id); "
+            "its score is not held out for those.",
+            path, ", ".join(f"{count} {name}" for name, count in shared.items() if count),
+            len(test.examples),
+        )  # fmt: skip
+
+
 def read_task_splits(data_dir, task, benchmark=None, few_shot="all"):
     """Reads a task's train and dev splits, and its test splits where present.
 

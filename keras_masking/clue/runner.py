@@ -31,6 +31,7 @@ from keras_masking.clue.model_source import check_max_length
 from keras_masking.clue.noise import DEV_NOISE_SEED
 from keras_masking.clue.noise import add_character_noise
 from keras_masking.clue.optimization import fine_tuning_optimizer
+from keras_masking.clue.readers import check_held_out
 from keras_masking.clue.readers import detect_benchmark
 from keras_masking.clue.readers import read_labelled_file
 from keras_masking.clue.readers import read_task_splits
@@ -188,6 +189,7 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
         splits["dev_noised"] = _noised_dev(splits, dev_noise)
     if config.test_file:
         splits["test_file"] = read_labelled_file(config.test_file, task, benchmark)
+        check_held_out(splits["test_file"], splits)
     data = {name: _split_record(split) for name, split in splits.items()}
     if earlier is not None:
         _check_same_data(folder, earlier.get("data", {}), data)

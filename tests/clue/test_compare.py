@@ -247,6 +247,46 @@ def test_a_bad_test_file_is_refused_before_anything_is_written(
         assert not output.exists()
 
 
+@pytest.mark.parametrize("split", ["dev_few_all", "train_few_all"])
+def test_the_runs_own_dev_or_train_file_is_refused_as_a_test_file(data, preset, tmp_path, split):
+    # Scoring dev as the "test" would report on the examples that choose the epoch.
+    for run in (compare, finetune):
+        output = tmp_path / run.__name__
+        arguments = ([METHOD], SEEDS) if run is compare else ()
+        with pytest.raises(ValueError, match=f"has the bytes of the {split[:-8]} split's file"):
+            run("eprstmt", data, output, *arguments, preset=preset,
+                test_file=data / "eprstmt" / f"{split}.json", **SETTINGS)  # fmt: skip
+        assert not output.exists()
+
+
+def test_a_test_file_sharing_examples_with_train_or_dev_is_named(tmp_path, caplog):
+    from keras_masking.clue.readers import check_held_out
+    from keras_masking.clue.readers import read_labelled_file
+    from keras_masking.clue.readers import read_task_splits
+
+    def write(path, rows):
+        lines = [json.dumps({"id": key, "sentence": text, "label": label}, ensure_ascii=False)
+                 for key, (text, label) in enumerate(rows)]  # fmt: skip
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    folder = tmp_path / "fewclue" / "eprstmt"
+    folder.mkdir(parents=True)
+    write(folder / "train_few_all.json", [("好吃", "Positive"), ("难吃", "Negative")])
+    write(folder / "dev_few_all.json", [("很好", "Positive"), ("很差", "Negative")])
+    splits = read_task_splits(tmp_path / "fewclue", "eprstmt")
+    # Under other ids: one train example, one dev example, one of its own.
+    write(
+        tmp_path / "mixed.json", [("不错", "Positive"), ("好吃", "Positive"), ("很差", "Negative")]
+    )
+    write(tmp_path / "own.json", [("不错", "Positive"), ("太差", "Negative")])
+    with caplog.at_level("WARNING", logger="keras_masking"):
+        check_held_out(read_labelled_file(tmp_path / "own.json", "eprstmt", "fewclue"), splits)
+        assert caplog.records == []
+        check_held_out(read_labelled_file(tmp_path / "mixed.json", "eprstmt", "fewclue"), splits)
+    (record,) = caplog.records
+    assert "1 train, 1 dev of its 3 examples equal a train or dev example" in record.getMessage()
+
+
 def test_a_test_file_for_chid_is_refused():
     from keras_masking.clue.readers import read_labelled_file
 
