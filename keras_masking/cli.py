@@ -627,8 +627,9 @@ def _add_run_arguments(parser, command):
         elif kind == "few_shot":
             options["type"] = _few_shot
         elif kind is not None:
-            options.update(type=_flag(check_setting, field.name, convert=kind),
-                           metavar=meta["metavar"])  # fmt: skip
+            options["type"] = _flag(check_setting, field.name, convert=kind)
+        if meta["metavar"]:
+            options["metavar"] = meta["metavar"]
         group.add_argument(*names, **options)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
