@@ -42,8 +42,10 @@ keras-masking --version
 import argparse
 import contextlib
 import dataclasses
+import io
 import logging
 import os
+import re
 import sys
 import warnings
 
@@ -361,12 +363,17 @@ def _export(args):
     from keras_masking.clue.export_run import export_run
 
     options = dict(verbose=not args.quiet, format=args.format)
-    if (pathlib.Path(args.source) / "run.json").is_file():
-        if args.labels is not None:
-            raise ValueError("--labels is for a classifier preset; a run names its own labels.")
-        output = export_run(args.source, args.output, **options)
-    else:
-        output = export_preset(args.source, args.output, labels=args.labels, **options)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # Keras' signature printout, shown below
+        if (pathlib.Path(args.source) / "run.json").is_file():
+            if args.labels is not None:
+                raise ValueError("--labels is for a classifier preset; a run names its own labels.")
+            output = export_run(args.source, args.output, **options)
+        else:
+            output = export_preset(args.source, args.output, labels=args.labels, **options)
+    endpoints = _endpoints(printed.getvalue())
+    if endpoints:
+        print(endpoints)
     how = {
         "saved_model": "a SavedModel: tf.saved_model.load",
         "onnx": "model.onnx: onnxruntime.InferenceSession",
@@ -375,11 +382,23 @@ def _export(args):
     print(f"Wrote {output} ({how})")
 
 
+def _endpoints(printed):
+    """Keras' export printout without its "Captures:" lists (a line per variable)
+    and without the temporary folder it wrote to (the last line names the output)."""
+    lines, captures = [], False
+    for line in printed.strip().splitlines():
+        captures = line == "Captures:" or (captures and line.startswith("  "))
+        if not captures:
+            lines.append(line)
+    return re.sub(r"Saved artifact at '[^']*'\.\s*", "", "\n".join(lines))
+
+
 def _clue_submit(args):
     from keras_masking.clue.submit import submit
 
     zip_path, files = submit(args.runs_dir, team=args.team, date=args.date, output=args.output)
-    print(f"Checked {len(files)} submission files; wrote {zip_path}")
+    plural = "s" if len(files) != 1 else ""
+    print(f"Checked {len(files)} submission file{plural}.")  # the zip's line is logged above
 
 
 def _method_spec(text):

@@ -620,5 +620,5 @@ def build_submission_zip(files, zip_path):
                 archive.write(path, arcname=path.name)
 
     write_atomically(zip_path, write_archive, mode="wb")
-    logger.info("Wrote %s (%d files).", zip_path, len(paths))
+    logger.info("Wrote %s (%d file%s).", zip_path, len(paths), "s" if len(paths) != 1 else "")
     return zip_path
