@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -31,8 +32,8 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
 
     Args:
         run_folder: a finished ``keras-masking clue`` / `finetune` run folder;
-            its model source and data folder must still be where the record
-            says.
+            its model source and data folder (and its ``test_file``, if it
+            had one) must still be where the record says.
         output: a new (or empty) folder to write.
         verbose: bool, whether Keras prints the signature.
         format: ``"saved_model"``, ``"onnx"`` (``pip install
@@ -82,7 +83,15 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
         )
     _check_output(output)
     config = RunConfig.from_record(arguments)
-    result = finetune(arguments["task"], arguments["data_dir"], run_folder, config, verbose=0)
+    # The rebuild's own lines (the splits read, the methods' parameter counts,
+    # "finished earlier") are not the export's: warnings and errors only.
+    package_logger = logging.getLogger("keras_masking")
+    level = package_logger.level
+    package_logger.setLevel(max(logging.WARNING, package_logger.getEffectiveLevel()))
+    try:
+        result = finetune(arguments["task"], arguments["data_dir"], run_folder, config, verbose=0)
+    finally:
+        package_logger.setLevel(level)
     model = serving_task_model(result.model)
     staging = output.with_name(f".{output.name}.partial")
     backbones = [layer for layer in model.layers if hasattr(layer, "serving_copy")]

@@ -39,12 +39,18 @@ def _features(rows=3, length=24):
     }
 
 
-def test_the_exported_run_serves_its_best_model_without_its_training_methods(finished):
+def test_the_exported_run_serves_its_best_model_without_its_training_methods(
+    finished, capsys, caplog
+):
     import tensorflow as tf
 
     root, result = finished
     output = root / "served"
-    assert main(["export", str(root / "run"), str(output), "--quiet"]) == 0
+    with caplog.at_level("INFO", logger="keras_masking"):
+        assert main(["export", str(root / "run"), str(output), "--quiet"]) == 0
+    # The run's rebuild says nothing (no "Read ... examples", no "finished earlier").
+    assert [record.getMessage() for record in caplog.records] == []
+    assert capsys.readouterr().out == f"Wrote {output} (a SavedModel: tf.saved_model.load)\n"
     served = tf.saved_model.load(str(output))
     features = _features()
     outputs = served.serve({name: tf.constant(value) for name, value in features.items()})
