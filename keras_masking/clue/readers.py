@@ -438,7 +438,7 @@ def check_held_out(test, splits):
     tested = {entry["sha256"] for entry in test.files}
     path = test.files[0]["path"]
     for name in ("train", "dev"):
-        for entry in splits[name].files if name in splits else ():
+        for entry in splits[name].files:
             if entry["sha256"] in tested:
                 raise ValueError(
                     f"Test file {path} has the bytes of the {name} split's file {entry['path']}: "
