@@ -347,6 +347,7 @@ def _key(text):
     return "".join(c for c in unicodedata.normalize("NFKC", text).lower() if c.isalnum())
 
 
+@pytest.mark.application  # plain Python: the same on every backend
 @pytest.mark.parametrize(
     "settings", [DemoSettings.quick(), DemoSettings()], ids=["quick", "default"]
 )

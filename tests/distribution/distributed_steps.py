@@ -27,8 +27,10 @@ import sys
 
 # Run as a script: the repository root, so that `tests.*` imports resolve.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import gc
 import time
 
+gc.set_threshold(50_000, 20, 100)  # as tests/conftest.py: fewer collections while tracing
 BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 if BACKEND == "jax":
     os.environ["XLA_FLAGS"] = (
