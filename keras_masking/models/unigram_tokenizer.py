@@ -48,6 +48,7 @@ SPECIAL_NAMES = ("bos", "eos", "pad", "unk", "mask")
 _REQUIRED_KEYS = ("pieces", "scores", "special_ids", "normalization")
 _NEGATIVE = float(np.float32(-1e30))
 _UNREACHED = float(np.float32(-1e29))
+_NO_PIECE = object()
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -107,9 +108,8 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         model = _checked_model(unigram_model)
         self._held.model = model
         pieces = model["pieces"]
-        self._held.piece_ids = {piece: index for index, piece in enumerate(pieces)}
+        self._held.lookup = None  # built by the first `segment`
         self._held.scores = array.array("f", model["scores"])
-        self._held.piece_bytes = max(len(piece.encode("utf-8")) for piece in pieces)
         self._held.unknown_score = float(np.float32(min(self._held.scores) - np.float32(10.0)))
         self._held.normalization = {
             int(k): "".join(map(chr, v)) for k, v in model["normalization"].items()
@@ -189,26 +189,33 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
             sources.insert(0, -1)
         return "".join(characters).replace(" ", META), sources
 
+    def _piece_lookup(self):
+        """``{piece: id}`` plus ``{proper prefix of a piece: None}``: a text's pieces
+        from ``start`` end where its prefixes stop being prefixes of a piece."""
+        if self._held.lookup is None:
+            pieces = self.unigram_model["pieces"]
+            lookup = {piece[:end]: None for piece in pieces for end in range(1, len(piece))}
+            lookup.update((piece, index) for index, piece in enumerate(pieces))
+            self._held.lookup = lookup
+        return self._held.lookup
+
     def segment(self, normalized):
         """Viterbi as e5.c: ``[(start, end, piece id)]`` of ``normalized`` (-1: unknown)."""
         count = len(normalized)
-        byte_ends = [0]
-        for character in normalized:
-            byte_ends.append(byte_ends[-1] + len(character.encode("utf-8", "surrogatepass")))
         best = array.array("f", [_NEGATIVE]) * (count + 1)
         best[0] = 0.0
         back_piece, back_from = [0] * (count + 1), [0] * (count + 1)
         rounded = array.array("f", [0.0])
-        piece_ids, scores = self._held.piece_ids, self._held.scores
+        lookup, scores = self._piece_lookup(), self._held.scores
         unknown = self.unigram_model["special_ids"]["unk"]
         for start in range(count):
             here = best[start]
             if here <= _UNREACHED:
                 continue
             for end in range(start + 1, count + 1):
-                if byte_ends[end] - byte_ends[start] > self._held.piece_bytes:
-                    break
-                piece = piece_ids.get(normalized[start:end])
+                piece = lookup.get(normalized[start:end], _NO_PIECE)
+                if piece is _NO_PIECE:
+                    break  # no piece starts with this text, nor with any longer one
                 if piece is None or piece == unknown:
                     continue
                 rounded[0] = here + scores[piece]
@@ -399,6 +406,7 @@ class _Held:
 
     model = None
     graph = None
+    lookup = None
 
 
 def _decoded(value):
