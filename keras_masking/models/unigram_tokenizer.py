@@ -190,8 +190,9 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         return "".join(characters).replace(" ", META), sources
 
     def _piece_lookup(self):
-        """``{piece: id}`` plus ``{proper prefix of a piece: None}``: a text's pieces
-        from ``start`` end where its prefixes stop being prefixes of a piece."""
+        """`segment`'s table, built on first use: ``{piece: id}`` and ``{proper prefix
+        of a piece: None}``; a text in neither starts no piece, so a position's
+        candidate pieces end there."""
         if self._held.lookup is None:
             pieces = self.unigram_model["pieces"]
             lookup = {piece[:end]: None for piece in pieces for end in range(1, len(piece))}
