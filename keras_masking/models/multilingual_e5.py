@@ -42,7 +42,8 @@ MASK_PIECE = "<mask>"
 def multilingual_e5_tokenizer(model_file):
     """The `UnigramTokenizer` of a read `MultilingualE5File`."""
     special_ids = dict(model_file.special_ids, mask=model_file.pieces.index(MASK_PIECE))
-    return UnigramTokenizer(
+    tokenizer = UnigramTokenizer()  # set after: Keras would flatten the 250,037 pieces
+    tokenizer.set_unigram_model(
         {
             "pieces": model_file.pieces,
             "scores": model_file.scores.tolist(),
@@ -51,6 +52,7 @@ def multilingual_e5_tokenizer(model_file):
             "rows": model_file.config["vocabulary_size"],
         }
     )
+    return tokenizer
 
 
 def load_multilingual_e5(path=None, dropout=0.1, pooling="mean", texts=None, **kwargs):

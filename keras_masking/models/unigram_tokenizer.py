@@ -21,7 +21,11 @@ On tensors (`tokenize`, the layer's call: ``tf.data``, ``fit`` on strings, a
 same ids (`keras_masking.models.unigram_graph`: the decoding and the
 normalisation as TF ops, the Viterbi search in tensorflow-text's
 ``FastSentencepieceTokenizer`` on a SentencePiece model built once per
-tokenizer from the pieces and scores).
+model from the pieces and scores).
+
+The tables a model gives (its lookup of pieces, vocabulary, graph) are built
+once and shared by the tokenizers of an equal model among the last few a
+process used: e5's 250,037 pieces take about 2 s to build a tokenizer from.
 
 A pruned tokenizer (`prune`) keeps the whole piece table, so texts split as
 before, and maps pieces outside the kept set to ``<unk>``; its ids are the
@@ -97,46 +101,33 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         """The model dict (see the class Args), or None before one is set."""
         return self._held.model
 
+    @property
+    def vocabulary(self):
+        """The tokens by id, a tuple (`get_vocabulary` gives a list), or None."""
+        return None if self._held.tables is None else self._held.tables.vocabulary
+
     # === The model ===
     def set_unigram_model(self, unigram_model):
         """Sets the pieces, scores, normalisation and kept rows (see the class Args)."""
         if unigram_model is None:
-            self._held.model = self.vocabulary = None
+            self._held.model = self._held.tables = self._held.lookup = None
             return
         if isinstance(unigram_model, (str, os.PathLike)):
             unigram_model = read_json_object(unigram_model, "a unigram model (save_assets' file)")
         model = _checked_model(unigram_model)
-        self._held.model = model
-        pieces = model["pieces"]
-        self._held.lookup = None  # built by the first `segment`
-        self._held.scores = array.array("f", model["scores"])
-        self._held.unknown_score = float(np.float32(min(self._held.scores) - np.float32(10.0)))
-        self._held.normalization = {
-            int(k): "".join(map(chr, v)) for k, v in model["normalization"].items()
-        }
-        special = model["special_ids"]
-        kept = model.get("kept_ids")
-        if kept is None:
-            self._held.row_of_piece = None
-            rows = model.get("rows") or len(pieces)
-            self.vocabulary = pieces + [f"<unused{i}>" for i in range(rows - len(pieces))]
-        else:
-            self._held.row_of_piece = np.full(len(pieces), kept.index(special["unk"]), "int32")
-            self._held.row_of_piece[kept] = np.arange(len(kept), dtype="int32")
-            self.vocabulary = [pieces[index] for index in kept]
-        self._held.token_ids = {token: index for index, token in enumerate(self.vocabulary)}
+        tables = _shared(("tables", _model_key(model)), lambda: _Tables(model))
+        self._held.model, self._held.tables, self._held.lookup = model, tables, None
         for name in SPECIAL_NAMES:
-            setattr(self, f"{name}_token_id", self.row(special[name]))
+            setattr(self, f"{name}_token_id", self.row(model["special_ids"][name]))
         self.cls_token_id, self.sep_token_id = self.bos_token_id, self.eos_token_id
         self.start_token_id, self.end_token_id = self.bos_token_id, self.eos_token_id
-        self._held.graph = None
         self._held.encode_cached = functools.lru_cache(maxsize=65536)(self._encode)
 
     def row(self, piece_id):
         """The id (embedding row) of piece ``piece_id``: itself, or its row when pruned."""
-        if self._held.row_of_piece is None:
+        if self._held.tables.row_of_piece is None:
             return int(piece_id)
-        return int(self._held.row_of_piece[piece_id])
+        return int(self._held.tables.row_of_piece[piece_id])
 
     def vocabulary_size(self):
         """The number of ids: the embedding rows the tokenizer's ids index."""
@@ -155,9 +146,9 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
 
     def token_to_id(self, token):
         self._check_model()
-        if token not in self._held.token_ids:
+        if token not in self._held.tables.token_ids:
             raise ValueError(f"Token {token!r} is not in the vocabulary.")
-        return self._held.token_ids[token]
+        return self._held.tables.token_ids[token]
 
     def _check_model(self):
         if self.unigram_model is None:
@@ -176,7 +167,7 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         """
         self._check_model()
         characters, sources = [], []
-        table = self._held.normalization
+        table = self._held.tables.normalization
         for index, character in enumerate(text):
             replaced = table.get(ord(character), character)
             for out in replaced:
@@ -190,14 +181,12 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         return "".join(characters).replace(" ", META), sources
 
     def _piece_lookup(self):
-        """`segment`'s table, built on first use: ``{piece: id}`` and ``{proper prefix
-        of a piece: None}``; a text in neither starts no piece, so a position's
-        candidate pieces end there."""
+        """`segment`'s table, built on first use and shared by the tokenizers of the
+        same pieces: ``{piece: id}`` and ``{proper prefix of a piece: None}``; a
+        text in neither starts no piece, so a position's candidate pieces end there."""
         if self._held.lookup is None:
             pieces = self.unigram_model["pieces"]
-            lookup = {piece[:end]: None for piece in pieces for end in range(1, len(piece))}
-            lookup.update((piece, index) for index, piece in enumerate(pieces))
-            self._held.lookup = lookup
+            self._held.lookup = _shared(("lookup", tuple(pieces)), lambda: _piece_lookup(pieces))
         return self._held.lookup
 
     def segment(self, normalized):
@@ -207,7 +196,7 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         best[0] = 0.0
         back_piece, back_from = [0] * (count + 1), [0] * (count + 1)
         rounded = array.array("f", [0.0])
-        lookup, scores = self._piece_lookup(), self._held.scores
+        lookup, scores = self._piece_lookup(), self._held.tables.scores
         unknown = self.unigram_model["special_ids"]["unk"]
         for start in range(count):
             here = best[start]
@@ -222,7 +211,7 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
                 rounded[0] = here + scores[piece]
                 if rounded[0] > best[end]:
                     best[end], back_piece[end], back_from[end] = rounded[0], piece, start
-            rounded[0] = here + self._held.unknown_score
+            rounded[0] = here + self._held.tables.unknown_score
             if rounded[0] > best[start + 1]:
                 best[start + 1], back_piece[start + 1], back_from[start + 1] = rounded[0], -1, start
         spans, end = [], count
@@ -307,13 +296,14 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
 
         Returns:
             A `keras_masking.models.unigram_graph.GraphTokenizer`: 1-D strings
-            -> ragged int32 ids, kept on the tokenizer (a new model, from
-            `set_unigram_model` or `load_assets`, builds a new one).
+            -> ragged int32 ids, shared by the tokenizers of one model (a new
+            model, from `set_unigram_model` or `load_assets`, gets its own).
         """
         self._check_model()
-        if self._held.graph is None:
-            self._held.graph = GraphTokenizer(self.unigram_model, self._held.row_of_piece)
-        return self._held.graph
+        tables = self._held.tables
+        if tables.graph is None:
+            tables.graph = GraphTokenizer(self.unigram_model, tables.row_of_piece)
+        return tables.graph
 
     def _tokenize_in_python(self, flat):
         """1-D strings (eager) -> ``(ids, row lengths)`` with `encode`, for ``tf.py_function``."""
@@ -361,7 +351,7 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
             raise ValueError(
                 "Expected an iterable of strings for texts (a list of texts), not one string."
             )
-        if self._held.row_of_piece is not None:
+        if self._held.tables.row_of_piece is not None:
             raise ValueError("This tokenizer is pruned already; prune the full one.")
         special = self.unigram_model["special_ids"]
         used, count = set(), 0
@@ -380,9 +370,9 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         model = dict(self.unigram_model, kept_ids=kept)
         model.pop("rows", None)
         config = self.get_config()
-        return type(self)(
-            unigram_model=model, **{k: v for k, v in config.items() if k != "unigram_model"}
-        ), kept
+        pruned = type(self)(**{k: v for k, v in config.items() if k != "unigram_model"})
+        pruned.set_unigram_model(model)  # after: Keras would flatten the pieces
+        return pruned, kept
 
     # === Saving ===
     def save_assets(self, dir_path):
@@ -406,8 +396,67 @@ class _Held:
     """Holds the model dict out of Keras' attribute tracking (which would wrap it)."""
 
     model = None
-    graph = None
+    tables = None
     lookup = None
+
+
+class _Tables:
+    """What a checked model gives the tokenizer, read-only: the float32 scores, the
+    normalisation map, the pruned rows, the vocabulary and its ``{token: id}``, and
+    the `GraphTokenizer` (built on first use)."""
+
+    graph = None
+
+    def __init__(self, model):
+        pieces, special, kept = model["pieces"], model["special_ids"], model.get("kept_ids")
+        self.scores = array.array("f", model["scores"])
+        self.unknown_score = float(np.float32(min(self.scores) - np.float32(10.0)))
+        self.normalization = {
+            int(k): "".join(map(chr, v)) for k, v in model["normalization"].items()
+        }
+        if kept is None:
+            self.row_of_piece = None
+            rows = model.get("rows") or len(pieces)
+            self.vocabulary = (*pieces, *(f"<unused{i}>" for i in range(rows - len(pieces))))
+        else:
+            self.row_of_piece = np.full(len(pieces), kept.index(special["unk"]), "int32")
+            self.row_of_piece[kept] = np.arange(len(kept), dtype="int32")
+            self.vocabulary = tuple(pieces[index] for index in kept)
+        self.token_ids = {token: index for index, token in enumerate(self.vocabulary)}
+
+
+def _piece_lookup(pieces):
+    lookup = {piece[:end]: None for piece in pieces for end in range(1, len(piece))}
+    lookup.update((piece, index) for index, piece in enumerate(pieces))
+    return lookup
+
+
+# A run builds several tokenizers of one model (e5's 250,037 pieces: a
+# classifier, its preprocessor, a reloaded preset): the last few models'
+# tables are built once and shared, keyed by everything they are made from.
+_SHARED = {}
+_SHARED_LIMIT = 4
+
+
+def _shared(key, build):
+    """``build()``, or what it returned for an equal ``key`` among the last few."""
+    value = _SHARED.pop(key) if key in _SHARED else build()
+    _SHARED[key] = value  # the most recent last
+    while len(_SHARED) > _SHARED_LIMIT:
+        del _SHARED[next(iter(_SHARED))]
+    return value
+
+
+def _model_key(model):
+    """A hashable key equal for two checked models exactly when every field is."""
+    return (
+        tuple(model["pieces"]),
+        tuple(model["scores"]),
+        tuple(sorted(model["special_ids"].items())),
+        tuple(sorted((k, tuple(v)) for k, v in model["normalization"].items())),
+        model.get("rows"),
+        tuple(model["kept_ids"]) if model.get("kept_ids") is not None else None,
+    )
 
 
 def _decoded(value):
@@ -446,15 +495,16 @@ def _checked_model(model):
     missing = [key for key in _REQUIRED_KEYS if key not in model]
     if missing:
         raise ValueError(f"The unigram model lacks {missing}. Received keys: {sorted(model)}.")
-    pieces = [str(piece) for piece in model["pieces"]]
-    scores = [float(np.float32(score)) for score in model["scores"]]
-    if not pieces or len(scores) != len(pieces):
+    pieces = list(map(str, model["pieces"]))
+    scores = np.asarray(model["scores"], dtype=np.float32)
+    if not pieces or scores.ndim != 1 or len(scores) != len(pieces):
         raise ValueError(
             f"Expected one score per piece: {len(pieces)} pieces, {len(scores)} scores."
         )
     if len(set(pieces)) != len(pieces):
         raise ValueError("The unigram model's pieces repeat.")
-    bad = [index for index, score in enumerate(scores) if not np.isfinite(score)]
+    bad = np.flatnonzero(~np.isfinite(scores)).tolist()
+    scores = scores.tolist()  # Python floats, each a float32 value
     if bad:
         raise ValueError(
             f"Expected finite piece scores. Received: {len(bad)} NaN or infinite score(s), the "

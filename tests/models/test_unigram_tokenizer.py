@@ -582,6 +582,26 @@ def test_a_tokenizer_without_a_model_says_so(tmp_path):
             call()
 
 
+def test_tokenizers_of_one_model_share_its_tables_and_a_changed_model_gets_its_own():
+    toy, again = UnigramTokenizer(toy_model()), UnigramTokenizer(toy_model())
+    assert again._held.tables is toy._held.tables  # built once: e5's take about 2 s
+    assert again.encode("ab") == toy.encode("ab") == [SPACE_AB]
+    assert again.vocabulary == toy.vocabulary == tuple(toy_model()["pieces"])
+    assert again.graph_tokenizer() is toy.graph_tokenizer()
+    # Any field that changes the ids gives a model of its own tables.
+    scores = toy_model()["scores"]
+    scores[SPACE_AB] = -20.0
+    assert UnigramTokenizer(_changed(scores=scores)).encode("ab") == [SPACE, A, B]
+    assert UnigramTokenizer(_changed(normalization={})).encode("a\x01b") == [SPACE, A, UNK, B]
+    assert UnigramTokenizer(toy_model(rows=20)).vocabulary_size() == 20
+    pruned, _ = toy.prune(["ab"])
+    unknown = pruned.unk_token_id  # "▁" and "c" are not kept
+    assert pruned.encode("ab c") == [pruned.token_to_id(META + "ab"), unknown, unknown]
+    # ... and the first tokenizers are as they were.
+    assert toy.encode("ab") == again.encode("ab") == [SPACE_AB]
+    assert toy.encode("a\x01b c") == [SPACE_AB, SPACE, C] and toy.vocabulary_size() == 18
+
+
 # === 9. More rows than pieces ===
 def test_rows_beyond_the_pieces_are_unused():
     tokenizer = UnigramTokenizer(toy_model(rows=21))
