@@ -36,6 +36,7 @@ import array
 import functools
 import json
 import os
+import threading
 
 import keras
 import keras_hub
@@ -436,15 +437,17 @@ def _piece_lookup(pieces):
 # tables are built once and shared, keyed by everything they are made from.
 _SHARED = {}
 _SHARED_LIMIT = 4
+_SHARED_LOCK = threading.Lock()  # tf.data may tokenize on several threads
 
 
 def _shared(key, build):
     """``build()``, or what it returned for an equal ``key`` among the last few."""
-    value = _SHARED.pop(key) if key in _SHARED else build()
-    _SHARED[key] = value  # the most recent last
-    while len(_SHARED) > _SHARED_LIMIT:
-        del _SHARED[next(iter(_SHARED))]
-    return value
+    with _SHARED_LOCK:
+        value = _SHARED.pop(key) if key in _SHARED else build()
+        _SHARED[key] = value  # the most recent last
+        while len(_SHARED) > _SHARED_LIMIT:
+            del _SHARED[next(iter(_SHARED))]
+        return value
 
 
 def _model_key(model):
