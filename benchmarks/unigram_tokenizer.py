@@ -200,7 +200,7 @@ def main(argv=None):
     start = time.perf_counter()
     graph.graph_tokenizer()
     print(f"building the graph tokenizer (SentencePiece model, tables): "
-          f"{time.perf_counter() - start:.1f} s, once per tokenizer")  # fmt: skip
+          f"{time.perf_counter() - start:.1f} s, once per model")  # fmt: skip
     tokenize_pass(graph, texts[: BATCH * 4])  # warm-up: the dataset function
     tokenize_pass(python, texts[: BATCH * 4])
     runs = {"python": lambda: tokenize_pass(python, texts)}
