@@ -116,7 +116,7 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         if isinstance(unigram_model, (str, os.PathLike)):
             unigram_model = read_json_object(unigram_model, "a unigram model (save_assets' file)")
         model = _checked_model(unigram_model)
-        tables = _shared(("tables", _model_key(model)), lambda: _Tables(model))
+        tables = _shared("tables", _model_key(model), lambda: _Tables(model))
         self._held.model, self._held.tables, self._held.lookup = model, tables, None
         for name in SPECIAL_NAMES:
             setattr(self, f"{name}_token_id", self.row(model["special_ids"][name]))
@@ -187,7 +187,7 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         text in neither starts no piece, so a position's candidate pieces end there."""
         if self._held.lookup is None:
             pieces = self.unigram_model["pieces"]
-            self._held.lookup = _shared(("lookup", tuple(pieces)), lambda: _piece_lookup(pieces))
+            self._held.lookup = _shared("lookup", tuple(pieces), lambda: _piece_lookup(pieces))
         return self._held.lookup
 
     def segment(self, normalized):
@@ -433,20 +433,22 @@ def _piece_lookup(pieces):
 
 
 # A run builds several tokenizers of one model (e5's 250,037 pieces: a
-# classifier, its preprocessor, a reloaded preset): the last few models'
-# tables are built once and shared, keyed by everything they are made from.
-_SHARED = {}
+# classifier, its preprocessor, a reloaded preset): the last four models'
+# tables, and the last four piece lists' lookups (a pruned model shares its
+# full model's), are built once and shared, keyed by everything they are made from.
+_SHARED = {"tables": {}, "lookup": {}}
 _SHARED_LIMIT = 4
 _SHARED_LOCK = threading.Lock()  # tf.data may tokenize on several threads
 
 
-def _shared(key, build):
-    """``build()``, or what it returned for an equal ``key`` among the last few."""
+def _shared(kind, key, build):
+    """``build()``, or what it returned for an equal ``key`` among the last four of ``kind``."""
     with _SHARED_LOCK:
-        value = _SHARED.pop(key) if key in _SHARED else build()
-        _SHARED[key] = value  # the most recent last
-        while len(_SHARED) > _SHARED_LIMIT:
-            del _SHARED[next(iter(_SHARED))]
+        cache = _SHARED[kind]
+        value = cache.pop(key) if key in cache else build()
+        cache[key] = value  # the most recent last
+        while len(cache) > _SHARED_LIMIT:
+            del cache[next(iter(cache))]
         return value
 
 
