@@ -16,8 +16,14 @@ Each row is the median of ``--repeats`` interleaved runs after one warm-up run o
 the number of times the train step was traced. Runs on the TensorFlow backend (JAX's trainer
 builds everything before it traces).
 
+``--metrics`` compiles with ``metrics=["accuracy"]`` (as keras-hub's default ``compile``
+does): Keras builds the metrics inside the first trace too. ``--model exlm`` times an
+`ExLMPretrainer` (k=4, rotary2d) instead, whose head and transition are built from the
+inputs' length (no keras-hub row).
+
 Usage:
-    python benchmarks/first_fit.py [--repeats 5] [--layers 2] [--hidden 64]
+    python benchmarks/first_fit.py [--repeats 5] [--layers 2] [--hidden 64] [--metrics]
+    python benchmarks/first_fit.py --model exlm [--repeats 3]
 """
 
 import argparse
@@ -35,6 +41,8 @@ import keras_hub  # noqa: E402
 import numpy as np  # noqa: E402
 
 from keras_masking.data import bert_tokenizer  # noqa: E402
+from keras_masking.data import encode_texts  # noqa: E402
+from keras_masking.models import ExLMPretrainer  # noqa: E402
 from keras_masking.models import TransformerBackbone  # noqa: E402
 from keras_masking.models import TransformerTextClassifier  # noqa: E402
 from keras_masking.models import TransformerTextClassifierPreprocessor  # noqa: E402
@@ -75,15 +83,27 @@ def our_classifier(args):
     return TransformerTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
 
 
+def exlm_pretrainer(args):
+    backbone = TransformerBackbone(**_sizes(args), position="rotary2d", custom_position_ids=True)
+    return ExLMPretrainer(backbone, k=4, mask_token_id=4, unselectable_token_ids=(2, 3))
+
+
 def first_fit(kind, args):
     """Seconds (wall, CPU) of a fresh model's first ``fit``, and its train-step traces."""
     keras.backend.clear_session()
     keras.utils.set_random_seed(0)
-    model = keras_hub_classifier(args) if kind == "keras-hub" else our_classifier(args)
-    model.compile(
-        optimizer=keras.optimizers.Adam(1e-3),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
+    if args.model == "exlm":
+        model = exlm_pretrainer(args)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3))
+        data = (encode_texts(bert_tokenizer(VOCABULARY), TEXTS, sequence_length=SEQUENCE_LENGTH),)
+    else:
+        model = keras_hub_classifier(args) if kind == "keras-hub" else our_classifier(args)
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"] if args.metrics else None,
+        )
+        data = (TEXTS, LABELS)
     traces = []
     train_step = model.train_step
 
@@ -93,13 +113,11 @@ def first_fit(kind, args):
 
     model.train_step = counted
     # Keras' default on our model: keras-hub's `fit`, past the package's.
-    fit = (
-        keras_hub.models.TextClassifier.fit
-        if kind == "ours, built in the trace"
-        else type(model).fit
-    )
+    fit = type(model).fit
+    if kind == "ours, built in the trace":
+        fit = keras.Model.fit if args.model == "exlm" else keras_hub.models.TextClassifier.fit
     wall, cpu = time.perf_counter(), time.process_time()
-    fit(model, TEXTS, LABELS, batch_size=8, epochs=1, verbose=0)
+    fit(model, *data, batch_size=8, epochs=1, verbose=0)
     return time.perf_counter() - wall, time.process_time() - cpu, len(traces)
 
 
@@ -108,10 +126,14 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--metrics", action="store_true", help='compile with metrics=["accuracy"]')
+    parser.add_argument("--model", choices=("classifier", "exlm"), default="classifier")
     args = parser.parse_args(argv)
     if keras.config.backend() != "tensorflow":
         sys.exit("first_fit.py times TensorFlow's trainer: run it with KERAS_BACKEND=tensorflow.")
     kinds = ("keras-hub", "ours, built in the trace", "ours")
+    if args.model == "exlm":
+        kinds = kinds[1:]
     for kind in kinds:
         first_fit(kind, args)  # warm-up: the process's one-off costs
     times = {kind: [] for kind in kinds}
@@ -133,7 +155,8 @@ def main(argv=None):
         )
     )
     print(
-        f"| model ({args.layers} layers, hidden {args.hidden}) | traces | first fit s (wall) "
+        f"| {args.model} ({args.layers} layers, hidden {args.hidden}"
+        f"{', metrics' if args.metrics else ''}) | traces | first fit s (wall) "
         "| first fit CPU s | CPU / ours' |"
     )
     print("|---|---|---|---|---|")

@@ -355,14 +355,15 @@ class ConcreteInputChecks:
         return super().call(inputs, training=training, mask=mask, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):
+        y = args[0] if args else kwargs.get("y")
         self._check_data(x)
-        self.check_labels(args[0] if args else kwargs.get("y"))
+        self.check_labels(y)
         validation = kwargs.get("validation_data")
         if isinstance(validation, (tuple, list)) and validation:
             self._check_data(validation[0])
             if len(validation) > 1:
                 self.check_labels(validation[1])
-        build_optimizer(self)  # one trace of the first step on TensorFlow, not two
+        build_optimizer(self, x, y)  # one trace of the first step on TensorFlow, not two
         return super().fit(x, *args, **kwargs)
 
     evaluate = _checking_data("evaluate", labelled=True)

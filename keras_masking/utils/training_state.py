@@ -2,8 +2,10 @@
 
 import copy
 import weakref
+from collections.abc import Mapping
 
 import keras
+import numpy as np
 from keras.src.backend.common import global_state
 
 #: Optimizer settings Keras keeps outside `get_config` (set by
@@ -43,37 +45,78 @@ def unbuilt_optimizer_copy(optimizer):
     return fresh
 
 
-def build_optimizer(model):
-    """Builds ``model``'s optimizer over its trainable variables, before ``fit`` traces a step.
+def build_optimizer(model, x=None, y=None):
+    """Builds ``model``, its metrics and its optimizer before ``fit`` traces a step.
 
-    Keras' TensorFlow trainer builds the optimizer inside the first traced
-    train step, and ``tf.function`` traces a function that created variables
-    a second time: the first ``fit`` traces and optimizes the whole step
-    twice. Built beforehand (what Keras' JAX trainer always does), it is
-    traced once (benchmarks/first_fit.py). The package's models call this in
-    ``fit``; it does nothing on other backends, for a model that is not built
-    yet, without an optimizer, or when the optimizer is built.
+    Keras' TensorFlow trainer builds an unbuilt model, the compiled metrics
+    and losses, and the optimizer inside the first traced train step, and
+    ``tf.function`` traces a function that created variables a second time:
+    the first ``fit`` traces and optimizes the whole step twice. Built
+    beforehand (what Keras' JAX trainer always does, from a symbolic batch),
+    it is traced once (benchmarks/first_fit.py). With ``x`` a dict of arrays,
+    or the raw inputs of a model with a preprocessor and a feature-dict
+    input, and with the labels ``y`` when the model was compiled with a loss,
+    everything is built from the batch's shapes (the batch size left open,
+    as in the traced step); otherwise only the optimizer of a built model.
+    The package's models call this in ``fit``; it does nothing on other
+    backends, without an optimizer, or when the optimizer is built.
 
     Args:
         model: a `keras.Model`, compiled or not.
+        x: optional, the inputs ``fit`` is given.
+        y: optional, the labels ``fit`` is given.
 
     Example:
     ```python
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(True))
-    keras_masking.utils.build_optimizer(model)
+    keras_masking.utils.build_optimizer(model, features, labels)
     model.fit(features, labels, verbose=0)  # on TensorFlow: one trace of the step
     ```
     """
     optimizer = getattr(model, "optimizer", None)
-    if (
-        keras.config.backend() != "tensorflow"
-        or optimizer is None
-        or optimizer.built
-        or not model.built
-    ):
+    if keras.config.backend() != "tensorflow" or optimizer is None or optimizer.built:
         return
-    with model.distribute_strategy.scope():
-        optimizer.build(model.trainable_variables)
+    batch = _symbolic_batch(model, x, y)
+    # Keras' own build from a symbolic batch (its JAX trainer's, and its
+    # TensorFlow trainer's under a distribution strategy).
+    symbolic_build = getattr(model, "_symbolic_build", None)
+    if batch is not None and callable(symbolic_build):
+        with model.distribute_strategy.scope():
+            symbolic_build(data_batch=batch)
+        return
+    if model.built:
+        with model.distribute_strategy.scope():
+            optimizer.build(model.trainable_variables)
+
+
+def _spec(value):
+    """A `keras.KerasTensor` of ``value``'s shape (batch open) and dtype, or None."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is None or dtype is None or len(shape) < 1:
+        return None
+    dtype = keras.backend.standardize_dtype(dtype)
+    return keras.KerasTensor((None, *tuple(shape)[1:]), dtype=dtype)
+
+
+def _symbolic_batch(model, x, y):
+    """``(x, y, None)`` as symbolic tensors of a batch of the train step, or None."""
+    if isinstance(x, Mapping):
+        features = {name: _spec(value) for name, value in x.items()}
+    elif getattr(model, "preprocessor", None) is not None and isinstance(
+        getattr(model, "input", None), Mapping
+    ):
+        # A task's preprocessor gives the functional model's input dict.
+        features = {name: _spec(value) for name, value in model.input.items()}
+    else:
+        return None
+    if not features or any(spec is None for spec in features.values()):
+        return None
+    if y is None:
+        # Labels from a preprocessor or a dataset are not known here.
+        unlabelled = isinstance(x, Mapping) and getattr(model, "loss", None) is None
+        return (features, None, None) if unlabelled else None
+    labels = _spec(np.asarray(y) if isinstance(y, (list, tuple)) else y)
+    return None if labels is None else (features, labels, None)
 
 
 def refresh_training(model):

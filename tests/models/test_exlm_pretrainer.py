@@ -219,8 +219,11 @@ def test_fit_stops_at_the_first_nan_loss():
     model = _tiny_pretrainer()
     # A step this large overflows the weights to inf: every later loss is NaN.
     model.compile(optimizer=keras.optimizers.SGD(1e38))
-    seen = []
+    seen, traces = [], []
     record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: seen.append(b))
+    train_step = model.train_step
+    model.train_step = lambda *args: traces.append(1) or train_step(*args)
+    assert not model.built  # built from the data before the step is traced: one trace
     with pytest.raises(
         FloatingPointError,
         match=r"ExLMPretrainer\.fit stopped: the loss is nan at epoch 1, batch 2, so the "
@@ -228,6 +231,7 @@ def test_fit_stops_at_the_first_nan_loss():
     ):
         model.fit(_tiny_batches(), batch_size=2, epochs=2, verbose=0, callbacks=[record])
     assert seen == [0, 1]  # no step ran after the NaN loss
+    assert len(traces) == 1
 
 
 def test_fit_and_predict_check_numpy_inputs_before_compiling():

@@ -32,6 +32,7 @@ def _classifier():
     model.compile(
         optimizer=keras.optimizers.Adam(1e-2),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],  # built in the first trace too, by Keras' own `fit`
     )
     traces = []
     train_step = model.train_step
@@ -65,6 +66,25 @@ def test_a_first_fit_builds_the_optimizer_before_it_traces_and_trains_the_same()
     assert len(moments) == len(keras_default.optimizer.variables)
 
 
+def test_build_optimizer_builds_an_unbuilt_model_from_a_dict_of_arrays_first():
+    """ExLMPretrainer builds its head and transition from the inputs' length:
+    built inside the first trace, they made TensorFlow trace its large step
+    twice (the one trace: tests/models/test_exlm_pretrainer.py)."""
+    from tests.models.exlm_testing import make_pretrainer
+    from tests.models.exlm_testing import rotary2d_backbone
+
+    model = make_pretrainer(rotary2d_backbone())
+    model.compile(optimizer="sgd")
+    ones = np.ones((3, 8), "int32")
+    keras_masking.utils.build_optimizer(model, {"token_ids": ones, "padding_mask": ones})
+    tensorflow = keras.config.backend() == "tensorflow"
+    assert model.built == tensorflow == model.optimizer.built
+    if tensorflow:  # the batch left open, as in the traced step
+        shapes = model.get_build_config()["input_shape"]
+        assert shapes == {"token_ids": (None, 8), "padding_mask": (None, 8)}
+        assert len(model.optimizer.variables) > 1
+
+
 def test_build_optimizer_leaves_an_unbuilt_model_and_a_built_optimizer_alone():
     model, _ = _classifier()
     model.optimizer.build(model.trainable_variables)
@@ -74,5 +94,18 @@ def test_build_optimizer_leaves_an_unbuilt_model_and_a_built_optimizer_alone():
     unbuilt = keras.Sequential([keras.layers.Dense(2)])
     unbuilt.compile(optimizer="adam", loss="mse")
     keras_masking.utils.build_optimizer(unbuilt)
-    assert not unbuilt.optimizer.built
+
+    class Subclassed(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(2)
+
+        def call(self, inputs):
+            return self.dense(inputs["x"])
+
+    subclassed = Subclassed()
+    subclassed.compile(optimizer="adam", loss="mse")
+    # Keras' default `build` would mark it built without weights: left alone.
+    keras_masking.utils.build_optimizer(subclassed, {"x": np.ones((2, 3))})
+    assert not subclassed.built and not subclassed.optimizer.built
     keras_masking.utils.build_optimizer(keras.Sequential())  # no optimizer: nothing to do
