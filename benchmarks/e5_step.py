@@ -187,6 +187,7 @@ def measure_rows(args, rows, log=print):
     features, labels = batch_of(args, rows)
     for name, model in models.items():  # compile and warm up, outside the timing
         log(f"  rows={rows}: compiling and warming up {name}")
+        keras_masking.utils.build_optimizer(model, features, labels)  # TensorFlow: one trace
         time_steps(model, features, labels, max(args.warmup, 1))
     times = {name: [] for name in models}
     cpu_times = {name: [] for name in models}

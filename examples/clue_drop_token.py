@@ -53,6 +53,8 @@ def main(argv=None):
         loss=task_loss(run.task),
         jit_compile=True,
     )
+    # Your own model on TensorFlow: built now, its first step is traced once (not twice).
+    keras_masking.utils.build_optimizer(model, train.features, train.labels)
     history = model.fit(
         train.features, train.labels, batch_size=args.batch_size, epochs=args.epochs, verbose=2
     )

@@ -46,6 +46,8 @@ def main(argv=None):
         loss=task_loss(run.task),
         jit_compile=True,
     )
+    # Your own model on TensorFlow: built now, its first step is traced once (not twice).
+    keras_masking.utils.build_optimizer(model, train.features, train.labels)
     # The correction runs at the start of `fit`, on the backbone's token embedding:
     # BERT's masking rates (15%, 80/10/10) with [CLS], [SEP], [PAD], [MASK] never picked.
     correction = keras_masking.callbacks.MLMEmbeddingCorrection(

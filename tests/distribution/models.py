@@ -163,6 +163,8 @@ def fit_one_step(method, dropout=0.0, optimizer=None):
     keras.utils.set_random_seed(0)
     model, x, y, weights, callbacks = build(method, dropout, optimizer=optimizer)
     randomize(model)
+    # Your own compiled model on TensorFlow: built before the step is traced, once.
+    keras_masking.utils.build_optimizer(model, x, y)
     before = [np.array(v.numpy()) for v in model.trainable_variables]
     history = model.fit(
         x,

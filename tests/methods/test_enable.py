@@ -20,6 +20,7 @@ from keras_masking.methods import ASATrainer
 from keras_masking.models import TransformerBackbone
 from keras_masking.models import TransformerTextClassifier
 from keras_masking.models import TransformerTextClassifierPreprocessor
+from keras_masking.utils import build_optimizer
 from tests.testing import HUB_SIZES
 
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("今天很好坏我喜欢讨厌电影音乐真")
@@ -115,6 +116,7 @@ def test_a_method_trains_predicts_clean_and_round_trips(kind, method, tmp_path):
         # op by op, slower than its XLA compile.
         jit_compile=keras.config.backend() == "jax" or (method == "lora" and kind != "keras_hub"),
     )
+    build_optimizer(trainer)  # your own model: its first step traced once on TensorFlow
     variables = {id(v): (v, np.array(v.numpy())) for v in model.weights}
     data = TEXTS if kind == "classifier" else _features(kind)
     history = trainer.fit(data, LABELS, batch_size=4, epochs=1, verbose=0)
@@ -192,6 +194,7 @@ def _compiled(model, learning_rate=0.5):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=False,
     )
+    build_optimizer(model)  # your own model: its first step traced once on TensorFlow
     return model
 
 
