@@ -115,8 +115,13 @@ def _symbolic_batch(model, x, y):
         # Labels from a preprocessor or a dataset are not known here.
         unlabelled = isinstance(x, Mapping) and getattr(model, "loss", None) is None
         return (features, None, None) if unlabelled else None
-    labels = _spec(np.asarray(y) if isinstance(y, (list, tuple)) else y)
-    return None if labels is None else (features, labels, None)
+    if isinstance(y, Mapping):  # one label per named output
+        labels = {name: _spec(value) for name, value in y.items()}
+        known = all(spec is not None for spec in labels.values())
+    else:
+        labels = _spec(np.asarray(y) if isinstance(y, (list, tuple)) else y)
+        known = labels is not None
+    return (features, labels, None) if known else None
 
 
 def refresh_training(model):

@@ -29,6 +29,7 @@ from keras_masking.losses.multilabel_crossentropy import entity_targets
 from keras_masking.losses.span_crossentropy import SpanCrossentropy
 from keras_masking.models import ExLMEncoder
 from keras_masking.models import TransformerBackbone
+from keras_masking.utils import build_optimizer
 from tests.clue.helpers import CLS
 from tests.clue.helpers import MASK
 from tests.clue.helpers import SEP
@@ -375,6 +376,7 @@ def test_every_head_and_loss_trains_compiled_on_a_backbone():
     entities[:, 0] = np.where(mask[:, 3:4] == 1, [[2, 1, 3]], [[0, 0, 1]])
     y = {"choices": c3.labels, "span": np.stack([starts, ends], 1), "entity": entities}
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss=losses, jit_compile=True)
+    build_optimizer(model, c3.features, y)  # TensorFlow: one trace
     # No dropout here: the training losses of a repeated batch are comparable.
     steps = [model.train_on_batch(c3.features, y, return_dict=True) for _ in range(5)]
     for key in ("loss", "choices_loss", "span_loss", "entity_loss"):

@@ -221,6 +221,7 @@ def test_a_training_step_changes_only_the_intended_weights(method):
         jit_compile=True,
     )
     features = random_features(batch=4, length=10)
+    keras_masking.utils.build_optimizer(classifier, features)  # TensorFlow: one trace
     classifier.fit(features, np.array([0, 1, 2, 1]), epochs=1, batch_size=4, verbose=0)
     changed = {
         id(v)

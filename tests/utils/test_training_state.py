@@ -85,6 +85,28 @@ def test_build_optimizer_builds_an_unbuilt_model_from_a_dict_of_arrays_first():
         assert len(model.optimizer.variables) > 1
 
 
+def test_your_own_model_with_named_outputs_is_built_from_its_labels_and_traced_once():
+    inputs = keras.Input((3,), name="x")
+    outputs = {
+        "a": keras.layers.Dense(2, name="a")(inputs),
+        "b": keras.layers.Dense(1, name="b")(inputs),
+    }
+    model = keras.Model(inputs, outputs)
+    model.compile(
+        optimizer="sgd",
+        loss={"a": keras.losses.SparseCategoricalCrossentropy(from_logits=True), "b": "mse"},
+        metrics={"a": ["accuracy"]},
+    )
+    x, y = {"x": np.ones((4, 3), "float32")}, {"a": np.array([0, 1, 1, 0]), "b": np.ones((4, 1))}
+    keras_masking.utils.build_optimizer(model, x, y)
+    assert model.optimizer.built == (keras.config.backend() == "tensorflow")
+    traces = []
+    train_step = model.train_step
+    model.train_step = lambda *args: traces.append(1) or train_step(*args)
+    model.fit(x, y, batch_size=4, verbose=0)
+    assert len(traces) == 1
+
+
 def test_build_optimizer_leaves_an_unbuilt_model_and_a_built_optimizer_alone():
     model, _ = _classifier()
     model.optimizer.build(model.trainable_variables)
