@@ -94,8 +94,19 @@ def _spec(value):
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if shape is None or dtype is None or len(shape) < 1:
         return None
-    dtype = keras.backend.standardize_dtype(dtype)
+    try:
+        dtype = keras.backend.standardize_dtype(dtype)
+    except ValueError:  # strings, objects: a preprocessor's input, not the step's
+        return None
     return keras.KerasTensor((None, *tuple(shape)[1:]), dtype=dtype)
+
+
+def _functional_input(model):
+    """A functional model's ``input``; None for a model without one (Keras raises there)."""
+    try:
+        return model.input
+    except (AttributeError, ValueError):
+        return None
 
 
 def _symbolic_batch(model, x, y):
@@ -103,7 +114,7 @@ def _symbolic_batch(model, x, y):
     if isinstance(x, Mapping):
         features = {name: _spec(value) for name, value in x.items()}
     elif getattr(model, "preprocessor", None) is not None and isinstance(
-        getattr(model, "input", None), Mapping
+        _functional_input(model), Mapping
     ):
         # A task's preprocessor gives the functional model's input dict.
         features = {name: _spec(value) for name, value in model.input.items()}

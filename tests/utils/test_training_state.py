@@ -129,5 +129,10 @@ def test_build_optimizer_leaves_an_unbuilt_model_and_a_built_optimizer_alone():
     subclassed.compile(optimizer="adam", loss="mse")
     # Keras' default `build` would mark it built without weights: left alone.
     keras_masking.utils.build_optimizer(subclassed, {"x": np.ones((2, 3))})
+    # Data that does not describe the step (strings for a preprocessor; a
+    # subclassed model has no `input` to read instead): left alone, no error.
+    subclassed.preprocessor = lambda texts: texts
+    keras_masking.utils.build_optimizer(subclassed, {"x": np.array(["a", "b"])}, np.ones(2))
+    keras_masking.utils.build_optimizer(subclassed, ["a", "b"], np.ones(2))
     assert not subclassed.built and not subclassed.optimizer.built
     keras_masking.utils.build_optimizer(keras.Sequential())  # no optimizer: nothing to do
