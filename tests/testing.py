@@ -95,6 +95,19 @@ def write_reference_checkpoint(family, folder, drop=(), extra=None, config_chang
     return str(config_path), prefix, outputs
 
 
+def count_train_step_traces(model):
+    """A list that grows by one each time ``model``'s train step is traced (or run eagerly)."""
+    traces = []
+    train_step = model.train_step
+
+    def counted(*args, **kwargs):
+        traces.append(1)
+        return train_step(*args, **kwargs)
+
+    model.train_step = counted
+    return traces
+
+
 def randomize_weights(model, seed=0, scale=0.2):
     """Large random trainable weights, so that any mis-wiring shows."""
     rng = np.random.default_rng(seed)

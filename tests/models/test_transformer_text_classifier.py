@@ -10,6 +10,7 @@ from keras_masking.data import bert_tokenizer
 from keras_masking.models import TransformerBackbone
 from keras_masking.models import TransformerTextClassifier
 from keras_masking.models import TransformerTextClassifierPreprocessor
+from tests.testing import count_train_step_traces
 from tests.testing import randomize_weights
 
 # 100 tokens: BERT's specials first, Chinese characters, English pieces, punctuation.
@@ -162,9 +163,7 @@ def test_fit_reaches_full_accuracy_on_texts_and_pairs_with_the_mlm_correction(
         metrics=["accuracy"],
         jit_compile=True,
     )
-    traces = []
-    train_step = classifier.train_step
-    classifier.train_step = lambda *args: traces.append(1) or train_step(*args)
+    traces = count_train_step_traces(classifier)
     table = np.asarray(backbone.token_embedding.embeddings).copy()
     seen = {}
     correction = keras_masking.callbacks.MLMEmbeddingCorrection(

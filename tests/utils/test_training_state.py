@@ -4,6 +4,7 @@ import keras
 import numpy as np
 
 import keras_masking
+from tests.testing import count_train_step_traces
 from tests.testing import random_features
 from tests.testing import tiny_backbone_kwargs
 
@@ -34,15 +35,7 @@ def _classifier():
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],  # built in the first trace too, by Keras' own `fit`
     )
-    traces = []
-    train_step = model.train_step
-
-    def counted(*args, **kwargs):
-        traces.append(1)
-        return train_step(*args, **kwargs)
-
-    model.train_step = counted
-    return model, traces
+    return model, count_train_step_traces(model)
 
 
 def test_a_first_fit_builds_the_optimizer_before_it_traces_and_trains_the_same():
@@ -100,9 +93,7 @@ def test_your_own_model_with_named_outputs_is_built_from_its_labels_and_traced_o
     x, y = {"x": np.ones((4, 3), "float32")}, {"a": np.array([0, 1, 1, 0]), "b": np.ones((4, 1))}
     keras_masking.utils.build_optimizer(model, x, y)
     assert model.optimizer.built == (keras.config.backend() == "tensorflow")
-    traces = []
-    train_step = model.train_step
-    model.train_step = lambda *args: traces.append(1) or train_step(*args)
+    traces = count_train_step_traces(model)
     model.fit(x, y, batch_size=4, verbose=0)
     assert len(traces) == 1
 
