@@ -111,20 +111,18 @@ def _functional_input(model):
 
 def _symbolic_batch(model, x, y):
     """``(x, y, None)`` as symbolic tensors of a batch of the train step, or None."""
-    if isinstance(x, Mapping):
-        features = {name: _spec(value) for name, value in x.items()}
-    elif getattr(model, "preprocessor", None) is not None and isinstance(
-        _functional_input(model), Mapping
-    ):
+    raw = not isinstance(x, Mapping)
+    if raw:
         # A task's preprocessor gives the functional model's input dict.
-        features = {name: _spec(value) for name, value in model.input.items()}
-    else:
-        return None
+        x = _functional_input(model) if getattr(model, "preprocessor", None) is not None else None
+        if not isinstance(x, Mapping):
+            return None
+    features = {name: _spec(value) for name, value in x.items()}
     if not features or any(spec is None for spec in features.values()):
         return None
     if y is None:
         # Labels from a preprocessor or a dataset are not known here.
-        unlabelled = isinstance(x, Mapping) and getattr(model, "loss", None) is None
+        unlabelled = not raw and getattr(model, "loss", None) is None
         return (features, None, None) if unlabelled else None
     if isinstance(y, Mapping):  # one label per named output
         labels = {name: _spec(value) for name, value in y.items()}
