@@ -86,19 +86,6 @@ def resolve_checkpoint_prefix(checkpoint_path):
     return path
 
 
-def _data_files(prefix):
-    """The paths of the ``.data-XXXXX-of-NNNNN`` shards beside an index, and of any missing."""
-    base, folder = os.path.basename(prefix), os.path.dirname(os.path.abspath(prefix))
-    pattern = re.compile(re.escape(base) + r"\.data-(\d{5})-of-(\d{5})$")
-    found = sorted(name for name in os.listdir(folder) if pattern.match(name))
-    counts = {int(pattern.match(name).group(2)) for name in found} or {1}
-    expected = {f"{base}.data-{i:05d}-of-{count:05d}" for count in counts for i in range(count)}
-    missing = sorted(expected - set(found))
-    return [os.path.join(folder, name) for name in found], [
-        os.path.join(folder, name) for name in missing
-    ]
-
-
 def read_tf_checkpoint(checkpoint_path):
     """Reads every variable of a TF checkpoint into numpy arrays.
 
@@ -129,7 +116,14 @@ def read_tf_checkpoint(checkpoint_path):
         names = sorted(reader.get_variable_to_shape_map())
     except Exception as error:  # TF raises several error types here.
         raise ValueError(f"{index}: not a readable TF checkpoint index ({error}).") from None
-    found, missing = _data_files(prefix)
+    # The ``.data-XXXXX-of-NNNNN`` shards beside the index, and any missing.
+    base, folder = os.path.basename(prefix), os.path.dirname(os.path.abspath(prefix))
+    pattern = re.compile(re.escape(base) + r"\.data-(\d{5})-of-(\d{5})$")
+    found = sorted(name for name in os.listdir(folder) if pattern.match(name))
+    counts = {int(pattern.match(name).group(2)) for name in found} or {1}
+    expected = {f"{base}.data-{i:05d}-of-{count:05d}" for count in counts for i in range(count)}
+    missing = [os.path.join(folder, name) for name in sorted(expected - set(found))]
+    found = [os.path.join(folder, name) for name in found]
     if names and missing:
         raise FileNotFoundError(
             f"{index}: its data file(s) {missing} are missing (found {found or 'none'}); "
@@ -243,20 +237,17 @@ def _check_folder_configs(prefix, backbone, skip=None):
             )
 
 
-def _check_overrides(config_kwargs, overrides, config_path):
-    """Refuses overrides of what the checkpoint's config fixes."""
-    for name in _FIXED_BY_CONFIG:
-        if name in overrides and name in config_kwargs and overrides[name] != config_kwargs[name]:
+def _converted_values(values, expected, source):
+    """Each checkpoint value as the dtype of its model variable, all finite (all checked first)."""
+    converted = {}
+    for name, variable in expected.items():
+        try:
+            converted[name] = np.asarray(values[name], dtype=variable.dtype)
+        except (TypeError, ValueError) as error:
             raise ValueError(
-                f"{config_path} fixes {name}={config_kwargs[name]!r} for these weights; an "
-                "override would load them into a different architecture. Expected "
-                f"{name}={config_kwargs[name]!r} or no {name} argument. "
-                f"Received: {name}={overrides[name]!r}."
-            )
-
-
-def _check_finite(converted, source):
-    """Refuses NaN or infinite weights, naming the variable and the file."""
+                f"{source}: variable {name!r} cannot be read as {variable.dtype} "
+                f"(nothing was loaded): {error}"
+            ) from None
     for name in sorted(converted):
         array = converted[name]
         if array.dtype.kind not in "fc":
@@ -270,6 +261,7 @@ def _check_finite(converted, source):
                 f"(first at index {first}); nothing was loaded. Expected finite weights: "
                 "the file is corrupt, or the training that wrote it diverged."
             )
+    return converted
 
 
 def _check_model(model, function):
@@ -281,20 +273,6 @@ def _check_model(model, function):
             "keras_masking.models.from_keras_hub)."
         )
     return backbone
-
-
-def _convert_values(values, expected, source):
-    """Each checkpoint value as the dtype of its model variable (all first)."""
-    converted = {}
-    for name, variable in expected.items():
-        try:
-            converted[name] = np.asarray(values[name], dtype=variable.dtype)
-        except (TypeError, ValueError) as error:
-            raise ValueError(
-                f"{source}: variable {name!r} cannot be read as {variable.dtype} "
-                f"(nothing was loaded): {error}"
-            ) from None
-    return converted
 
 
 def _load_values(model, values, strict, source, prefix=None):
@@ -338,8 +316,7 @@ def _load_values(model, values, strict, source, prefix=None):
             f"{source}: cannot load into {type(model).__name__} (nothing was loaded); "
             f"{'; '.join(problems)}.{hint}"
         )
-    converted = _convert_values(values, expected, source)
-    _check_finite(converted, source)
+    converted = _converted_values(values, expected, source)
     shape = (backbone.vocabulary_size, backbone.hidden_dim)
     record = folder and load_folder_record(folder, backbone.token_embedding.name, shape)
     if unexpected:
@@ -445,7 +422,14 @@ def from_tf_checkpoint(
     with_pool = check_choice("with_pool", with_pool, ("auto", True, False))
     config = read_google_config(check_path("config_path", config_path))
     kwargs = backbone_kwargs_from_google_config(config, model, source=str(config_path))
-    _check_overrides(kwargs, backbone_kwargs, str(config_path))
+    for name in _FIXED_BY_CONFIG:
+        if name in backbone_kwargs and name in kwargs and backbone_kwargs[name] != kwargs[name]:
+            raise ValueError(
+                f"{config_path} fixes {name}={kwargs[name]!r} for these weights; an "
+                "override would load them into a different architecture. Expected "
+                f"{name}={kwargs[name]!r} or no {name} argument. "
+                f"Received: {name}={backbone_kwargs[name]!r}."
+            )
     prefix = resolve_checkpoint_prefix(checkpoint_path)
     values = read_tf_checkpoint(prefix)
     _check_family(values, config, model, str(config_path), backbone_kwargs)
