@@ -437,6 +437,7 @@ def check_held_out(test, splits):
     """
     tested = {entry["sha256"] for entry in test.files}
     path = test.files[0]["path"]
+    shared = {}
     for name in ("train", "dev"):
         for entry in splits[name].files:
             if entry["sha256"] in tested:
@@ -445,8 +446,6 @@ def check_held_out(test, splits):
                     "a test set must be held out from training and from the dev that chooses "
                     "the epoch."
                 )
-    shared = {}
-    for name in ("train", "dev"):
         seen = {dataclasses.replace(example, id=None) for example in splits[name].examples}
         shared[name] = sum(dataclasses.replace(e, id=None) in seen for e in test.examples)
     if any(shared.values()):

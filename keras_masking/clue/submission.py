@@ -90,16 +90,6 @@ def _versions(benchmark):
     return VERSIONS if benchmark == "clue" else ("1.1",)
 
 
-def _benchmarks_by_name():
-    """``{file name: benchmark}`` of every submission file."""
-    return {
-        submission_file_name(task, benchmark, version): benchmark
-        for task in TASKS.values()
-        for benchmark in task.benchmarks
-        for version in _versions(benchmark)
-    }
-
-
 def _split_parts(task, benchmark, test_split):
     """``(examples, labels, version)`` of a `ClueSplit` or a list of records."""
     if isinstance(test_split, ClueSplit):
@@ -589,7 +579,12 @@ def build_submission_zip(files, zip_path):
     paths = [pathlib.Path(file) for file in files]
     if not paths:
         raise ValueError("Expected at least one submission file. Received: files=[].")
-    known = _benchmarks_by_name()
+    known = {  # the benchmark of every submission file name
+        submission_file_name(task, benchmark, version): benchmark
+        for task in TASKS.values()
+        for benchmark in task.benchmarks
+        for version in _versions(benchmark)
+    }
     seen, benchmarks = {}, {}
     for path in paths:
         if not path.is_file():
