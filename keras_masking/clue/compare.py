@@ -1,13 +1,9 @@
 """`compare`: whether a method helps on your data, over several seeds.
 
-Every (method, seed) is one `finetune` run in ``OUTPUT/<method>/seed<k>``.
-The epoch of each run is chosen on one half of dev (half A) and scored on the
-other (half B), so the reported score never saw the choice; each method is
-then compared with plain fine-tuning seed by seed (method minus plain), with
-a Student t interval over the seeds. With ``dev_noise``, each run also scores a
-copy of dev with that share of its characters replaced, and half B of it at
-the same epoch is compared in a second table (robustness). Written to ``OUTPUT``: ``compare.json``
-(everything), ``compare.md`` (the table) and ``compare.png`` (the scores).
+Each (method, seed) is a `finetune` run whose epoch is chosen on one half of
+dev and scored on the other, so the reported score never saw the choice.
+Written to the output folder: ``compare.json`` (everything), ``compare.md``
+(the table) and ``compare.png`` (the scores).
 """
 
 import collections
@@ -252,27 +248,22 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
 def _finish(record, output, task):
     """Summarizes the runs and writes the record, the table and the plot."""
     arguments = record["arguments"]
-    rows = summarize(record["runs"], arguments["methods"], arguments["seeds"])
-    noised_rows = None
-    record["notes"] += _notes(record["runs"], arguments["seeds"]) + _zero_spread_notes(rows)
+    runs, labels, seeds = record["runs"], arguments["methods"], arguments["seeds"]
+    rows = summarize(runs, labels, seeds)
+    record["notes"] += _notes(runs, seeds) + _zero_spread_notes(rows)
     record["summary"] = rows
-    if arguments.get("noise"):
-        noised_rows = summarize(
-            record["runs"], arguments["methods"], arguments["seeds"], score="held_out_noised"
-        )
-        record["summary_noised"] = noised_rows
-        record["notes"] += _zero_spread_notes(noised_rows, "under noise, ")
-    test_rows = None
-    if arguments.get("test_file"):
-        test_rows = summarize(
-            record["runs"], arguments["methods"], arguments["seeds"], score="test"
-        )
-        record["summary_test"] = test_rows
-        record["notes"] += _zero_spread_notes(test_rows, "on the test file, ")
+    for argument, key, scored, where in (
+        ("noise", "summary_noised", "held_out_noised", "under noise, "),
+        ("test_file", "summary_test", "test", "on the test file, "),
+    ):
+        if arguments.get(argument):
+            record[key] = summarize(runs, labels, seeds, score=scored)
+            record["notes"] += _zero_spread_notes(record[key], where)
     record["status"] = "finished"
     json_path = write_json_atomically(output / RECORD, record)
     markdown = _markdown(record, task)
     markdown_path = write_atomically(output / TABLE, lambda file: file.write(markdown))
+    noised_rows, test_rows = record.get("summary_noised"), record.get("summary_test")
     plot_path = _plot(output / PLOT, rows, task, noised_rows)
     logger.info("compare: wrote %s", os.fspath(markdown_path))
     return CompareResult(rows, json_path, markdown_path, plot_path, noised_rows, test_rows)
