@@ -129,9 +129,22 @@ def export_to_transformers(model, folder, tokenizer=None, labels=None, overwrite
     ```
     """
     output = pathlib.Path(os.path.abspath(os.fspath(folder)))
-    overwrite = _check_bool("overwrite", overwrite)
-    _check_folder(output, overwrite)
-    save_file = _safetensors_save_file()
+    if not isinstance(overwrite, (bool, np.bool_)):
+        raise ValueError(f"Expected a bool for overwrite. Received: overwrite={overwrite!r}.")
+    if output.exists() and not output.is_dir():
+        raise FileExistsError(f"{output}: exists and is not a folder; nothing was written.")
+    if output.is_dir() and any(output.iterdir()) and not overwrite:
+        raise FileExistsError(
+            f"{output}: the folder exists and is not empty; nothing was written. Choose a new "
+            "folder, or pass overwrite=True to replace it."
+        )
+    try:
+        from safetensors.numpy import save_file
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            "export_to_transformers writes model.safetensors with the safetensors package, "
+            f"which is not installed: {INSTALL_HINT}"
+        ) from error
     backbone, head = _split(model)
     if labels is not None and head is None:
         raise ValueError(
@@ -171,33 +184,6 @@ def export_to_transformers(model, folder, tokenizer=None, labels=None, overwrite
 
 
 # === Checks ===
-def _check_bool(name, value):
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"Expected a bool for {name}. Received: {name}={value!r}.")
-    return bool(value)
-
-
-def _check_folder(output, overwrite):
-    if output.exists() and not output.is_dir():
-        raise FileExistsError(f"{output}: exists and is not a folder; nothing was written.")
-    if output.is_dir() and any(output.iterdir()) and not overwrite:
-        raise FileExistsError(
-            f"{output}: the folder exists and is not empty; nothing was written. Choose a new "
-            "folder, or pass overwrite=True to replace it."
-        )
-
-
-def _safetensors_save_file():
-    try:
-        from safetensors.numpy import save_file
-    except ModuleNotFoundError as error:
-        raise ModuleNotFoundError(
-            "export_to_transformers writes model.safetensors with the safetensors package, "
-            f"which is not installed: {INSTALL_HINT}"
-        ) from error
-    return save_file
-
-
 def _is_backbone(model):
     needed = ("transformer_layers", "position", "embeddings", "key_value_prefix", "serving_copy")
     return all(hasattr(model, name) for name in needed)
