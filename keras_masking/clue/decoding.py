@@ -89,11 +89,9 @@ def decode_predictions(task, outputs, encoded, examples, **options):
         return {key: int(i) for key, i in zip(meta["ids"], picked)}
     if task.kind == "idiom":
         return _decode_idioms(outputs, encoded)
-    if task.kind == "span":
-        length = options.get("max_answer_length", meta["max_answer_length"])
-        length = check_int("max_answer_length", length, minimum=1)
-        return _decode_spans(outputs, encoded, examples, length)
-    raise ValueError(f"Task {task.name!r} has an unknown kind {task.kind!r}.")
+    length = options.get("max_answer_length", meta["max_answer_length"])  # span, the last kind
+    length = check_int("max_answer_length", length, minimum=1)
+    return _decode_spans(outputs, encoded, examples, length)
 
 
 def joint_assignment(scores):

@@ -128,7 +128,7 @@ def build_task_model(task, encoder, num_labels=None, max_length=None, **options)
         logits = MaskedSpanLogits(name="context_logits")(
             logits, inputs["segment_ids"], inputs["padding_mask"]
         )
-    elif task.kind == "entity":
+    else:  # entity
         num_types = len(task.labels) if num_labels is None else num_labels
         check_int("num_labels", num_types, minimum=1)
         pointer = GlobalPointer(
@@ -138,8 +138,6 @@ def build_task_model(task, encoder, num_labels=None, max_length=None, **options)
             name="global_pointer",
         )
         logits = pointer(outputs["sequence_output"], inputs["padding_mask"])
-    else:
-        raise ValueError(f"Task {task.name!r} has an unknown kind {task.kind!r}.")
     return keras.Model(inputs, logits, name=name)
 
 
