@@ -203,15 +203,6 @@ class DropToken(keras.layers.Layer):
         positions = sum(1 for position in set(self.protected_positions) if position < length)
         return static_keep_length(length, self.rate, self.slot_multiple, minimum=positions)
 
-    def _protected(self, token_ids, real):
-        positions = ops.arange(ops.shape(real)[1], dtype="int32")[None, :]
-        protected = ops.zeros_like(real)
-        for position in self.protected_positions:
-            protected = protected | (positions == position)
-        for token in self.unselectable_token_ids:
-            protected = protected | (token_ids == token)
-        return protected & real
-
     def _check_inputs(self, hidden, padding_mask, token_ids, position_ids, training):
         if len(hidden.shape) != 3:
             raise ValueError(
@@ -267,7 +258,12 @@ class DropToken(keras.layers.Layer):
         position_ids = ops.broadcast_to(
             position_ids, (batch, ops.shape(hidden)[1]) + tuple(position_ids.shape[2:])
         )
-        protected = self._protected(token_ids, real)
+        protected = ops.zeros_like(real)
+        for position in self.protected_positions:
+            protected = protected | (full_positions == position)
+        for token in self.unselectable_token_ids:
+            protected = protected | (token_ids == token)
+        protected = protected & real
         keep_length = self.keep_length(length)
         if self.mode == "gather":
             self._check_protected_fit(protected, length, keep_length)

@@ -68,10 +68,8 @@ class PrefixEncoder(keras.layers.Layer):
         hidden = ops.tanh(ops.matmul(self.embeddings, self.hidden_kernel) + self.hidden_bias)
         if layer_index is None:
             return ops.matmul(hidden, self.output_kernel) + self.output_bias
-        start, width = 2 * self.hidden_dim * layer_index, 2 * self.hidden_dim
-        kernel = self.output_kernel[:, start : start + width]
-        bias = self.output_bias[start : start + width]
-        return ops.matmul(hidden, kernel) + bias
+        columns = slice(2 * self.hidden_dim * layer_index, 2 * self.hidden_dim * (layer_index + 1))
+        return ops.matmul(hidden, self.output_kernel[:, columns]) + self.output_bias[columns]
 
     def get_config(self):
         names = ("length", "hidden_dim", "num_layers", "hidden_units")
@@ -185,9 +183,8 @@ class KeyValuePrefix(keras.layers.Layer):
         return tuple(self.prefix_dropout(ops.reshape(x, shape), training=training) for x in pair)
 
     def get_config(self):
-        config = super().get_config()
         names = ("length", "num_heads", "head_dim", "dropout", "reparameterize", "hidden_units")
-        config.update({name: getattr(self, name) for name in names})
+        config = {**super().get_config(), **{name: getattr(self, name) for name in names}}
         config["encoder"] = keras.saving.serialize_keras_object(self.encoder)
         config["layer_index"] = self.layer_index
         return config

@@ -96,21 +96,15 @@ class TransformerEmbedding(keras.layers.Layer):
         )
 
     def build(self, token_ids_shape, segment_ids_shape=None, position_ids_shape=None):
-        self.token_embedding.build(token_ids_shape)
-        if self.segment_embedding is not None:
-            self.segment_embedding.build(token_ids_shape)
-        if self.position_embedding is not None:
-            self.position_embedding.build(token_ids_shape)
+        for table in (self.token_embedding, self.segment_embedding, self.position_embedding):
+            if table is not None:
+                table.build(token_ids_shape)
         self.layer_norm.build(tuple(token_ids_shape) + (self.hidden_dim,))
         self.built = True
 
     def call(self, token_ids, segment_ids=None, position_ids=None, training=None):
         length = static_shape(token_ids)[1]  # None when unknown or symbolic (export)
-        if (
-            self.position_embedding is not None
-            and length is not None
-            and length > self.max_sequence_length
-        ):
+        if self.position_embedding is not None and (length or 0) > self.max_sequence_length:
             raise ValueError(
                 f"The sequence has {length} tokens but this model has "
                 f"absolute position embeddings for at most "
