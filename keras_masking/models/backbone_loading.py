@@ -197,7 +197,10 @@ def load_backbone_preset(cls, preset, load_weights=True, **kwargs):
     if isinstance(loaded, cls):
         return loaded
     converted = cls.from_keras_hub(loaded, activation=_declared_activation(preset))
-    _mark_preset_record(converted, preset)
+    if os.path.isdir(preset):  # marked as corrected when its folder says so
+        shape = (converted.vocabulary_size, converted.hidden_dim)
+        record = load_folder_record(preset, converted.token_embedding.name, shape)
+        mark_loaded_record(converted, record)
     return converted
 
 
@@ -229,7 +232,10 @@ def read_keras_hub_preset(loader, preset, load_weights=True, **kwargs):
     ```
     """
     preset = os.fspath(preset)
-    _check_preset_json_files(preset)
+    for name in _PRESET_JSON_FILES:
+        path = _preset_file(preset, name)
+        if path is not None:
+            read_json_object(path, f"the {name} that save_to_preset wrote: copy it again")
     try:
         loaded = loader.from_preset(preset, load_weights=load_weights, **kwargs)
     except OSError as error:
@@ -245,16 +251,13 @@ def read_keras_hub_preset(loader, preset, load_weights=True, **kwargs):
         ) from None
     if load_weights:
         weights = _preset_file(preset, _PRESET_WEIGHTS_FILES[0]) or preset
-        _check_finite_weights(loaded, weights)
+        for path, count in non_finite_variables(loaded.weights)[:1]:
+            raise ValueError(
+                f"{weights}: weight {path!r} holds {count} NaN or infinite value(s). "
+                "Expected finite weights: the file is corrupt, or the training that wrote it "
+                "diverged."
+            )
     return loaded
-
-
-def _mark_preset_record(backbone, preset):
-    """Marks a converted keras-hub preset as corrected when its folder says so."""
-    if os.path.isdir(preset):
-        shape = (backbone.vocabulary_size, backbone.hidden_dim)
-        record = load_folder_record(preset, backbone.token_embedding.name, shape)
-        mark_loaded_record(backbone, record)
 
 
 def _preset_file(preset, name):
@@ -263,24 +266,6 @@ def _preset_file(preset, name):
         return None
     path = os.path.join(os.fspath(preset), name)
     return path if os.path.isfile(path) else None
-
-
-def _check_preset_json_files(preset):
-    """Refuses a local preset whose JSON files do not parse, naming the file."""
-    for name in _PRESET_JSON_FILES:
-        path = _preset_file(preset, name)
-        if path is not None:
-            read_json_object(path, f"the {name} that save_to_preset wrote: copy it again")
-
-
-def _check_finite_weights(model, source):
-    """Refuses a model loaded with NaN or infinite weights, naming the variable."""
-    for path, count in non_finite_variables(model.weights)[:1]:
-        raise ValueError(
-            f"{source}: weight {path!r} holds {count} NaN or infinite value(s). "
-            "Expected finite weights: the file is corrupt, or the training that wrote it "
-            "diverged."
-        )
 
 
 def _declared_activation(preset):
