@@ -6,6 +6,7 @@ import dataclasses
 import keras
 import numpy as np
 
+from keras_masking.clue.tasks import get_task
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
@@ -113,8 +114,6 @@ class MethodPlan:
             ValueError: naming both switches (or the switch and the task)
                 and the reason.
         """
-        from keras_masking.clue.tasks import get_task
-
         task = get_task(task)
         for first, second, reason in EXCLUSIVE:
             if self.is_on(first) and self.is_on(second):
@@ -129,8 +128,6 @@ class MethodPlan:
     def drop_token_mode(self, task):
         """DropToken's mode for ``task``: ``"gather"`` unless a token-level
         output or ASA needs every position (``"attention"``)."""
-        from keras_masking.clue.tasks import get_task
-
         task = get_task(task)
         return "attention" if self.asa is not None or task.kind in ("span", "entity") else "gather"
 
@@ -199,7 +196,6 @@ class MethodPlan:
         ```
         """
         import keras_masking
-        from keras_masking.clue.tasks import get_task
         from keras_masking.methods import ASATrainer
 
         task = get_task(task)

@@ -9,9 +9,13 @@ the demo all build one; each value is checked here, once, when it is built.
 import dataclasses
 import os
 
+import keras
+
 from keras_masking.clue.method_plan import FLAGS as METHOD_FLAGS
 from keras_masking.clue.method_plan import MethodPlan
 from keras_masking.clue.model_source import FAMILIES
+from keras_masking.clue.noise import check_noise_rate
+from keras_masking.clue.tasks import get_task
 from keras_masking.utils.arguments import MAX_SEED
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
@@ -187,11 +191,6 @@ class RunConfig:
                 task, noise for a task that is not text classification,
                 accumulation in a TensorFlow data-parallel run.
         """
-        import keras
-
-        from keras_masking.clue.noise import check_noise_rate
-        from keras_masking.clue.tasks import get_task
-
         task = get_task(task)
         self.methods.check(task)
         check_noise_rate("dev_noise", self.dev_noise, task)
