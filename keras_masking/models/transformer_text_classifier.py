@@ -102,7 +102,13 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         _check_backbone(backbone)
         num_classes = check_int("num_classes", num_classes, minimum=2)
         dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
-        activation = _check_activation(activation)
+        try:
+            activation = keras.activations.get(activation)  # None -> linear
+        except (ValueError, TypeError) as error:
+            raise ValueError(
+                "Expected None, an activation name or a callable for activation. "
+                f"Received: activation={activation!r} ({error})"
+            ) from None
         _check_preprocessor(preprocessor, backbone)
 
         # === Layers ===
@@ -141,7 +147,6 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
 
         # === Config ===
         self.num_classes = num_classes
-        self.activation = activation
         self.dropout = dropout
         if backbone.asa is not None:
             self._start_asa()
@@ -463,17 +468,6 @@ def _check_backbone(backbone):
         f"Expected a keras_masking.models.TransformerBackbone for backbone.{hint} "
         f"Received: backbone={type(backbone).__name__}."
     )
-
-
-def _check_activation(activation):
-    """The activation as a callable (None -> linear), or a ValueError naming it."""
-    try:
-        return keras.activations.get(activation)
-    except (ValueError, TypeError) as error:
-        raise ValueError(
-            "Expected None, an activation name or a callable for activation. "
-            f"Received: activation={activation!r} ({error})"
-        ) from None
 
 
 def _check_preprocessor(preprocessor, backbone):
