@@ -11,6 +11,8 @@ official evaluation script prints them.
 import collections
 import re
 
+from keras_masking.clue.tasks import CLUENER_TYPES
+
 
 def accuracy(predictions, gold):
     """The fraction of examples whose prediction equals the gold label.
@@ -128,11 +130,7 @@ def cluener_scores(predicted, gold, types=None):
     (0.5, 1.0)
     """
     predicted, gold = _aligned("cluener_scores", predicted, gold)
-    if types is None:
-        from keras_masking.clue.tasks import CLUENER_TYPES
-
-        types = CLUENER_TYPES
-    types = tuple(types)
+    types = CLUENER_TYPES if types is None else tuple(types)
     if not types:
         raise ValueError("cluener_scores: expected at least one entity type. Received: types=().")
     counts = _type_counts("cluener_scores", predicted, gold)
