@@ -10,7 +10,6 @@ Two layouts exist and are not weight-compatible:
 Both rotate feature pair ``i`` by the angle ``position * base**(-2i / d)``.
 """
 
-import keras
 from keras import ops
 
 
@@ -129,5 +128,3 @@ __all__ = [
     "apply_split_rotary",
     "rotary_inverse_frequencies",
 ]
-
-del keras

@@ -126,7 +126,6 @@ class AdamW(keras.optimizers.AdamW):
 
     def apply(self, grads, trainable_variables=None):
         _check_tf_distribute(self)
-        grads = list(grads)
         variables = trainable_variables
         if variables is None and self.built:
             variables = self._trainable_variables

@@ -101,20 +101,17 @@ def _spec(value):
     return keras.KerasTensor((None, *tuple(shape)[1:]), dtype=dtype)
 
 
-def _functional_input(model):
-    """A functional model's ``input``; None for a model without one (Keras raises there)."""
-    try:
-        return model.input
-    except (AttributeError, ValueError):
-        return None
-
-
 def _symbolic_batch(model, x, y):
     """``(x, y, None)`` as symbolic tensors of a batch of the train step, or None."""
     raw = not isinstance(x, Mapping)
     if raw:
         # A task's preprocessor gives the functional model's input dict.
-        x = _functional_input(model) if getattr(model, "preprocessor", None) is not None else None
+        if getattr(model, "preprocessor", None) is None:
+            return None
+        try:
+            x = model.input
+        except (AttributeError, ValueError):  # a model without one: Keras raises
+            return None
         if not isinstance(x, Mapping):
             return None
     features = {name: _spec(value) for name, value in x.items()}
