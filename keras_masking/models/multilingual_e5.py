@@ -97,14 +97,14 @@ def load_multilingual_e5(path=None, dropout=0.1, pooling="mean", texts=None, **k
         pooling=pooling,
         **kwargs,
     )
-    _assign_weights(backbone, model_file.tensors, config["num_layers"])
+    _assign_weights(backbone, model_file.tensors)
     tokenizer = multilingual_e5_tokenizer(model_file)
     if texts is not None:
         backbone, tokenizer = prune_token_embeddings(backbone, tokenizer, texts)
     return backbone, tokenizer
 
 
-def _assign_weights(backbone, tensors, num_layers):
+def _assign_weights(backbone, tensors):
     """Puts e5's tensors (matrices ``(out, in)``) into the backbone's variables."""
     embeddings = backbone.embeddings
     pairs = [
@@ -114,7 +114,7 @@ def _assign_weights(backbone, tensors, num_layers):
         (embeddings.layer_norm.gamma, tensors["emb.ln.w"]),
         (embeddings.layer_norm.beta, tensors["emb.ln.b"]),
     ]
-    for index, block in zip(range(num_layers), backbone.transformer_layers):
+    for index, block in enumerate(backbone.transformer_layers):
         attention, feed_forward = block.self_attention, block.feed_forward
         dense = {
             "q": attention.query,
@@ -127,10 +127,8 @@ def _assign_weights(backbone, tensors, num_layers):
         for name, layer in dense.items():
             pairs.append((layer.kernel, tensors[f"l{index}.{name}.w"].T))
             pairs.append((layer.bias, tensors[f"l{index}.{name}.b"]))
-        for name, norm in (
-            ("aln", block.attention_layer_norm),
-            ("oln", block.feed_forward_layer_norm),
-        ):
+        norms = {"aln": block.attention_layer_norm, "oln": block.feed_forward_layer_norm}
+        for name, norm in norms.items():
             pairs.append((norm.gamma, tensors[f"l{index}.{name}.w"]))
             pairs.append((norm.beta, tensors[f"l{index}.{name}.b"]))
     for variable, value in pairs:
