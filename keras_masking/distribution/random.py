@@ -27,15 +27,15 @@ import keras
 from keras_masking.distribution.replicas import replica_position
 
 
-def _global_rows(draw, shape):
-    """``draw(global_shape)`` sliced to this replica's rows of axis 0."""
+def _global_rows(draw, shape, **kwargs):
+    """``draw(global_shape, **kwargs)`` sliced to this replica's rows of axis 0."""
     index, count = replica_position()
     if count == 1:
-        return draw(tuple(shape))
+        return draw(tuple(shape), **kwargs)
     import tensorflow as tf
 
     batch = shape[0]
-    values = draw((batch * count,) + tuple(shape[1:]))
+    values = draw((batch * count,) + tuple(shape[1:]), **kwargs)
     start = tf.cast(index, "int32") * tf.cast(batch, "int32")
     return values[start : start + batch]
 
@@ -66,10 +66,7 @@ def batch_uniform(shape, seed, minval=0.0, maxval=1.0, dtype="float32"):
     (2, 3)
     """
     return _global_rows(
-        lambda global_shape: keras.random.uniform(
-            global_shape, minval=minval, maxval=maxval, dtype=dtype, seed=seed
-        ),
-        shape,
+        keras.random.uniform, shape, minval=minval, maxval=maxval, dtype=dtype, seed=seed
     )
 
 
@@ -94,10 +91,7 @@ def batch_randint(shape, minval, maxval, seed, dtype="int32"):
     (2, 3)
     """
     return _global_rows(
-        lambda global_shape: keras.random.randint(
-            global_shape, minval, maxval, dtype=dtype, seed=seed
-        ),
-        shape,
+        keras.random.randint, shape, minval=minval, maxval=maxval, dtype=dtype, seed=seed
     )
 
 
