@@ -276,15 +276,9 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
             raise ValueError(f"Expected strings to tokenize. Received: dtype {inputs.dtype.name}.")
         if isinstance(inputs, tf.RaggedTensor):
             return inputs.with_flat_values(self.tokenize(inputs.flat_values))
-        tokens = self.graph_tokenizer()(tf.reshape(inputs, [-1]))
         if inputs.shape.rank == 0:
-            tokens = tokens[0]
-            if self.sequence_length is not None:
-                tokens = tokens[: self.sequence_length]
-                padding = self.sequence_length - tf.shape(tokens)[0]
-                tokens = tf.pad(tokens, [[0, padding]], constant_values=self.pad_token_id)
-                tokens.set_shape([self.sequence_length])
-            return tokens
+            return self.tokenize(tf.reshape(inputs, [1]))[0]
+        tokens = self.graph_tokenizer()(tf.reshape(inputs, [-1]))
         if inputs.shape.rank > 1:
             tokens = tf.RaggedTensor.from_uniform_row_length(tokens, inputs.shape[-1])
         if self.sequence_length is not None:
