@@ -82,11 +82,10 @@ def _static_shape(name, tensor, rank=None, min_rank=None):
     return shape
 
 
-def _same_dims(names, shapes, dims):
-    """Raises unless the known sizes of the first ``dims`` axes agree."""
-    for axis in range(dims):
-        sizes = {shape[axis] for shape in shapes if shape[axis] is not None}
-        if len(sizes) > 1:
+def _same_dims(names, shapes):
+    """Raises unless the known sizes of ``shapes`` agree, axis by axis."""
+    for sizes in zip(*shapes):
+        if len({size for size in sizes if size is not None}) > 1:
             listed = ", ".join(f"{n} {s}" for n, s in zip(names, shapes))
             raise ValueError(f"Expected matching (batch, sequence) shapes. Received: {listed}.")
 
@@ -140,8 +139,8 @@ def sample_keep_mask(real, droppable, rate, keep_length, noise, rounding):
     names = ("real", "droppable", "noise")
     shapes = [_static_shape(n, t, rank=2) for n, t in zip(names, (real, droppable, noise))]
     rounding_shape = _static_shape("rounding", rounding, rank=1)
-    _same_dims(names, shapes, 2)
-    _same_dims(("real", "rounding"), (shapes[0][:1], rounding_shape), 1)
+    _same_dims(names, shapes)
+    _same_dims(("real", "rounding"), (shapes[0][:1], rounding_shape))
     real = ops.cast(real, "bool")
     droppable = ops.cast(droppable, "bool") & real
     droppable_count = ops.sum(ops.cast(droppable, "float32"), axis=1)
@@ -211,7 +210,7 @@ def batched_gather(values, indices):
     """
     values_shape = _static_shape("values", values, min_rank=2)
     indices_shape = _static_shape("indices", indices, rank=2)
-    _same_dims(("values", "indices"), (values_shape[:1], indices_shape[:1]), 1)
+    _same_dims(("values", "indices"), (values_shape[:1], indices_shape[:1]))
     check_integer_ids("indices", indices)
     if values_shape[1] is not None:
         check_ids_in_range(indices, values_shape[1], "indices", "the length of values")
@@ -245,7 +244,7 @@ def restore_full_length(kept_values, keep):
     """
     values_shape = _static_shape("kept_values", kept_values, min_rank=2)
     keep_shape = _static_shape("keep", keep, rank=2)
-    _same_dims(("kept_values", "keep"), (values_shape[:1], keep_shape[:1]), 1)
+    _same_dims(("kept_values", "keep"), (values_shape[:1], keep_shape[:1]))
     slots = values_shape[1]
     check_gather_slots(keep, slots, "keep", "keep mask")
     keep = ops.cast(keep, "bool")
