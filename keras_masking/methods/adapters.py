@@ -48,7 +48,8 @@ def save_adapter(model, path, name=None):
     ```
     """
     path = _output_path(path)
-    _check_name(name, allow_none=True)
+    if name is not None:
+        _check_name(name)
     description, arrays = _adapter_state(model)
     return _write_adapter(path, {**description, "name": name}, arrays)
 
@@ -245,9 +246,7 @@ class AdapterSet:
             raise KeyError(f"No adapter named {name!r}. Known: {self.names}")
 
 
-def _check_name(name, allow_none=False):
-    if name is None and allow_none:
-        return
+def _check_name(name):
     if not isinstance(name, str) or not name:
         raise ValueError(f"Expected a non-empty string for name. Received: name={name!r}.")
 
