@@ -75,15 +75,12 @@ def plot_masked_fractions(history, path=None, title="ASA: masked share of real a
     colours = pyplot.get_cmap("viridis")(np.linspace(0, 1, len(layers)))
     for column, (layer, colour) in enumerate(zip(layers, colours)):
         left.plot(epochs, fractions[:, column], marker="o", color=colour, label=f"layer {layer}")
-    left.set_xlabel("epoch")
-    left.set_ylabel("masked fraction")
+    left.set(xlabel="epoch", ylabel="masked fraction")
     left.legend(fontsize="small", ncol=2)
     right.plot(layers, fractions[0], marker="o", label="epoch 1")
     if len(epochs) > 1:
         right.plot(layers, fractions[-1], marker="s", label=f"epoch {len(epochs)}")
-    right.set_xlabel("layer")
-    right.set_ylabel("masked fraction")
-    right.set_xticks(layers)
+    right.set(xlabel="layer", ylabel="masked fraction", xticks=layers)
     right.legend(fontsize="small")
     figure.suptitle(title)
     figure.tight_layout()
