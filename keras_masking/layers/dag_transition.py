@@ -63,9 +63,7 @@ class DAGTransition(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
         self.max_vertices = check_int("max_vertices", max_vertices, minimum=1)
-        if slot_dim is not None:
-            slot_dim = check_int("slot_dim", slot_dim, minimum=1)
-        self.slot_dim = slot_dim
+        self.slot_dim = None if slot_dim is None else check_int("slot_dim", slot_dim, minimum=1)
         self.width = None
 
     @property
