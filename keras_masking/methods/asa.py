@@ -99,9 +99,9 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
         super().__init__(**kwargs)
         given = dict(tau=tau, alpha=alpha, mask_semantics=mask_semantics, noise=noise, seed=seed)
         given = {key: value for key, value in given.items() if value is not None}
-        for name, check in (("tau", check_float), ("alpha", check_float)):
+        for name in ("tau", "alpha"):
             if name in given:
-                given[name] = check(name, given[name], minimum=0.0)
+                given[name] = check_float(name, given[name], minimum=0.0)
         if "noise" in given:
             given["noise"] = check_bool("noise", noise)
         check_seed("seed", seed)
