@@ -66,7 +66,7 @@ class TransformerEmbedding(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
 
-        def table(layer_class, rows, name):
+        def table(rows, name, layer_class=keras.layers.Embedding):
             return layer_class(
                 rows,
                 self.hidden_dim,
@@ -76,18 +76,14 @@ class TransformerEmbedding(keras.layers.Layer):
             )
 
         self.token_embedding = table(
-            keras.layers.ReversibleEmbedding, self.vocabulary_size, "token_embedding"
+            self.vocabulary_size, "token_embedding", keras.layers.ReversibleEmbedding
         )
         self.segment_embedding = None
         if self.num_segments > 0:
-            self.segment_embedding = table(
-                keras.layers.Embedding, self.num_segments, "segment_embedding"
-            )
+            self.segment_embedding = table(self.num_segments, "segment_embedding")
         self.position_embedding = None
         if self.use_position_embedding:
-            self.position_embedding = table(
-                keras.layers.Embedding, self.max_sequence_length, "position_embedding"
-            )
+            self.position_embedding = table(self.max_sequence_length, "position_embedding")
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
