@@ -189,8 +189,7 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
         closest = {key: difflib.get_close_matches(key, unknown, n=1) for key in missing}
         hints = [f"{close[0]!r} -> {key!r}?" for key, close in closest.items() if close]
         raise ValueError(
-            f"{source}: missing required key(s) {missing}. "
-            f"Unrecognised keys: {unknown}. "
+            f"{source}: missing required key(s) {missing}. Unrecognised keys: {unknown}. "
             + (f"Did you mean: {', '.join(hints)}" if hints else "")
         )
     if unknown:

@@ -242,8 +242,7 @@ def to_keras_hub(backbone):
     if any(attachment is not None for attachment in attachments):
         raise ValueError(
             "This backbone has tuning attachments (addFFN / key-value prefixes / attention "
-            "units) that keras-hub's "
-            "layers cannot hold. Merge addFFN first (backbone.merge_fl())."
+            "units) that keras-hub's layers cannot hold. Merge addFFN first (backbone.merge_fl())."
         )
     if backbone.position != "absolute":
         raise ValueError(

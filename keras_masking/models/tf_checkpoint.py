@@ -151,9 +151,8 @@ def _family_hint(missing, unexpected, family):
         )
     if position_name in unexpected:
         return (
-            f" The checkpoint has absolute position embeddings, which a "
-            f"{family} model does not use: is it a BERT/RoBERTa checkpoint "
-            "(model='bert')?"
+            f" The checkpoint has absolute position embeddings, which a {family} model does "
+            "not use: is it a BERT/RoBERTa checkpoint (model='bert')?"
         )
     return ""
 

@@ -80,9 +80,8 @@ class TransformerMaskedLM(ConcreteInputChecks, keras_hub.models.MaskedLM):
         positions = inputs.get("mask_positions") if isinstance(inputs, dict) else None
         if positions is None:
             raise ValueError(
-                "Expected a dict of inputs with the keys "
-                f"{sorted(self.input)}. Received: the keys "
-                f"{sorted(inputs)} (missing ['mask_positions'])."
+                f"Expected a dict of inputs with the keys {sorted(self.input)}. Received: the "
+                f"keys {sorted(inputs)} (missing ['mask_positions'])."
             )
         check_integer_ids("mask_positions", positions)
         shape, length = static_shape(positions), static_shape(inputs["token_ids"])[1]
