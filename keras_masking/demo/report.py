@@ -40,16 +40,14 @@ def summary_rows(rows):
     groups = {}
     for row in rows:
         groups.setdefault((row["task"], row["encoder"], row["method"]), []).append(row)
-    plain_step = {}
-    for (task, encoder, method), group in groups.items():
-        if method == "plain":
-            steps = [row["step_seconds"] for row in group if row["step_seconds"]]
-            plain_step[task, encoder] = statistics.median(steps) if steps else None
+    medians = {}
+    for key, group in groups.items():
+        steps = [row["step_seconds"] for row in group if row["step_seconds"]]
+        medians[key] = statistics.median(steps) if steps else None
     summary = []
     for (task, encoder, method), group in groups.items():
-        steps = [row["step_seconds"] for row in group if row["step_seconds"]]
-        step = statistics.median(steps) if steps else None
-        base = plain_step.get((task, encoder))
+        step = medians[task, encoder, method]
+        base = medians.get((task, encoder, "plain"))
         summary.append(
             {
                 "task": task,
