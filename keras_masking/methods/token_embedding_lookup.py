@@ -30,7 +30,7 @@ def _token_embedding_of(owner):
     return layer if isinstance(layer, keras.layers.Embedding) else None
 
 
-def _evidence(model, layers):
+def _evidence(layers):
     """Token-embedding candidates, from the strongest evidence to the weakest (see
     `find_token_embedding`)."""
     backbones = [layer for layer in layers if isinstance(layer, keras_hub.models.Backbone)]
@@ -103,7 +103,7 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
         layer = _token_embedding_of(owner)
         if layer is not None and vocabulary_size in (None, layer.input_dim):
             return layer
-    for _, found in _evidence(model, layers):
+    for _, found in _evidence(layers):
         if vocabulary_size is not None:
             found = [c for c in found if c.input_dim == vocabulary_size]
         if len(found) == 1:
