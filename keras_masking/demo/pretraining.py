@@ -185,12 +185,8 @@ def _pretrain_2d(settings, tokenizer, train, held_out, objective, progress):
         train, batch_size=settings.batch_size, epochs=1, shuffle=False, verbose=progress
     )
     scores = pretrainer.evaluate(held_out, batch_size=64, verbose=0, return_dict=True)
-    result = {
-        "loss": float(scores["loss"]),
-        "entropy": float(scores["entropy"]),
-        "aligned_entropy": float(scores["aligned_entropy"]),
-        "train_loss": float(history.history["loss"][-1]),
-    }
+    result = {name: float(scores[name]) for name in ("loss", "entropy", "aligned_entropy")}
+    result["train_loss"] = float(history.history["loss"][-1])
     return backbone, result
 
 
