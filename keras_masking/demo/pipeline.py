@@ -157,10 +157,7 @@ def run(output_dir=None, settings=None, quick=False, verbose=1, cache=None):
     output.mkdir(parents=True, exist_ok=True)
     try:
         return _run(output, settings, corpora, verbose, cache)
-    except BaseException:
-        # Interrupted (Ctrl-C) or failed: remove what this run wrote, so the
-        # same command can run again into the same folder. Pretrained
-        # encoders already in the cache are complete and stay.
+    except BaseException:  # interrupted (Ctrl-C) or failed
         _remove_written(output, made)
         logger.warning(
             "The demo stopped; removed what it wrote to %s (pretrained encoders in the cache "
