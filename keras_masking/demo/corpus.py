@@ -100,12 +100,10 @@ def build_vocabulary(texts, size):
     ['天', '好', '上']
     """
     counts = collections.Counter("\n".join(texts).lower())
-    for character in [character for character in counts if character.isspace()]:
-        del counts[character]
-    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    kept = [(character, count) for character, count in counts.items() if not character.isspace()]
+    ranked = sorted(kept, key=lambda item: (-item[1], item[0]))
     characters = [character for character, _ in ranked[:size]]
-    pieces = [f"##{character}" for character in characters if character.isascii()]
-    pieces = [piece for piece in pieces if piece[2:].isalnum()]
+    pieces = [f"##{char}" for char in characters if char.isascii() and char.isalnum()]
     return list(SPECIAL_TOKENS) + characters + pieces
 
 
