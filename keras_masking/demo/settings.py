@@ -12,11 +12,6 @@ from keras_masking.utils.arguments import check_int
 MAX_SEED = 2**32 - 1  # numpy's largest seed
 
 
-def _xla_pays():
-    """True where compiling the small encoders' steps with XLA saves time: not on TensorFlow."""
-    return keras.config.backend() != "tensorflow"
-
-
 E5_NUM_LAYERS = 12  # multilingual-e5-small's layers
 
 # (layers, hidden, heads, FFN units) of each model size.
@@ -142,7 +137,9 @@ class DemoSettings:
     vocabulary_size: int = 3000
     exlm_k: int = 2
     seed: int = 0
-    jit_compile: bool = dataclasses.field(default_factory=lambda: _xla_pays())
+    jit_compile: bool = dataclasses.field(
+        default_factory=lambda: keras.config.backend() != "tensorflow"
+    )
 
     def __post_init__(self):
         check_choice("model_size", self.model_size, sorted(MODEL_SIZES))
