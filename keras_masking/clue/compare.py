@@ -46,6 +46,10 @@ RECORD = "compare.json"
 TABLE = "compare.md"
 PLOT = "compare.png"
 BASELINE = "plain"
+# Scores are shares of examples (``100 * k / n``): two differences of the same
+# number of examples differ by float rounding only (about 1e-14), two of a
+# different number by at least ``100 / n``. Relative to the largest difference.
+_SAME_DIFFERENCE = 1e-9
 # A method spec's name -> (the value's type, its value when the spec gives
 # none; None: the spec must give one). `plain` takes no value, and
 # `correct_embeddings` none either (it is on or off).
@@ -527,6 +531,9 @@ def paired_difference(scores, baseline):
         difference on every seed (sd 0, an interval of width 0) is "cannot
         tell": the spread of so few seeds is then unknown, not zero (with
         80 examples, a difference of 6.25 points is five examples).
+        Differences equal up to float rounding are the same difference
+        (``100 * 485 / 671 - 100 * 480 / 671`` differs from ``100 * 500 /
+        671 - 100 * 495 / 671`` in the last bits): their sd is 0.
 
     Example:
     >>> found = paired_difference([3.0, 5.0, 4.0], [1.0, 2.0, 1.0])
@@ -542,6 +549,8 @@ def paired_difference(scores, baseline):
         return {"n": 1, "mean": mean, "sd": None, "t": None, "low": None, "high": None,
                 "half_width": None, "verdict": "cannot tell"}  # fmt: skip
     sd = float(differences.std(ddof=1))
+    if np.ptp(differences) <= _SAME_DIFFERENCE * max(1.0, float(np.abs(differences).max())):
+        sd = 0.0  # the same difference on every seed, but for float rounding
     t = t_quantile_975(n - 1)
     half_width = t * sd / math.sqrt(n)
     low, high = mean - half_width, mean + half_width

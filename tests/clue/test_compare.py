@@ -184,6 +184,24 @@ def test_the_same_difference_on_every_seed_proves_nothing():
     assert "| fl | 1 | 56.25 ± 6.25 | +6.25 [+6.25, +6.25] | unknown | cannot tell |" in table
 
 
+def test_differences_equal_up_to_float_rounding_are_the_same_difference():
+    # +5 examples of 671 on every seed: 100 * k / 671 is not exact in binary,
+    # so the three differences differ in their last bits (an sd of 8e-15 made
+    # an interval of width 4e-14 and the verdict "helps").
+    baseline = [100 * k / 671 for k in (480, 495, 502)]
+    method = [100 * (k + 5) / 671 for k in (480, 495, 502)]
+    assert len({m - b for m, b in zip(method, baseline)}) > 1  # not equal bit for bit
+    found = paired_difference(method, baseline)
+    assert found["sd"] == 0.0 and found["half_width"] is None
+    assert found["verdict"] == "cannot tell" and found["mean"] == pytest.approx(500 / 671)
+    # Equal differences whose float mean is not their value (0.1 three times).
+    assert paired_difference([0.1] * 3, [0.0] * 3)["verdict"] == "cannot tell"
+    # One example more on one seed is a spread: the interval decides.
+    spread = [100 * (k + 5 + (k == 502)) / 671 for k in (480, 495, 502)]
+    spread = paired_difference(spread, baseline)
+    assert spread["sd"] > 0.0 and spread["verdict"] == "helps"
+
+
 # === A labelled test file: scored at the epoch half A chose, choosing nothing ===
 def test_the_test_file_is_scored_at_the_epoch_half_a_chose_and_chooses_nothing(compared, data):
     output, result, record = compared
