@@ -281,7 +281,10 @@ def _marked_wsc_text(record, where):
     """The text with span1 as ``_x_`` and span2 as ``[y]`` (bert4keras)."""
     text = _field(record, "text", where, str)
     target = _field(record, "target", where, dict, "an object")
-    inserts = []  # (position, 0 for a closing mark / 1 for an opening one, mark)
+    # (position, 0 for a closing mark / 1 for an opening one, order, mark): at one
+    # position, marks close before others open; nested spans close the inner one
+    # first and open the outer one first.
+    inserts = []
     for number, (opening, closing) in ((1, ("_", "_")), (2, ("[", "]"))):
         index = _field(target, f"span{number}_index", f"{where}: target", int)
         span = _field(target, f"span{number}_text", f"{where}: target", str)
@@ -290,10 +293,11 @@ def _marked_wsc_text(record, where):
                 f"{where}: target span{number}_text {span!r} is not at span{number}_index "
                 f"{index} of the text (found {text[index : index + len(span)]!r} there)."
             )
-        inserts += [(index, 1, opening), (index + len(span), 0, closing)]
-    inserts.sort(key=lambda insert: (insert[0], insert[1]))
+        end = index + len(span)
+        inserts += [(index, 1, -end, opening), (end, 0, -index, closing)]
+    inserts.sort(key=lambda insert: insert[:3])
     pieces, start = [], 0
-    for position, _, mark in inserts:
+    for position, _, _, mark in inserts:
         pieces += [text[start:position], mark]
         start = position
     pieces.append(text[start:])

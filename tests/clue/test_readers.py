@@ -221,6 +221,22 @@ def test_csl_keywords_join_and_wsc_spans_marked(tmp_path):
     ]
 
 
+@pytest.mark.parametrize(
+    "span1, span2, marked",
+    [
+        ((0, "小明的他"), (3, "他"), "_小明的[他]_来了"),  # nested, one end: inner closes first
+        ((0, "小明"), (0, "小明的他"), "[_小明_的他]来了"),  # nested, one start: outer opens first
+        ((0, "小明"), (2, "的"), "_小明_[的]他来了"),  # adjacent: one closes, then one opens
+    ],
+)
+def test_wsc_spans_that_touch_or_nest_are_marked_nested(tmp_path, span1, span2, marked):
+    target = {"span1_index": span1[0], "span1_text": span1[1]}
+    target.update(span2_index=span2[0], span2_text=span2[1])
+    record = {"target": target, "idx": 0, "label": "true", "text": "小明的他来了"}
+    write_lines(tmp_path / "cluewsc" / "dev.json", [record])
+    assert read_split(tmp_path, "cluewsc", "dev").examples[0].text_a == marked
+
+
 # === FewCLUE layout ===
 def test_fewclue_integer_labels_few_shot_splits_and_test_ids(tmp_path):
     folder = tmp_path / "tnews"
