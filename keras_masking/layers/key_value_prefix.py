@@ -1,5 +1,7 @@
 """P-tuning v2's trainable per-layer key/value prefixes, and its shared prefix MLP."""
 
+import contextlib
+
 import keras
 from keras import ops
 
@@ -199,6 +201,7 @@ def key_value_prefixes(
     reparameterize=False,
     hidden_units=512,
     dtype=None,
+    name_scopes=None,
 ):
     """One `KeyValuePrefix` per tuned layer, as P-tuning v2 builds them.
 
@@ -210,6 +213,10 @@ def key_value_prefixes(
             see `KeyValuePrefix`.
         num_layers: int >= 1, how many layers get a prefix.
         dtype: dtype or `keras.DTypePolicy` of the layers.
+        name_scopes: None, or one name per prefix (the paths of the layers
+            they go to): each prefix is made under its own, so that its
+            variables' paths (``transformer_layer_3/key_value_prefix/keys``)
+            differ from the other prefixes'.
 
     Returns:
         A list of ``num_layers`` `KeyValuePrefix` layers, in layer order.
@@ -235,18 +242,27 @@ def key_value_prefixes(
             dtype=dtype,
             name="prefix_encoder",
         )
-    return [
-        KeyValuePrefix(
-            length,
-            num_heads=num_heads,
-            head_dim=head_dim,
-            dropout=dropout,
-            reparameterize=reparameterize,
-            hidden_units=hidden_units,
-            encoder=encoder,
-            layer_index=index if reparameterize else 0,
-            dtype=dtype,
-            name="key_value_prefix",
+    if name_scopes is None:
+        name_scopes = [None] * num_layers
+    elif len(name_scopes) != num_layers:
+        raise ValueError(
+            f"Expected one name scope per prefix ({num_layers}). Received: "
+            f"name_scopes={name_scopes!r}."
         )
-        for index in range(num_layers)
-    ]
+    prefixes = []
+    for index, scope in enumerate(name_scopes):
+        with keras.name_scope(scope) if scope else contextlib.nullcontext():
+            prefix = KeyValuePrefix(
+                length,
+                num_heads=num_heads,
+                head_dim=head_dim,
+                dropout=dropout,
+                reparameterize=reparameterize,
+                hidden_units=hidden_units,
+                encoder=encoder,
+                layer_index=index if reparameterize else 0,
+                dtype=dtype,
+                name="key_value_prefix",
+            )
+        prefixes.append(prefix)
+    return prefixes

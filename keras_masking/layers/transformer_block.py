@@ -7,6 +7,9 @@ from keras_masking.layers.feed_forward import FeedForward
 from keras_masking.layers.self_attention import SelfAttention
 from keras_masking.utils.arguments import check_float
 
+# The attached layers, in the order the block tracks (and saves) them.
+BLOCK_ATTACHMENTS = ("feed_forward_branch", "key_value_prefix", "attention_units")
+
 
 def _training(training):
     """``training=`` for a sublayer call, left out when None so that it inherits the outer flag."""
@@ -144,9 +147,10 @@ class TransformerBlock(keras.layers.Layer):
 
         Args:
             layer: a layer returning a ``(keys, values)`` pair of shape
-                ``(1, prefix, heads, head_dim)``, e.g. `KeyValuePrefix`.
+                ``(1, prefix, heads, head_dim)``, e.g. `KeyValuePrefix`. It
+                is built here.
         """
-        self._attach("key_value_prefix", layer)
+        self._attach("key_value_prefix", layer, build=True)
 
     def attach_attention_units(self, layer):
         """Adds MA-tuning's extra attention units (an `AttentionUnits`)."""
@@ -169,7 +173,11 @@ class TransformerBlock(keras.layers.Layer):
             raise ValueError("Build the block (call it once) before attaching layers to it.")
         if build and not layer.built:
             width = self.self_attention.num_heads * self.self_attention.head_dim
-            layer.build((None, None, width))
+            # Under this block's name, as its own sublayers: every variable's
+            # path is unique in the model (the optimizer's slots, LoRA's
+            # merge and the adapter files find variables by path).
+            with keras.name_scope(self.path):
+                layer.build((None, None, width))
         previous = getattr(self, attribute)
         # Keras locks a built layer's state; attaching is this class's own,
         # deliberate state change (the same pattern as Keras' enable_lora).
@@ -178,6 +186,14 @@ class TransformerBlock(keras.layers.Layer):
             if previous is not None:
                 self._tracker.untrack(previous)
             setattr(self, attribute, layer)
+            for name in BLOCK_ATTACHMENTS:
+                if getattr(self, name) is not None:
+                    self._tracker.untrack(getattr(self, name))
+            # Tracked again in one order, whatever the order of attaching:
+            # the order of the trainable variables, by which Keras saves and
+            # restores an optimizer's state, is then the order a loaded model has.
+            for name in BLOCK_ATTACHMENTS:
+                setattr(self, name, getattr(self, name))
         finally:
             self._tracker.lock()
         return previous

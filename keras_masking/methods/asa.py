@@ -116,6 +116,7 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
         backbone = _attacked_backbone(task_model)
         self.task_model = task_model
         self.backbone = backbone
+        backbone.callers.add(self)  # refreshed by every enable_* call on the backbone
         if layers is not None:
             given["layers"] = backbone.layer_indices(layers)
         settings = _asa_settings(given, backbone.asa)
@@ -194,6 +195,11 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
             self.adversarial_model = self._build_adversarial_model()
         finally:
             self._tracker.lock()
+
+    @property
+    def attacked_backbone(self):
+        """The `TransformerBackbone` this trainer attacks (its task model calls it)."""
+        return self.backbone
 
     @property
     def inference_model(self):

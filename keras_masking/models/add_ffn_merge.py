@@ -32,6 +32,7 @@ def merge_add_ffn(backbone, placement="suffix"):
         )
     if backbone.add_ffn is None:
         raise ValueError("No addFFN branches to merge: call enable_fl_tuning() first.")
+    _refuse_feed_forward_lora(backbone, "merge_fl")
     units, tuned = backbone.add_ffn["units"], list(backbone.add_ffn["layers"])
     at = insert_index(placement, backbone.intermediate_dim)
     record = {
@@ -72,6 +73,7 @@ def unmerge_add_ffn(backbone, units=None, placement=None, layers=None):
             "This backbone has addFFN branches or attention units attached; unmerge_fl "
             "splits a merged backbone. Merge it first (backbone.merge_fl())."
         )
+    _refuse_feed_forward_lora(backbone, "unmerge_fl")
     record = dict(backbone.merged_add_ffn or {})
     units = record.get("units") if units is None else check_int("units", units, minimum=1)
     if units is None:
@@ -101,6 +103,16 @@ def unmerge_add_ffn(backbone, units=None, placement=None, layers=None):
             )
     split.freeze_base()
     return split
+
+
+def _refuse_feed_forward_lora(backbone, what):
+    """LoRA kernels of an FFN's layers have the FFN's width: they do not carry over."""
+    adapted = [layer.path for layer in backbone.lora_layers() if "/feed_forward/" in layer.path]
+    if adapted:
+        raise ValueError(
+            f"{what} changes the FFNs' width, and LoRA adapts their layers ({adapted[0]}...): "
+            f"merge LoRA first (backbone.merge_lora().{what}())."
+        )
 
 
 def copy_backbone(backbone, **changes):

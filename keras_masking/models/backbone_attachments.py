@@ -162,6 +162,7 @@ class BackboneAttachments:
             reparameterize=reparameterize,
             hidden_units=hidden_units,
             dtype=self.dtype_policy,
+            name_scopes=[self.transformer_layers[index].path for index in layers],
         )
         for index, prefix in zip(layers, prefixes):
             self.transformer_layers[index].attach_key_value_prefix(prefix)
@@ -261,11 +262,21 @@ class BackboneAttachments:
         return [layer for layer in self._lora_capable() if layer.name in names]
 
     def _lora_capable(self):
-        """The sublayers that take LoRA (Keras' ``enable_lora``) and hold weights, in order."""
+        """The pretrained sublayers that take LoRA (Keras' ``enable_lora``) and hold weights.
+
+        Not the methods' own layers (addFFN, attention units, ASA's
+        adversaries), which train whole: their ``query`` or
+        ``intermediate_dense`` share the base layers' names.
+        """
+        base = {
+            id(sublayer)
+            for layer in self.base_layers()
+            for sublayer in layer._flatten_layers(include_self=True)
+        }
         return [
             layer
             for layer in self._flatten_layers(include_self=False)
-            if hasattr(layer, "enable_lora") and layer.weights
+            if id(layer) in base and hasattr(layer, "enable_lora") and layer.weights
         ]
 
     def lora_layers(self):

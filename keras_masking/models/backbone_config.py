@@ -5,6 +5,7 @@ import json
 from keras_masking.layers.activations import activation_name
 from keras_masking.layers.activations import resolve_activation
 from keras_masking.layers.self_attention import validate_position_scheme
+from keras_masking.layers.transformer_block import BLOCK_ATTACHMENTS  # noqa: F401 (re-exported)
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
@@ -62,8 +63,6 @@ CONFIG_NAMES = (
     "pooling",
     "custom_position_ids",
 )
-
-BLOCK_ATTACHMENTS = ("feed_forward_branch", "key_value_prefix", "attention_units")
 
 ASA_WITH_GATHER = (
     "ASA cannot attack a backbone that drops tokens in gather mode: the clean and "

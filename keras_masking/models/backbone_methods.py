@@ -71,7 +71,7 @@ class BackboneMethods:
             minimum=0,
             maximum=self.vocabulary_size - 1,
         )
-        if self.asa is not None and mode == "gather":
+        if mode == "gather" and (self.asa is not None or self.attacking_trainers()):
             raise ValueError(ASA_WITH_GATHER)
         # The graph's layers are configured, not added: the graph is the same.
         self.token_dropping.reconfigure(
@@ -81,6 +81,17 @@ class BackboneMethods:
         self.drop_token_enabled = True
         if self.restore_dropped_tokens.gathering and self.token_dropping.rate:
             warn_if_slow_token_dropping_under_xla()
+
+    def attacking_trainers(self):
+        """The `ASATrainer`s built on a model that calls this backbone (alive ones).
+
+        Example:
+        ```python
+        assert backbone.attacking_trainers() == []
+        ```
+        """
+        callers = self.callers
+        return [model for model in callers if getattr(model, "attacked_backbone", None) is self]
 
     @refreshes_callers
     def enable_asa(
@@ -112,6 +123,13 @@ class BackboneMethods:
         """
         if self.asa is not None:
             raise ValueError(f"ASA is already enabled ({self.asa}).")
+        if self.attacking_trainers():
+            raise ValueError(
+                "An ASATrainer already attacks this backbone with its own adversaries and "
+                "settings, which it keeps: enable_asa here would not be trained. Build the "
+                "ASATrainer after enable_asa (it then reads the backbone's setting), or give the "
+                "ASATrainer the settings you want."
+            )
         if self.drop_token is not None and self.drop_token.mode == "gather":
             raise ValueError(ASA_WITH_GATHER)
         tau = check_float("tau", tau, minimum=0.0)
@@ -216,7 +234,10 @@ class BackboneMethods:
         methods (FL-tuning's units, P-tuning v2's prefixes, ASA's
         adversaries) keep training, so the methods compose. The config
         records the call: a saved model loads with LoRA on (Keras saves each
-        LoRA layer's kernel merged, its LoRA kernels then start from zero).
+        LoRA layer's kernel merged and loads its LoRA kernels as zeros; the
+        next ``fit`` gives ``A`` fresh values, `restart_loaded_lora`). Only
+        the pretrained layers are adapted, not the methods' own layers of
+        the same names (addFFN, attention units, adversaries).
 
         Args:
             rank: int >= 1, the rank of the LoRA factorisation.
@@ -245,7 +266,20 @@ class BackboneMethods:
                     f"({unknown or 'empty'} match no such layer)."
                 )
         attached = [(v, v.trainable) for layer in self._attachments() for v in layer.weights]
-        super().enable_lora(rank, names)
+        # keras-hub's `Backbone.enable_lora` on the pretrained layers only: its
+        # name match would also adapt the methods' own layers of those names.
+        targets = self.lora_targets(names)
+        self.trainable = True
+        for layer in self._flatten_layers(include_self=False):
+            layer.trainable = False
+        for layer in targets:
+            layer.trainable = True
+            layer.enable_lora(rank)
+        # What keras-hub's `save_lora_weights` / `load_lora_weights` read.
+        with_weights = [lyr for lyr in self._flatten_layers(include_self=False) if lyr.weights]
+        chosen = {id(layer) for layer in targets}
+        self._lora_enabled_layers = [i for i, lyr in enumerate(with_weights) if id(lyr) in chosen]
+        self._lora_rank = rank
         for variable, trainable in attached:
             variable.trainable = trainable
         self.lora = {"rank": rank, "target_layer_names": names}

@@ -39,8 +39,9 @@ def serving_backbone(backbone):
     assert plain.add_ffn is None and plain.drop_token is None
     ```
     """
-    source = backbone.merge_fl() if backbone.add_ffn else backbone
-    return copy_with_lora_merged(source, **TRAINING_ONLY, frozen_base=False)
+    # LoRA first: it may adapt the FFNs that merging addFFN widens.
+    plain = copy_with_lora_merged(backbone, **TRAINING_ONLY, frozen_base=False)
+    return plain.merge_fl() if plain.add_ffn else plain
 
 
 def copy_with_lora_merged(backbone, **changes):

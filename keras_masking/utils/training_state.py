@@ -1,12 +1,16 @@
 """A compiled model's training state brought in step with a method turned on late."""
 
+import collections
 import copy
+import logging
 import weakref
 from collections.abc import Mapping
 
 import keras
 import numpy as np
 from keras.src.backend.common import global_state
+
+logger = logging.getLogger("keras_masking")
 
 #: Optimizer settings Keras keeps outside `get_config` (set by
 #: ``exclude_from_weight_decay``).
@@ -59,7 +63,9 @@ def build_optimizer(model, x=None, y=None):
     everything is built from the batch's shapes (the batch size left open,
     as in the traced step); otherwise only the optimizer of a built model.
     The package's models call this in ``fit``; it does nothing on other
-    backends, without an optimizer, or when the optimizer is built.
+    backends, without an optimizer, or when the optimizer is built. An
+    unbuilt optimizer's model first gets `restart_loaded_lora` (on every
+    backend).
 
     Args:
         model: a `keras.Model`, compiled or not.
@@ -74,6 +80,8 @@ def build_optimizer(model, x=None, y=None):
     ```
     """
     optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and not optimizer.built:
+        restart_loaded_lora(model)  # a loaded model's LoRA trains again
     if keras.config.backend() != "tensorflow" or optimizer is None or optimizer.built:
         return
     batch = _symbolic_batch(model, x, y)
@@ -87,6 +95,47 @@ def build_optimizer(model, x=None, y=None):
     if model.built:
         with model.distribute_strategy.scope():
             optimizer.build(model.trainable_variables)
+
+
+def restart_loaded_lora(model):
+    """Gives LoRA's ``A`` kernels fresh values where loading left LoRA unable to train.
+
+    Keras saves a LoRA layer's kernel with its low-rank update merged in and
+    loads both LoRA kernels as zeros; with ``A`` and ``B`` both zero neither
+    has a gradient, so the next ``fit`` would train everything but LoRA.
+    Each such layer's ``A`` gets He-uniform values, as ``enable_lora`` gives
+    it; ``B`` stays zero, so the model's outputs do not change. Layers whose
+    LoRA kernels are not both zero are left alone. `build_optimizer` (which
+    the package's models run in ``fit``) and `refresh_training` run it; call
+    it before fitting your own model after ``keras.saving.load_model`` or
+    ``from_preset``.
+
+    Args:
+        model: a `keras.Model` or layer.
+
+    Returns:
+        The number of layers whose ``A`` kernel was restarted.
+
+    Example:
+    ```python
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(True))
+    restarted = keras_masking.utils.restart_loaded_lora(model)  # 0: nothing was loaded
+    ```
+    """
+    restarted = 0
+    for layer in model._flatten_layers(include_self=True):
+        if not getattr(layer, "lora_enabled", False):
+            continue
+        kernel_a, kernel_b = layer.lora_kernel_a, layer.lora_kernel_b
+        if np.any(keras.ops.convert_to_numpy(kernel_a)) or np.any(
+            keras.ops.convert_to_numpy(kernel_b)
+        ):
+            continue
+        kernel_a.assign(keras.initializers.HeUniform()(kernel_a.shape, kernel_a.dtype))
+        restarted += 1
+    if restarted:
+        logger.info("LoRA restarted on %d layer(s) loaded with zero LoRA kernels.", restarted)
+    return restarted
 
 
 def _spec(value):
@@ -164,22 +213,45 @@ def refresh_training(model):
     rebuild = getattr(model, "rebuild_training_graph", None)
     if callable(rebuild):
         rebuild()
+    restart_loaded_lora(model)
     optimizer = getattr(model, "optimizer", None)
     if optimizer is None or not getattr(optimizer, "built", False):
         return
     fresh = unbuilt_optimizer_copy(optimizer)
     fresh.build(model.trainable_variables)
-    previous = {variable.path: variable for variable in optimizer.variables}
-    for variable in fresh.variables:
-        source = previous.get(variable.path)
+    # A slot is named after its variable's path: a path that two variables
+    # share (layers built outside their parent's name scope) names no one
+    # variable, and those slots start afresh rather than take another's.
+    previous, shared = _by_unique_path(optimizer.variables)
+    current, shared_now = _by_unique_path(fresh.variables)
+    for path, variable in current.items():
+        source = previous.get(path)
         if source is not None and tuple(source.shape) == tuple(variable.shape):
             variable.assign(source)
+    if shared or shared_now:
+        counts = collections.Counter(variable.path for variable in model.trainable_variables)
+        logger.warning(
+            "refresh_training: %d optimizer slot(s) start again from zero: variables of the "
+            "model share the paths %s, so their slots cannot be told apart. Build each layer "
+            "under its parent (keras.name_scope) to give every variable its own path.",
+            sum(len(variables) for variables in shared_now.values()),
+            sorted(path for path, count in counts.items() if count > 1)[:3],
+        )
     model.optimizer = fresh
     if getattr(model, "compiled", False):
         # Keras compares the flags with these at fit time (a warning on change).
         model._compiled_trainable_state = {
             layer: layer.trainable for layer in model._flatten_layers()
         }
+
+
+def _by_unique_path(variables):
+    """``({path: variable} of the paths held once, {path: [variables]} of the others)``."""
+    by_path = collections.defaultdict(list)
+    for variable in variables:
+        by_path[variable.path].append(variable)
+    unique = {path: found[0] for path, found in by_path.items() if len(found) == 1}
+    return unique, {path: found for path, found in by_path.items() if len(found) > 1}
 
 
 def outermost_caller(default=None):

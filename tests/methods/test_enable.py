@@ -323,3 +323,102 @@ def test_fl_tuning_on_a_loaded_trained_classifier_trains_its_units(tmp_path):
     branches = [layer.feed_forward_branch for layer in loaded.backbone.transformer_layers]
     assert {v.path for b in branches for v in b.weights} <= moved
     assert loaded.backbone.token_embedding.embeddings.path not in moved
+
+
+# === Methods composed: each variable its own path, its own state ===
+def test_the_methods_weights_have_their_own_paths_in_one_order_whatever_the_order_of_enabling():
+    # The paths name the optimizer's slots, LoRA's merge and the adapter files'
+    # entries: addFFN branches and prefixes built outside their blocks' scope
+    # shared one path across layers, and a refreshed optimizer gave every
+    # layer's branch the last layer's Adam moments.
+    orders = []
+    for order in (("prefix_tuning", "fl_tuning"), ("fl_tuning", "prefix_tuning")):
+        backbone = _backbone("backbone")
+        for method in order:
+            METHODS[method](backbone)
+        METHODS["asa"](backbone)
+        paths = [v.path for v in backbone.weights]
+        assert len(set(paths)) == len(paths)
+        assert "transformer_layer_1/add_ffn/intermediate_dense/kernel" in paths
+        assert "transformer_layer_1/key_value_prefix/keys" in paths
+        orders.append([v.path for v in backbone.trainable_variables])
+        # The order a loaded backbone has, by which Keras restores an optimizer.
+        loaded = TransformerBackbone.from_config(backbone.get_config())
+        assert [v.path for v in loaded.trainable_variables] == orders[-1]
+    assert orders[0] == orders[1]
+
+
+def test_a_method_enabled_late_keeps_each_variables_own_optimizer_state():
+    target, model = _model("backbone")
+    target.enable_fl_tuning(units=4)
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=False,
+    )
+    model.fit(_features("backbone"), LABELS, batch_size=4, epochs=2, verbose=0)
+    before = {v.path: np.array(v.numpy()) for v in model.optimizer.variables}
+    target.enable_drop_token(0.25, unselectable_token_ids=(CLS, SEP), mode="attention", seed=1)
+    after = {v.path: np.array(v.numpy()) for v in model.optimizer.variables}
+    moments = [path for path in before if "add_ffn" in path and "momentum" in path]
+    assert len(moments) == 8  # two layers' branches, four weights each
+    for path in moments:
+        np.testing.assert_array_equal(after[path], before[path])
+
+
+def test_lora_adapts_the_pretrained_layers_only_and_merges_with_fl_tuning():
+    model, _ = _model("classifier")
+    model.enable_fl_tuning(units=4)
+    METHODS["asa"](model)
+    model.enable_lora(2, target_layer_names=["query", "intermediate_dense"])
+    adapted = [layer.path for layer in model.backbone.lora_layers()]
+    # Not the addFFN branches' or the adversaries' layers of the same names.
+    assert adapted == [
+        f"transformer_layer_{i}/{name}"
+        for i in range(2)
+        for name in ("self_attention/query", "feed_forward/intermediate_dense")
+    ]
+    adversaries = {v.path for a in model.backbone.attention_adversaries for v in a.weights}
+    assert adversaries <= {v.path for v in model.trainable_weights}
+    _compiled(model).fit(TEXTS, LABELS, batch_size=4, epochs=1, verbose=0)
+    # The serving copy merges LoRA first, then the branches into wider FFNs.
+    np.testing.assert_allclose(
+        _predict(model.serving_copy(), "classifier"), _predict(model, "classifier"), atol=1e-5
+    )
+    with pytest.raises(ValueError, match=r"merge LoRA first \(backbone.merge_lora\(\).merge_fl"):
+        model.backbone.merge_fl()
+    merged = model.backbone.merge_lora().merge_fl()
+    assert merged.lora is None and merged.add_ffn is None
+
+
+def test_lora_loaded_from_a_preset_trains_again(tmp_path):
+    # Keras saves a LoRA layer's kernel merged and loads its LoRA kernels as
+    # zeros, which have no gradient: LoRA stopped training after from_preset.
+    model, _ = _model("classifier")
+    model.enable_lora(2)
+    _compiled(model).fit(TEXTS, LABELS, batch_size=4, epochs=1, verbose=0)
+    model.save_to_preset(str(tmp_path / "preset"))
+    loaded = TransformerTextClassifier.from_preset(str(tmp_path / "preset"))
+    np.testing.assert_allclose(
+        _predict(loaded, "classifier"), _predict(model, "classifier"), atol=1e-5
+    )
+    lora = {v.path for v in loaded.weights if "lora_kernel" in v.path}
+    assert len(lora) == 8
+    moved, _ = _moved(loaded, lambda: _compiled(loaded).fit(TEXTS, LABELS, batch_size=4, verbose=0))
+    assert lora <= moved
+
+
+@pytest.mark.parametrize("fitted", [False, True])
+def test_an_asa_trainer_refuses_what_it_would_not_train_before_anything_changes(fitted):
+    target, model = _model("backbone")
+    trainer = _compiled(ASATrainer(model, tau=0.5, seed=1))
+    if fitted:
+        trainer.fit(_features("backbone"), LABELS, batch_size=4, verbose=0)
+    assert target.attacking_trainers() == [trainer]
+    with pytest.raises(ValueError, match="ASA cannot attack a backbone that drops tokens"):
+        target.enable_drop_token(0.25, unselectable_token_ids=(CLS, SEP), mode="gather")
+    assert target.drop_token is None
+    # The trainer keeps its own adversaries and settings: the backbone's would not train.
+    with pytest.raises(ValueError, match="An ASATrainer already attacks this backbone"):
+        target.enable_asa(tau=2.0)
+    assert target.asa is None and target.attention_adversaries is None

@@ -127,3 +127,48 @@ def test_build_optimizer_leaves_an_unbuilt_model_and_a_built_optimizer_alone():
     keras_masking.utils.build_optimizer(subclassed, ["a", "b"], np.ones(2))
     assert not subclassed.built and not subclassed.optimizer.built
     keras_masking.utils.build_optimizer(keras.Sequential())  # no optimizer: nothing to do
+
+
+class TwinDense(keras.Model):
+    """Two Dense layers of one name: both kernels get the path ``.../dense/kernel``."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = keras.layers.Dense(3, name="dense")
+        self.second = keras.layers.Dense(2, name="dense")
+
+    def call(self, inputs):
+        return self.second(self.first(inputs))
+
+
+def _twin_dense_model():
+    model = TwinDense()
+    model.compile(optimizer=keras.optimizers.Adam(0.1), loss="mse", jit_compile=False)
+    model.fit(np.ones((4, 4)), np.zeros((4, 2)), verbose=0)
+    return model, model.first, model.second
+
+
+def test_refresh_training_starts_afresh_the_slots_it_cannot_tell_apart(caplog):
+    model, first, second = _twin_dense_model()
+    assert first.kernel.path == second.kernel.path
+    with caplog.at_level("WARNING", logger="keras_masking"):
+        keras_masking.utils.refresh_training(model)
+    assert "start again from zero" in caplog.text and first.kernel.path in caplog.text
+    # Each kernel's slots are zero: none took the other kernel's moments.
+    slots = [v for v in model.optimizer.variables if "dense_kernel" in v.path]
+    assert len(slots) == 4 and not any(np.any(v.numpy()) for v in slots)
+
+
+def test_restart_loaded_lora_gives_a_trainable_start_with_the_same_outputs():
+    inputs = keras.Input((4,))
+    dense = keras.layers.Dense(3)
+    model = keras.Model(inputs, dense(inputs))
+    dense.enable_lora(2)
+    assert keras_masking.utils.restart_loaded_lora(model) == 0  # A is random, B zero: alive
+    before = np.array(dense.lora_kernel_a.numpy())
+    x = np.random.default_rng(0).normal(size=(2, 4)).astype("float32")
+    expected = np.asarray(model(x))
+    dense.lora_kernel_a.assign(np.zeros_like(before))  # as Keras loads a LoRA layer
+    assert keras_masking.utils.restart_loaded_lora(model) == 1
+    assert np.any(dense.lora_kernel_a.numpy()) and not np.any(dense.lora_kernel_b.numpy())
+    np.testing.assert_allclose(np.asarray(model(x)), expected, atol=1e-6)
