@@ -10,8 +10,8 @@ from keras import ops
 from keras_masking.layers.add_ffn import AddFFN
 from keras_masking.layers.attention_units import AttentionUnits
 from keras_masking.layers.key_value_prefix import key_value_prefixes
+from keras_masking.layers.transformer_block import BLOCK_ATTACHMENTS
 from keras_masking.models.backbone_config import ATTACHMENT_RECORDS
-from keras_masking.models.backbone_config import BLOCK_ATTACHMENTS
 from keras_masking.models.backbone_config import plain_record
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.arguments import check_int_list

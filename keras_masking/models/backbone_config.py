@@ -5,7 +5,6 @@ import json
 from keras_masking.layers.activations import activation_name
 from keras_masking.layers.activations import resolve_activation
 from keras_masking.layers.self_attention import validate_position_scheme
-from keras_masking.layers.transformer_block import BLOCK_ATTACHMENTS  # noqa: F401 (re-exported)
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
