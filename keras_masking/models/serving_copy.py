@@ -47,9 +47,9 @@ def serving_backbone(backbone):
 def copy_with_lora_merged(backbone, **changes):
     """A new backbone of ``backbone``'s config with ``changes`` and LoRA merged into its kernels.
 
-    Every weight is copied by its path (attachments' repeated paths in
-    order); each LoRA layer's kernel becomes the base kernel plus its
-    scaled low-rank product, and the LoRA kernels go.
+    Every weight is copied by its path (unique in a backbone); each LoRA
+    layer's kernel becomes the base kernel plus its scaled low-rank
+    product, and the LoRA kernels go.
 
     Args:
         backbone: a `TransformerBackbone` (not changed).
@@ -65,32 +65,19 @@ def copy_with_lora_merged(backbone, **changes):
     config = backbone.get_config()
     config.update(changes, lora=None)
     target = type(backbone).from_config(config)
-    merged = {f"{layer.path}/kernel": layer.kernel for layer in backbone.lora_layers()}
-    values = _by_path(backbone.weights)
-    for key in values:
-        if key[0] in merged and key[1] == 0:
-            values[key] = merged[key[0]]  # the base kernel plus A @ B, scaled
-    targets = _by_path(target.weights)
-    missing = [path for path, count in targets if (path, count) not in values]
+    values = {variable.path: variable for variable in backbone.weights}
+    for layer in backbone.lora_layers():
+        values[f"{layer.path}/kernel"] = layer.kernel  # the base kernel plus A @ B, scaled
+    missing = [variable.path for variable in target.weights if variable.path not in values]
     if missing:
         raise ValueError(
             f"Cannot copy the backbone: the weights {missing[:3]} have no counterpart in it."
         )
-    for key, variable in targets.items():
+    for variable in target.weights:
         # A copy, not the source's buffer (JAX may donate one model's buffers).
-        value = np.array(ops.convert_to_numpy(values[key]))
+        value = np.array(ops.convert_to_numpy(values[variable.path]))
         variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
     return target
-
-
-def _by_path(variables):
-    """``{(path, occurrence): variable}``: attachments' paths repeat across layers, in order."""
-    seen, keyed = {}, {}
-    for variable in variables:
-        count = seen.get(variable.path, 0)
-        seen[variable.path] = count + 1
-        keyed[(variable.path, count)] = variable
-    return keyed
 
 
 def serving_task_model(task_model):
