@@ -7,7 +7,9 @@ import keras
 from keras_masking.methods.mlm_embedding_correction import DEFAULT_SETTINGS
 from keras_masking.methods.mlm_embedding_correction import check_correction_settings
 from keras_masking.methods.mlm_embedding_correction import check_mlm_correction
+from keras_masking.methods.mlm_embedding_correction import check_random_token_range
 from keras_masking.methods.mlm_embedding_correction import correct_mlm_embeddings
+from keras_masking.methods.mlm_embedding_correction import masker_vocabulary_size
 from keras_masking.methods.mlm_embedding_correction import masking_configuration
 from keras_masking.utils.arguments import check_choice
 
@@ -80,7 +82,9 @@ class MLMEmbeddingCorrection(keras.callbacks.Callback):
                 f"Received: embedding={embedding!r}."
             )
         tied_output = settings.pop("tied_output", DEFAULT_SETTINGS["tied_output"])
+        self.masker_vocabulary_size = None
         if mask_generator is not None:
+            self.masker_vocabulary_size = masker_vocabulary_size(mask_generator)
             passed = {"mask_token_id": mask_token_id, **settings}
             settings = _settings_of_generator(mask_generator, passed)
             mask_token_id = settings.pop("mask_token_id")
@@ -101,6 +105,7 @@ class MLMEmbeddingCorrection(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         # Both paths check the ids, the embedding, the table and tied heads
         # against the model before the first step.
+        check_random_token_range(self.model, self.masker_vocabulary_size, self.embedding)
         if self.when == "train_begin":
             self.record = correct_mlm_embeddings(self.model, **self._arguments()) or self.record
         else:

@@ -11,6 +11,7 @@ import time
 import keras
 import numpy as np
 
+from keras_masking.methods import asa_training_pass
 from keras_masking.methods import parameter_report
 from keras_masking.utils.eager_checks import non_finite_variables
 
@@ -117,7 +118,8 @@ class MethodEvidence(keras.callbacks.Callback):
 
     def drop_share(self):
         """The share of real tokens DropToken drops, measured in training mode."""
-        outputs = self.encoder(self.sample, training=True)
+        with asa_training_pass():  # a measurement, not a step: ASA may be on
+            outputs = self.encoder(self.sample, training=True)
         kept = np.asarray(keras.ops.convert_to_numpy(outputs["token_mask"]), "float64")
         real = self.sample["padding_mask"].astype("float64")
         return float(1.0 - kept.sum() / max(real.sum(), 1.0))

@@ -8,6 +8,7 @@ from keras_masking.layers.attention_adversary import attention_adversaries
 from keras_masking.losses.asa_divergence import ASA_TASKS
 from keras_masking.models.asa_objective import TOKEN_DIVERGENCES
 from keras_masking.models.asa_objective import ASAObjective
+from keras_masking.models.asa_objective import asa_training_pass  # noqa: F401 (public)
 from keras_masking.models.asa_objective import masked_fraction  # noqa: F401 (public)
 from keras_masking.models.backbone_config import ASA_WITH_GATHER
 from keras_masking.models.transformer_backbone import TransformerBackbone
@@ -236,8 +237,9 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
         self.check_inputs(inputs)
         if not training:
             return self.task_model(inputs, training=False)
-        clean = self.task_model(inputs, training=True)
-        passed = self.adversarial_model(inputs, training=True)
+        with asa_training_pass():
+            clean = self.task_model(inputs, training=True)
+            passed = self.adversarial_model(inputs, training=True)
         return self.asa_training_outputs(
             clean, passed["adversarial"], passed["masks"], passed["padding_mask"]
         )

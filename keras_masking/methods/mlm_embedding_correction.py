@@ -300,10 +300,7 @@ def masking_configuration(mask_generator):
     keras_masking.correct_mlm_embeddings(backbone, **settings)
     ```
     """
-    if hasattr(mask_generator, "masker"):
-        if mask_generator.masker is None:
-            mask_generator.build(None)
-        mask_generator = mask_generator.masker
+    mask_generator = _masker(mask_generator)
     required = ("mask_selection_rate", "mask_token_id", "mask_token_rate", "random_token_rate")
     missing = [name for name in required if not hasattr(mask_generator, name)]
     if missing:
@@ -330,12 +327,73 @@ def _correct_from_mask_generator(model, mask_generator, **kwargs):
         mask_generator: see `masking_configuration`.
         **kwargs: ``tied_output``, ``embedding``.
 
+    Raises:
+        ValueError: also when the masker drew its random tokens from another
+            number of ids than the embedding has rows (``mean E`` would be
+            the mean over the wrong rows).
+
     Example:
     ```python
     keras_masking.correct_mlm_embeddings.from_mask_generator(backbone, preprocessor)
     ```
     """
-    return correct_mlm_embeddings(model, **masking_configuration(mask_generator), **kwargs)
+    settings = masking_configuration(mask_generator)
+    check_random_token_range(model, masker_vocabulary_size(mask_generator), kwargs.get("embedding"))
+    return correct_mlm_embeddings(model, **settings, **kwargs)
+
+
+def masker_vocabulary_size(mask_generator):
+    """The number of ids a keras-hub masker draws its random tokens from, or None.
+
+    Args:
+        mask_generator: see `masking_configuration`.
+
+    Example:
+    ```python
+    masker = keras_hub.layers.MaskedLMMaskGenerator(
+        vocabulary_size=21128, mask_selection_rate=0.15, mask_token_id=103)
+    assert masker_vocabulary_size(masker) == 21128
+    ```
+    """
+    size = getattr(_masker(mask_generator), "vocabulary_size", None)
+    return None if size is None else int(size)
+
+
+def _masker(mask_generator):
+    """The masker layer of a keras-hub masked-LM preprocessor, or the argument."""
+    if hasattr(mask_generator, "masker"):
+        if mask_generator.masker is None:
+            mask_generator.build(None)
+        return mask_generator.masker
+    return mask_generator
+
+
+def check_random_token_range(model, drawn, embedding=None):
+    """Raises unless random tokens were drawn from exactly the embedding's rows.
+
+    ``mean E`` is the mean over the table's rows: it is the mean of the
+    random-replacement distribution only when the masker drew from
+    ``[0, rows)``.
+
+    Args:
+        model: as in `correct_mlm_embeddings`.
+        drawn: int, the number of ids the masker drew from, or None (unknown:
+            nothing is checked).
+        embedding: see `correct_mlm_embeddings`.
+
+    Example:
+    ```python
+    check_random_token_range(backbone, backbone.vocabulary_size)
+    ```
+    """
+    layer = find_token_embedding(model, embedding)
+    if drawn is not None and drawn != layer.input_dim:
+        raise ValueError(
+            f"The masker drew random tokens from {drawn} ids, and {layer.name!r} has "
+            f"{layer.input_dim} rows: the correction's mean E, over the table's rows, would not "
+            "be the mean of the tokens pretraining drew. Correct a table with the masker's "
+            "vocabulary size (a masker over the same ids as the table)."
+        )
 
 
 correct_mlm_embeddings.from_mask_generator = _correct_from_mask_generator

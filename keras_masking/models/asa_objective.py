@@ -1,6 +1,8 @@
 """ASA's training objective, shared by the text classifier and `ASATrainer`."""
 
+import contextlib
 import logging
+import threading
 
 import keras
 from keras import ops
@@ -12,6 +14,41 @@ from keras_masking.losses.asa_divergence import asa_divergence
 _TRAINING_KEYS = ("adversarial", "clean", "masks", "padding_mask")
 TOKEN_DIVERGENCES = ("all", "real")
 _LOGGER = logging.getLogger(__name__)
+_ASA_PASS = threading.local()  # per thread: tf.distribute runs a replica per thread
+
+
+@contextlib.contextmanager
+def asa_training_pass():
+    """Marks the calls made inside as ASA's training passes.
+
+    A backbone with ``enable_asa`` refuses a training call made outside one
+    (`TransformerBackbone.call`): such a step would train without the
+    adversaries, silently. `TransformerTextClassifier` and `ASATrainer` run
+    their clean and adversarial passes inside it; so can a training-mode
+    call that is not a training step (a measurement of DropToken's share).
+
+    Example:
+    ```python
+    with asa_training_pass():
+        clean = model(features, training=True)
+    ```
+    """
+    depth = getattr(_ASA_PASS, "depth", 0)
+    _ASA_PASS.depth = depth + 1
+    try:
+        yield
+    finally:
+        _ASA_PASS.depth = depth
+
+
+def in_asa_training_pass():
+    """Whether the current call runs inside `asa_training_pass` (this thread).
+
+    Example:
+    >>> in_asa_training_pass()
+    False
+    """
+    return getattr(_ASA_PASS, "depth", 0) > 0
 
 
 def masked_fraction(mask, padding_mask):

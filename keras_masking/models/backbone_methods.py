@@ -104,7 +104,9 @@ class BackboneMethods:
         needs the head, so it lives in the model that has one:
         `TransformerTextClassifier` trains with ASA as soon as its backbone
         has it; a user's own head trains with
-        ``keras_masking.methods.ASATrainer(task_model)``.
+        ``keras_masking.methods.ASATrainer(task_model)`` (a training call of
+        the backbone outside those two raises: it would train without the
+        adversaries).
 
         Args:
             tau: float >= 0, the mask penalty's temperature (0.5).

@@ -9,6 +9,7 @@ from keras_masking.layers.drop_token import RestoreDroppedTokens
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.layers.transformer_block import TransformerBlock
 from keras_masking.layers.transformer_embedding import TransformerEmbedding
+from keras_masking.models.asa_objective import in_asa_training_pass
 from keras_masking.models.backbone_attachments import BackboneAttachments
 from keras_masking.models.backbone_config import ATTACHMENT_RECORDS
 from keras_masking.models.backbone_config import CONFIG_NAMES
@@ -25,6 +26,14 @@ from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import check_encoder_inputs
 from keras_masking.utils.training_state import CallerRecord
 from keras_masking.utils.training_state import outermost_caller
+
+ASA_OUTSIDE_ITS_PASS = (
+    "This backbone has ASA (enable_asa) and was called in training outside ASA's training "
+    "pass, so its adversaries would not train: a model with your own head trains ASA "
+    "through keras_masking.methods.ASATrainer(model) (fit the trainer, not the model); "
+    "TransformerTextClassifier trains it itself. A training-mode call that is no training "
+    "step (a measurement) goes inside `with keras_masking.methods.asa_training_pass():`."
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -255,6 +264,8 @@ class TransformerBackbone(
 
     def call(self, inputs, training=None, mask=None):
         self.callers.add(outermost_caller(default=self))
+        if training and self.asa is not None and not in_asa_training_pass():
+            raise ValueError(ASA_OUTSIDE_ITS_PASS)
         return super().call(inputs, training=training, mask=mask)
 
     @property

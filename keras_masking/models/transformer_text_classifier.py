@@ -10,6 +10,7 @@ from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.activations import gelu_as_erf
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.models.asa_objective import ASAObjective
+from keras_masking.models.asa_objective import asa_training_pass
 from keras_masking.models.model_card import model_card
 from keras_masking.models.model_card import write_model_card
 from keras_masking.models.onnx_export import export_onnx
@@ -371,7 +372,8 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
     def call(self, inputs, training=None, mask=None):
         if not (training and self.backbone.asa is not None):
             return super().call(inputs, training=training, mask=mask)
-        clean = super().call(inputs, training=training, mask=mask)
+        with asa_training_pass():
+            clean = super().call(inputs, training=training, mask=mask)
         features = {name: inputs[name] for name in self.backbone.input}
         outputs, masks = self.backbone.adversarial_forward(features, training=training)
         pooled = self.output_dropout(outputs["pooled_output"], training=training)

@@ -176,6 +176,16 @@ def _compiled_classifier():
             r"unselectable_token_ids in \[0, 63\]",
         ),
         ({"mask_token_id": 3, "embedding": "nope", "when": "train_end"}, "named 'nope'"),
+        (
+            # mean E over the table's 64 rows is not the mean of draws over 80 ids.
+            {
+                "mask_generator": keras_hub.layers.MaskedLMMaskGenerator(
+                    vocabulary_size=80, mask_selection_rate=0.15, mask_token_id=4
+                ),
+                "when": "train_end",
+            },
+            "The masker drew random tokens from 80 ids, and 'token_embedding' has 64 rows",
+        ),
     ],
 )
 def test_callback_errors_come_before_the_first_step(kwargs, message):

@@ -17,6 +17,7 @@ import pytest
 
 from keras_masking.data import bert_tokenizer
 from keras_masking.methods import ASATrainer
+from keras_masking.methods import asa_training_pass
 from keras_masking.models import TransformerBackbone
 from keras_masking.models import TransformerTextClassifier
 from keras_masking.models import TransformerTextClassifierPreprocessor
@@ -422,3 +423,37 @@ def test_an_asa_trainer_refuses_what_it_would_not_train_before_anything_changes(
     with pytest.raises(ValueError, match="An ASATrainer already attacks this backbone"):
         target.enable_asa(tau=2.0)
     assert target.asa is None and target.attention_adversaries is None
+
+
+@pytest.mark.parametrize("fitted", [False, True])
+def test_a_model_of_your_own_refuses_to_fit_an_asa_backbone_without_the_trainer(fitted):
+    """Your own model's `fit` would step without ASA's adversarial pass (its
+    adversaries untrained, ASA ignored): the training call refuses, before
+    any weight moves (TensorFlow; Keras' JAX `fit` has released the weights
+    from the variables before it traces the step), and ASATrainer(model)
+    trains it."""
+    target, model = _model("backbone")
+    features = _features("backbone")
+    if fitted:
+        _compiled(model).fit(features, LABELS, batch_size=4, verbose=0)
+    METHODS["asa"](target)
+    if not fitted:
+        _compiled(model)
+    with pytest.raises(ValueError, match="outside ASA's training pass"):
+        model(features, training=True)
+    with asa_training_pass():  # a measurement in training mode
+        model(features, training=True)
+    before = [np.array(v.numpy()) for v in model.weights]
+    with pytest.raises(ValueError, match=r"outside ASA's training pass.*ASATrainer\(model\)"):
+        model.fit(features, LABELS, batch_size=4, verbose=0)
+    if keras.config.backend() == "jax":
+        return
+    for variable, value in zip(model.weights, before):
+        np.testing.assert_array_equal(variable.numpy(), value)
+    model(features, training=False)  # inference is the clean pass
+    trainer = _compiled(ASATrainer(model))
+    moved, history = _moved(
+        model, lambda: trainer.fit(features, LABELS, batch_size=4, epochs=1, verbose=0)
+    )
+    adversaries = {v.path for a in target.attention_adversaries for v in a.weights}
+    assert adversaries <= moved and "divergence" in history.history

@@ -324,6 +324,21 @@ def test_masking_configuration_bad_input():
         keras_masking.correct_mlm_embeddings.from_mask_generator(tiny_ours(), "masker")
 
 
+@pytest.mark.parametrize("drawn", [48, 80])
+def test_a_masker_over_other_ids_than_the_table_rows_is_refused(drawn):
+    """mean E is the mean of the table's rows: the random tokens' mean only
+    when the masker drew from those rows."""
+    backbone = tiny_ours()
+    table = table_of(backbone)
+    generator = keras_hub.layers.MaskedLMMaskGenerator(
+        vocabulary_size=drawn, mask_selection_rate=0.15, mask_token_id=MASK
+    )
+    with pytest.raises(ValueError, match=f"drew random tokens from {drawn} ids.*has 64 rows"):
+        keras_masking.correct_mlm_embeddings.from_mask_generator(backbone, generator)
+    np.testing.assert_array_equal(table_of(backbone), table)
+    assert correction_record(backbone) is None
+
+
 def test_find_token_embedding_bad_input(unchanged):
     with pytest.raises(TypeError, match="Expected a Keras model or layer for model.*list"):
         find_token_embedding([unchanged])
