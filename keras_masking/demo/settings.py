@@ -198,11 +198,6 @@ class DemoSettings:
         """The small encoders' ``(layers, hidden, heads, ffn)``."""
         return MODEL_SIZES[self.model_size]
 
-    @property
-    def smoke_run(self):
-        """True when the real encoder is cut down (fewer than its 12 layers)."""
-        return self.e5_layers < E5_NUM_LAYERS
-
     def method_switches(self, switches):
         """Small-encoder `finetune` switches with the size-dependent ones filled in."""
         hidden = self.architecture[1]

@@ -293,24 +293,6 @@ def check_input_keys(inputs, allowed):
         )
 
 
-def check_backbone_features(backbone, inputs, allowed=None):
-    """``backbone.check_inputs``, or `check_encoder_inputs` with a keras-hub backbone's sizes.
-
-    ``allowed``: the keys the caller's model takes (None: the backbone's inputs).
-    """
-    if hasattr(backbone, "check_inputs"):
-        backbone.check_inputs(inputs, allowed=allowed)
-        return
-    check_encoder_inputs(
-        inputs,
-        vocabulary_size=backbone.vocabulary_size,
-        num_segments=getattr(backbone, "num_segments", 0) or 0,
-        required=tuple(backbone.input),
-        max_position=getattr(backbone, "max_sequence_length", None),
-        allowed=tuple(backbone.input) if allowed is None else allowed,
-    )
-
-
 def _checking_data(name, labelled=False):
     """The Model method ``name``, checking concrete dict data ``x`` (and labels ``y``) first."""
 
