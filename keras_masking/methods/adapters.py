@@ -414,21 +414,26 @@ def _adapter_variables(model, backbone):
         if layer is not None
         for variable in layer.weights
     }
-    lora = [
-        variable
-        for layer in backbone.lora_layers()
-        for variable in (layer.lora_kernel_a, layer.lora_kernel_b)
-    ]
+    lora = [variable for layer in backbone.lora_layers() for variable in _lora_trained(layer)]
     return list(tuned.values()) + lora + _head_variables(model, backbone)
 
 
-def _base_variables(backbone):
-    """The pretrained weights (LoRA's own kernels left out)."""
+def _lora_trained(layer):
+    """What a LoRA layer trains: its two LoRA kernels and its bias (as keras-hub)."""
+    bias = getattr(layer, "bias", None)
+    return [layer.lora_kernel_a, layer.lora_kernel_b] + ([] if bias is None else [bias])
+
+
+def _base_variables(backbone, lora_layers=None):
+    """The pretrained weights that stay frozen: not LoRA's kernels, nor the bias
+    of a layer LoRA adapts (``lora_layers``, by default those it adapts now)."""
+    lora_layers = backbone.lora_layers() if lora_layers is None else lora_layers
+    trained = {id(getattr(layer, "bias", None)) for layer in lora_layers}
     return [
         variable
         for layer in backbone.base_layers()
         for variable in layer.weights
-        if not _leaf(variable).startswith("lora_kernel")
+        if not _leaf(variable).startswith("lora_kernel") and id(variable) not in trained
     ]
 
 
@@ -442,7 +447,8 @@ def _check_base(backbone, description, source):
     stored = description.get("base")
     if not stored:
         return  # written before checksums were stored
-    mine = [[variable.path, _checksum(variable)] for variable in _base_variables(backbone)]
+    base = _base_variables(backbone, _lora_layers_of(backbone, description))
+    mine = [[variable.path, _checksum(variable)] for variable in base]
     for theirs, ours in zip(stored, mine):
         if theirs != ours:
             raise ValueError(
@@ -533,14 +539,18 @@ def _load_into(model, backbone, description, arrays, source):
         _assign(_adapter_variables(model, backbone), arrays, description, source)
 
 
+def _lora_layers_of(backbone, description):
+    """The layers LoRA adapts here once the adapter is loaded."""
+    lora = description["method"].get("lora")
+    if backbone.lora is None and lora is not None:
+        return backbone.lora_targets(lora["target_layer_names"])
+    return backbone.lora_layers()
+
+
 def _check_lora_layers(backbone, description, source):
     """The layers LoRA adapts (or would adapt), by path: the file's and the model's must match."""
     stored = description.get("lora_layers", [])
-    lora = description["method"].get("lora")
-    if backbone.lora is None and lora is not None:
-        mine = [layer.path for layer in backbone.lora_targets(lora["target_layer_names"])]
-    else:
-        mine = [layer.path for layer in backbone.lora_layers()]
+    mine = [layer.path for layer in _lora_layers_of(backbone, description)]
     for theirs, ours in zip(stored, mine):
         if theirs != ours:
             raise ValueError(

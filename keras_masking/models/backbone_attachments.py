@@ -218,15 +218,23 @@ class BackboneAttachments:
     def freeze_base(self, frozen=True):
         """Freezes (or unfreezes) every pretrained weight, LayerNorms included.
 
-        Attached branches and prefixes keep their own ``trainable`` flag.
+        Attached branches and prefixes keep their own ``trainable`` flag;
+        LoRA's layers keep training their LoRA kernels and bias (as
+        `enable_lora` leaves them), whichever was called first.
 
         Args:
             frozen: bool.
         """
         for layer in self.base_layers():
-            layer.trainable = not frozen
-        for layer in self.lora_layers():  # LoRA's own kernels keep training
-            layer.lora_kernel_a.trainable = layer.lora_kernel_b.trainable = True
+            # Each sublayer explicitly: Keras' setter does not always recurse
+            # (on TensorFlow, not into a layer whose flag is already the value).
+            for sublayer in layer._flatten_layers(include_self=True):
+                sublayer.trainable = not frozen
+        for layer in self.lora_layers():
+            trained = {id(v) for v in (layer.lora_kernel_a, layer.lora_kernel_b, layer.bias)}
+            layer.trainable = True
+            for variable in layer.weights:
+                variable.trainable = id(variable) in trained or not frozen
         self.frozen_base = bool(frozen)
 
     def layer_indices(self, layers=None):

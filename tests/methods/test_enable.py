@@ -293,6 +293,28 @@ def test_lora_composes_with_fl_tuning_and_prefixes_and_survives_saving(tmp_path)
     }
 
 
+@pytest.mark.parametrize("method", ["fl_tuning", "prefix_tuning"])
+def test_lora_trains_the_same_weights_before_or_after_a_method_that_freezes_the_base(
+    method, tmp_path
+):
+    """LoRA's kernels and biases train whichever came first, on both backends
+    and after loading (enable_lora then FL-tuning froze the biases on JAX
+    only, and a loaded model trained them again)."""
+    first, _ = _model("classifier")
+    METHODS[method](first)
+    first.enable_lora(2)
+    second, _ = _model("classifier")
+    second.enable_lora(2)
+    METHODS[method](second)
+    trainable = {v.path for v in first.trainable_weights}
+    assert {v.path for v in second.trainable_weights} == trainable
+    lora = {v.path for v in first.weights if "lora_kernel" in v.path}
+    assert {path.replace("lora_kernel_a", "bias") for path in lora} <= trainable
+    second.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert {v.path for v in loaded.trainable_weights} == trainable
+
+
 @pytest.mark.parametrize(
     "arguments, message",
     [

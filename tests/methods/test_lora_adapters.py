@@ -140,3 +140,41 @@ def test_merge_lora_predicts_the_same_without_lora_kernels():
     )
     with pytest.raises(ValueError, match="No LoRA to merge"):
         merged.backbone.merge_lora()
+
+
+def _fit(model, features, seed):
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.05),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=False,
+    )
+    labels = np.random.default_rng(seed).integers(0, 3, len(features["token_ids"]))
+    model.fit(features, labels, batch_size=4, epochs=2, verbose=0)
+
+
+def test_a_fitted_lora_adapter_carries_the_biases_lora_trains(tmp_path):
+    """LoRA's layers train their bias too (as keras-hub's): the adapter file
+    and an AdapterSet's snapshot hold them, so a fitted adapter predicts on a
+    fresh base, and after switching, exactly as trained."""
+    from keras_masking.methods import AdapterSet
+
+    features = random_features(batch=8)
+    model, backbone = _model()
+    model.save(tmp_path / "base.keras")
+    backbone.enable_lora(2)
+    biases = [layer.bias for layer in backbone.lora_layers()]
+    assert biases and all(bias.trainable for bias in biases)
+    adapters = AdapterSet(model)
+    predictions = {}
+    for name, seed in (("a", 1), ("b", 2)):
+        before = [np.array(bias.numpy()) for bias in biases]
+        _fit(model, features, seed)
+        assert max(np.abs(b.numpy() - a).max() for b, a in zip(biases, before)) > 1e-3
+        predictions[name] = model.predict(features, verbose=0)
+        adapters.add(name)
+        save_adapter(model, tmp_path / f"{name}.npz", name=name)
+    adapters.activate("a")
+    np.testing.assert_allclose(model.predict(features, verbose=0), predictions["a"], atol=1e-6)
+    fresh = keras.saving.load_model(tmp_path / "base.keras")
+    load_adapter(fresh, tmp_path / "a.npz")  # base checked: LoRA's biases are the adapter's
+    np.testing.assert_allclose(fresh.predict(features, verbose=0), predictions["a"], atol=1e-6)
