@@ -7,6 +7,7 @@ import numbers
 import os
 
 from keras_masking.layers.activations import resolve_activation
+from keras_masking.models.backbone_config import POOLINGS
 from keras_masking.models.transformer_backbone import FAMILY_POSITIONS
 from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
@@ -32,6 +33,9 @@ OPTIONAL_KEYS = {
     "max_relative_position": 64,
     "initializer_range": 0.02,
     "embedding_size": None,
+    # Ours, written only for a backbone that does not pool the first token
+    # (multilingual-e5's mean): Google's code has no such setting.
+    "pooling": "first",
 }
 _SIZE = {"check": check_int, "minimum": 1}
 _RATE = {"check": check_float, "minimum": 0.0, "maximum": 1.0, "open_maximum": True}
@@ -234,7 +238,10 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
     kwargs = {argument: values[key] for key, (argument, _) in NUMERIC_KEYS.items() if argument}
     if model != "nezha":
         del kwargs["max_relative_position"]
-    return {**kwargs, "position": FAMILY_POSITIONS[model], "activation": activation}
+    kwargs.update(position=FAMILY_POSITIONS[model], activation=activation)
+    if "pooling" in config:
+        kwargs["pooling"] = check_choice("pooling", config["pooling"], POOLINGS)
+    return kwargs
 
 
 def google_config_from_backbone(backbone):
@@ -261,6 +268,8 @@ def google_config_from_backbone(backbone):
         config["attention_probs_dropout_prob"] = backbone.dropout
     if backbone.position != "relative":
         del config["max_relative_position"]
+    if backbone.pooling != "first":
+        config["pooling"] = backbone.pooling
     return config
 
 

@@ -15,6 +15,7 @@ import keras_hub
 import numpy as np
 
 from keras_masking.models.google_checkpoint_layout import backbone_variables_by_name
+from keras_masking.models.mlm_embedding_correction_record import mark_loaded_record
 from keras_masking.utils.eager_checks import non_finite_variables
 
 logger = logging.getLogger("keras_masking")
@@ -207,6 +208,9 @@ def copy_keras_hub_weights(source, target):
     ```
     """
     _copy(_hub_variables_by_name(source, _hub_kind(source)), backbone_variables_by_name(target))
+    record = getattr(source.token_embedding, "mlm_embedding_correction", None)
+    if record:  # corrected once: a second correction would change nothing
+        mark_loaded_record(target, {**record, "embedding": target.token_embedding.name})
 
 
 def to_keras_hub(backbone):
@@ -273,4 +277,10 @@ def to_keras_hub(backbone):
         kwargs["num_segments"] = backbone.num_segments
     hub = getattr(keras_hub.models, kind)(**kwargs)
     _copy(backbone_variables_by_name(backbone), _hub_variables_by_name(hub, kind))
+    record = backbone.mlm_embedding_correction
+    if record:  # where correction_record reads a keras-hub model's
+        hub.token_embedding.mlm_embedding_correction = {
+            **record,
+            "embedding": hub.token_embedding.name,
+        }
     return hub

@@ -466,7 +466,9 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
             a path.
         ValueError: a `TransformerMaskedLM` corrected with
             ``tied_output="keep"`` (the Google layout cannot hold the head's
-            compensation: save ``model.backbone``).
+            compensation: save ``model.backbone``), or a backbone with
+            addFFN branches, prefixes or attention units (save its
+            ``serving_copy()``, which merges FL-tuning).
 
     Example:
     ```python
@@ -484,6 +486,21 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
             "This model's MLM head keeps the original output rows of a corrected "
             "embedding (tied_output='keep'), which a Google checkpoint cannot hold: "
             "save `model.backbone`, or correct with tied_output='correct'."
+        )
+    attached = [
+        name
+        for name, setting in (
+            ("FL-tuning's addFFN branches", backbone.add_ffn),
+            ("P-tuning v2's prefixes", backbone.key_value_prefix),
+            ("MA-tuning's attention units", backbone.add_attention_units),
+        )
+        if setting
+    ]
+    if attached:
+        raise ValueError(
+            f"A Google checkpoint has no place for {' and '.join(attached)}; they would be left "
+            "out. Save backbone.serving_copy() (FL-tuning merged into wider FFNs), or keep the "
+            "methods with model.save() or save_to_preset()."
         )
     variables = layout.model_variables_by_name(model)
     values = {name: keras.ops.convert_to_numpy(variable) for name, variable in variables.items()}

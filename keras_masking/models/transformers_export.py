@@ -20,6 +20,7 @@ import numpy as np
 
 from keras_masking.models.google_checkpoint_layout import backbone_variables_by_name
 from keras_masking.models.google_config import google_config_from_backbone
+from keras_masking.models.mlm_embedding_correction_record import write_correction_record
 from keras_masking.models.serving_copy import serving_backbone
 from keras_masking.models.xlm_roberta_tokenizer_files import xlm_roberta_tokenizer_files
 from keras_masking.utils.eager_checks import non_finite_variables
@@ -169,6 +170,8 @@ def export_to_transformers(model, folder, tokenizer=None, labels=None, overwrite
     def write(path):
         save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
         write_json_atomically(os.path.join(path, "config.json"), config)
+        # Read back by from_preset: a corrected model is not corrected twice.
+        write_correction_record(path, backbone.mlm_embedding_correction, "export_to_transformers")
         for name, content in tokenizer_files.items():
             target = os.path.join(path, name)
             if isinstance(content, bytes):

@@ -245,3 +245,22 @@ def test_to_keras_hub_bad_inputs():
     for backbone, error, message in cases:
         with pytest.raises(error, match=message):
             keras_masking.models.to_keras_hub(backbone)
+
+
+def test_the_mlm_correction_record_crosses_to_keras_hub_and_back():
+    """Corrected once, on either side: a second correct_mlm_embeddings after
+    a conversion changes nothing (it corrected the table again)."""
+    ours = TransformerBackbone(**tiny_backbone_kwargs())
+    randomize_weights(ours, seed=1)
+    keras_masking.correct_mlm_embeddings(ours, mask_token_id=4, unselectable_token_ids=[0])
+    hub = ours.to_keras_hub()
+    back = keras_masking.models.from_keras_hub(hub)
+    for model in (hub, back):
+        table = np.array(model.token_embedding.embeddings.numpy())
+        assert keras_masking.methods.correction_record(model).mask_token_id == 4
+        assert keras_masking.correct_mlm_embeddings(model, mask_token_id=4) is None
+        np.testing.assert_array_equal(model.token_embedding.embeddings.numpy(), table)
+    corrected_hub = keras_hub.models.BertBackbone(**HUB_SIZES)
+    keras_masking.correct_mlm_embeddings(corrected_hub, mask_token_id=4)
+    converted = keras_masking.models.from_keras_hub(corrected_hub)
+    assert keras_masking.correct_mlm_embeddings(converted, mask_token_id=4) is None

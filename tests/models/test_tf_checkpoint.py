@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import keras_masking
+from keras_masking.models import TransformerBackbone
 from keras_masking.models import TransformerMaskedLM
 from keras_masking.models import from_tf_checkpoint
 from keras_masking.models import load_tf_checkpoint_weights
@@ -29,6 +30,9 @@ from tests.methods.mlm_correction_helpers import files_in
 from tests.methods.mlm_correction_helpers import tiny_ours
 from tests.methods.mlm_correction_helpers import weights_of
 from tests.testing import HUB_SIZES
+from tests.testing import random_features
+from tests.testing import randomize_weights
+from tests.testing import tiny_backbone_kwargs
 from tests.testing import write_reference_checkpoint
 
 QUERY = "bert/encoder/layer_1/attention/self/query/kernel"
@@ -282,3 +286,55 @@ def test_a_broken_config_beside_the_checkpoint_is_named_and_nothing_loads(checkp
     ):
         load_tf_checkpoint_weights(backbone, prefix)
     assert_same_weights(backbone, before)
+
+
+@pytest.mark.parametrize(
+    "method, named",
+    [
+        (lambda b: b.enable_fl_tuning(units=4), "FL-tuning's addFFN branches"),
+        (lambda b: b.enable_prefix_tuning(length=2), "P-tuning v2's prefixes"),
+        (lambda b: b.enable_fl_tuning(units=0, attention_units=2), "MA-tuning's attention units"),
+    ],
+)
+def test_a_checkpoint_refuses_the_weights_its_layout_cannot_hold(method, named, tmp_path):
+    """The Google layout has no place for attachments: they were left out
+    without a word (FL-tuned outputs 0.2-0.5 off after the round trip)."""
+    backbone = tiny_ours()
+    method(backbone)
+    with pytest.raises(ValueError, match=f"no place for {re.escape(named)}.*serving_copy"):
+        save_tf_checkpoint(backbone, str(tmp_path / "a" / "m.ckpt"))
+    assert not files_in(tmp_path / "a")
+
+
+def test_the_serving_copy_of_an_fl_tuned_backbone_round_trips(tmp_path):
+    backbone = tiny_ours()
+    backbone.enable_fl_tuning(units=4)
+    randomize_weights(backbone, seed=2)
+    features = random_features(batch=2, length=8)
+    save_tf_checkpoint(backbone.serving_copy(), str(tmp_path / "m.ckpt"))
+    loaded = from_tf_checkpoint(tmp_path / "bert_config.json", tmp_path / "m.ckpt", model="bert")
+    np.testing.assert_allclose(
+        np.asarray(loaded(features)["sequence_output"]),
+        np.asarray(backbone(features)["sequence_output"]),
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("position", ["absolute", "relative"])
+def test_mean_pooling_survives_a_checkpoint(position, tmp_path):
+    """bert_config.json records a pooling that is not BERT's [CLS] (e5's
+    mean): it read back as "first", a different pooled_output."""
+    backbone = TransformerBackbone(
+        **tiny_backbone_kwargs(position, pooling="mean", use_pooler=False)
+    )
+    randomize_weights(backbone, seed=1)
+    save_tf_checkpoint(backbone, str(tmp_path / "m.ckpt"))
+    family = {"absolute": "bert", "relative": "nezha"}[position]
+    loaded = from_tf_checkpoint(tmp_path / "bert_config.json", tmp_path / "m.ckpt", model=family)
+    assert loaded.pooling == "mean"
+    features = random_features(batch=2, length=8)
+    np.testing.assert_allclose(
+        np.asarray(loaded(features)["pooled_output"]),
+        np.asarray(backbone(features)["pooled_output"]),
+        atol=1e-6,
+    )

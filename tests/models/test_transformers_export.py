@@ -347,3 +347,21 @@ def test_a_pruned_unigram_tokenizer_exports_the_model_without_tokenizer_files(tm
         folder = export_to_transformers(backbone, tmp_path / "hf", tokenizer=tokenizer)
     assert "pruned" in caplog.text
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_a_corrected_backbone_reads_back_corrected_and_is_not_corrected_twice(tmp_path):
+    """The folder carries the MLM-correction record: read back with
+    from_preset, a second correct_mlm_embeddings changes nothing (it
+    corrected the table again, 0.14 off)."""
+    import keras_masking
+
+    backbone = _backbone()
+    keras_masking.correct_mlm_embeddings(backbone, mask_token_id=4, unselectable_token_ids=[0])
+    folder = export_to_transformers(backbone, tmp_path / "hf")
+    assert "mlm_embedding_correction.json" in {p.name for p in folder.iterdir()}
+    loaded = TransformerBackbone.from_preset(folder)
+    table = np.array(loaded.token_embedding.embeddings.numpy())
+    assert keras_masking.correct_mlm_embeddings(loaded, mask_token_id=4) is None
+    np.testing.assert_array_equal(loaded.token_embedding.embeddings.numpy(), table)
+    plain = export_to_transformers(_backbone(), tmp_path / "plain")
+    assert "mlm_embedding_correction.json" not in {p.name for p in plain.iterdir()}
