@@ -16,6 +16,7 @@ import keras
 import numpy as np
 
 from keras_masking.methods.fl_tuning import model_backbone
+from keras_masking.models.backbone_attachments import lora_trained_variables
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.files import write_atomically
 
@@ -414,14 +415,8 @@ def _adapter_variables(model, backbone):
         if layer is not None
         for variable in layer.weights
     }
-    lora = [variable for layer in backbone.lora_layers() for variable in _lora_trained(layer)]
+    lora = [v for layer in backbone.lora_layers() for v in lora_trained_variables(layer)]
     return list(tuned.values()) + lora + _head_variables(model, backbone)
-
-
-def _lora_trained(layer):
-    """What a LoRA layer trains: its two LoRA kernels and its bias (as keras-hub)."""
-    bias = getattr(layer, "bias", None)
-    return [layer.lora_kernel_a, layer.lora_kernel_b] + ([] if bias is None else [bias])
 
 
 def _base_variables(backbone, lora_layers=None):

@@ -381,6 +381,9 @@ def check_random_token_range(model, drawn, embedding=None):
             nothing is checked).
         embedding: see `correct_mlm_embeddings`.
 
+    Raises:
+        ValueError: ``drawn`` is not the embedding's number of rows.
+
     Example:
     ```python
     check_random_token_range(backbone, backbone.vocabulary_size)

@@ -231,7 +231,7 @@ class BackboneAttachments:
             for sublayer in layer._flatten_layers(include_self=True):
                 sublayer.trainable = not frozen
         for layer in self.lora_layers():
-            trained = {id(v) for v in (layer.lora_kernel_a, layer.lora_kernel_b, layer.bias)}
+            trained = {id(v) for v in lora_trained_variables(layer)}
             layer.trainable = True
             for variable in layer.weights:
                 variable.trainable = id(variable) in trained or not frozen
@@ -294,3 +294,19 @@ class BackboneAttachments:
             for layer in self._flatten_layers(include_self=False)
             if getattr(layer, "lora_enabled", False)
         ]
+
+
+def lora_trained_variables(layer):
+    """What a layer with LoRA on trains: its two LoRA kernels and its bias (as keras-hub).
+
+    Args:
+        layer: a Keras ``Dense`` / ``EinsumDense`` after ``enable_lora``.
+
+    Example:
+    ```python
+    backbone.enable_lora(2)
+    variables = lora_trained_variables(backbone.lora_layers()[0])  # A, B, bias
+    ```
+    """
+    bias = getattr(layer, "bias", None)
+    return [layer.lora_kernel_a, layer.lora_kernel_b] + ([] if bias is None else [bias])
