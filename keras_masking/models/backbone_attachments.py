@@ -200,6 +200,24 @@ class BackboneAttachments:
         for name in ATTACHMENT_RECORDS[:-1]:
             setattr(self, name, None)
 
+    def attached_methods(self):
+        """The attached tuning weights that only this package's layers hold, by name.
+
+        What a plain format (a Google checkpoint, keras-hub's layers) has no
+        place for: FL-tuning's addFFN branches, prefixes, attention units.
+
+        Example:
+        ```python
+        assert backbone.attached_methods() == []
+        ```
+        """
+        attached = (
+            ("FL-tuning's addFFN branches", self.add_ffn),
+            ("P-tuning v2's prefixes", self.key_value_prefix),
+            ("MA-tuning's attention units", self.add_attention_units),
+        )
+        return [name for name, setting in attached if setting is not None]
+
     def base_layers(self):
         """The layers holding the pretrained weights (not the attachments)."""
         layers = [self.embeddings]

@@ -236,14 +236,13 @@ def to_keras_hub(backbone):
     hub = keras_masking.models.to_keras_hub(backbone)  # or backbone.to_keras_hub()
     ```
     """
-    needed = ("position", "use_pooler", "num_segments", "transformer_layers", "add_ffn")
+    needed = ("position", "use_pooler", "num_segments", "transformer_layers", "attached_methods")
     if not all(hasattr(backbone, name) for name in needed):
         raise TypeError(
             "to_keras_hub converts a keras_masking.models.TransformerBackbone. "
             f"Received: backbone of type {type(backbone).__name__}"
         )
-    attachments = (backbone.add_ffn, backbone.key_value_prefix, backbone.add_attention_units)
-    if any(attachment is not None for attachment in attachments):
+    if backbone.attached_methods():
         raise ValueError(
             "This backbone has tuning attachments (addFFN / key-value prefixes / attention "
             "units) that keras-hub's layers cannot hold. Merge addFFN first (backbone.merge_fl())."

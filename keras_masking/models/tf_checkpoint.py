@@ -487,15 +487,7 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
             "embedding (tied_output='keep'), which a Google checkpoint cannot hold: "
             "save `model.backbone`, or correct with tied_output='correct'."
         )
-    attached = [
-        name
-        for name, setting in (
-            ("FL-tuning's addFFN branches", backbone.add_ffn),
-            ("P-tuning v2's prefixes", backbone.key_value_prefix),
-            ("MA-tuning's attention units", backbone.add_attention_units),
-        )
-        if setting
-    ]
+    attached = backbone.attached_methods()
     if attached:
         raise ValueError(
             f"A Google checkpoint has no place for {' and '.join(attached)}; they would be left "
