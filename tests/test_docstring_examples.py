@@ -248,6 +248,9 @@ SETUP = {
         "        bert_tokenizer(tokens), sequence_length=8))"
     ),
     "keras_masking.models.exlm_encoder.ExLMEncoder": "backbone = _exlm_backbone()",
+    "keras_masking.models.exlm_encoder.ExLMModel.check_backbone_methods": (
+        "backbone = _exlm_backbone()"
+    ),
     "keras_masking.models.exlm_pretrainer.ExLMPretrainer": "backbone = _exlm_backbone()",
     "keras_masking.models.exlm_pretrainer.ExLMPretrainer.aligned_entropy": (
         "backbone = _exlm_backbone()"

@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_masking.layers.state_expansion import StateExpansion
 from keras_masking.ops.token_dropping import batched_gather
+from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.arguments import check_int_list
 from keras_masking.utils.eager_checks import ConcreteInputChecks
@@ -73,6 +74,40 @@ class ExLMModel(ConcreteInputChecks, keras.Model):
         self.unselectable_token_ids = check_int_list(
             "unselectable_token_ids", unselectable_token_ids, minimum=0, maximum=top
         )
+        self.check_backbone_methods()
+
+    def check_backbone_methods(self):
+        """Raises if the backbone has a method this model would not apply.
+
+        The expanded sequence runs through the backbone's stages (`embed`,
+        `encode`), not its graph: DropToken (`enable_drop_token`) and ASA
+        (`enable_asa`, or an `ASATrainer`) would be skipped without a word.
+        Checked when the model is built and at every call, so a method
+        enabled later is refused too.
+
+        Example:
+        ```python
+        encoder = keras_masking.models.ExLMEncoder(backbone, k=2)
+        encoder.check_backbone_methods()  # after backbone.enable_drop_token(...): ValueError
+        ```
+        """
+        backbone = self.backbone
+        skipped = [
+            name
+            for name, on in (
+                ("DropToken (enable_drop_token)", backbone.drop_token is not None),
+                ("ASA (enable_asa)", backbone.asa is not None),
+                ("an ASATrainer's adversaries", bool(backbone.attacking_trainers())),
+            )
+            if on
+        ]
+        if skipped:
+            raise ValueError(
+                f"{type(self).__name__} runs the backbone's stages on its expanded sequence, "
+                f"which leaves out {' and '.join(skipped)}: that method would not be applied. "
+                "Use a backbone without it (ExLM's states carry 2D positions that DropToken's "
+                "shortened sequence and ASA's masks do not)."
+            )
 
     def check_inputs(self, inputs):
         """`TransformerBackbone.check_inputs` with a static length: run by
@@ -91,7 +126,9 @@ class ExLMModel(ConcreteInputChecks, keras.Model):
             )
 
     def checked_inputs(self, inputs):
-        """Checks ``inputs``; returns int32 ``(token_ids, padding_mask, segment_ids)``."""
+        """Checks ``inputs`` and the backbone's methods; returns int32
+        ``(token_ids, padding_mask, segment_ids)``."""
+        self.check_backbone_methods()
         self.check_inputs(inputs)
         token_ids = ops.cast(inputs["token_ids"], "int32")
         segment_ids = inputs.get("segment_ids")
@@ -130,9 +167,9 @@ class ExLMEncoder(ExLMModel):
     counting real tokens only. The outputs come back in the input's layout:
     ``pooled_output`` is the backbone's pooler on the first [CLS] copy, and
     ``sequence_output`` ``(batch, L, hidden)`` holds each input token's
-    first slot, so heads written for the backbone work unchanged. ``k = 1``
-    feeds ``(index, 0)`` everywhere: the inputs an MLM-pretrained
-    ``rotary2d`` backbone saw.
+    first slot, so heads written for the backbone work unchanged.
+    ``objective="mlm"`` feeds ``(index, 0)`` everywhere: the inputs an
+    MLM-pretrained ``rotary2d`` backbone saw.
 
     Args:
         backbone: a `TransformerBackbone` with ``position="rotary2d"`` and
@@ -146,6 +183,10 @@ class ExLMEncoder(ExLMModel):
             one example (3: [CLS] and two [SEP]s); None sizes the expansion
             for any input. A row with more: eager calls raise; in compiled
             calls that row's outputs are NaN, never a silently cut sequence.
+        objective: how the backbone was pretrained, ``"exlm"`` (expanded
+            tokens at ``(index, 1..k)``, even for ``k = 1``) or ``"mlm"``
+            (``k = 1``, ``(index, 0)`` everywhere); None: ``"mlm"`` for
+            ``k = 1``, else ``"exlm"``.
         **kwargs: `keras.Model` arguments.
 
     Example:
@@ -162,9 +203,18 @@ class ExLMEncoder(ExLMModel):
         mask_token_id=103,
         unselectable_token_ids=(101, 102),
         max_expanded_tokens=3,
+        objective=None,
         **kwargs,
     ):
         super().__init__(backbone, k, mask_token_id, unselectable_token_ids, **kwargs)
+        if objective is None:
+            objective = "mlm" if self.k == 1 else "exlm"
+        self.objective = check_choice("objective", objective, ("exlm", "mlm"))
+        if self.objective == "mlm" and self.k != 1:
+            raise ValueError(
+                "Expected k=1 with objective='mlm' (an MLM-pretrained backbone saw no copies). "
+                f"Received: k={self.k}."
+            )
         if max_expanded_tokens is not None:
             max_expanded_tokens = check_int("max_expanded_tokens", max_expanded_tokens, minimum=0)
         self.max_expanded_tokens = max_expanded_tokens
@@ -193,7 +243,7 @@ class ExLMEncoder(ExLMModel):
         ids, mask, positions = (
             expanded[key] for key in ("token_ids", "padding_mask", "position_ids")
         )
-        if self.k == 1:  # nothing is copied: (index, 0) everywhere
+        if self.objective == "mlm":  # as in MLM pretraining: (index, 0) everywhere
             positions = ops.stack([positions[..., 0], ops.zeros_like(positions[..., 0])], -1)
         segment_ids = ops.take_along_axis(segment_ids, expanded["source_index"], axis=1)
         hidden = self.backbone.embed(ids, segment_ids, positions, training=training)
@@ -216,4 +266,8 @@ class ExLMEncoder(ExLMModel):
         }
 
     def get_config(self):
-        return {**super().get_config(), "max_expanded_tokens": self.max_expanded_tokens}
+        return {
+            **super().get_config(),
+            "max_expanded_tokens": self.max_expanded_tokens,
+            "objective": self.objective,
+        }

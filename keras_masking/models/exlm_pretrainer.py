@@ -32,6 +32,18 @@ from keras_masking.utils.eager_checks import non_finite_variables
 # The constructor arguments `get_config` adds to `ExLMModel`'s.
 _CONFIG_NAMES = ("mask_rate", "replacement", "objective", "transition_heads", "seed")
 _CONFIG_NAMES += ("max_special_tokens",)
+SAMPLE_WEIGHTS_REFUSED = (
+    "ExLMPretrainer does not weight examples: its loss and metrics average every masked "
+    "token (objective='mlm') or every example's alignment (objective='exlm'). Expected no "
+    "sample_weight or class_weight (and a dataset of inputs only); repeat or drop examples "
+    "to change their share instead."
+)
+
+
+def _refuse_sample_weights(kwargs):
+    """Raises before anything runs if ``fit``/``evaluate`` got example weights."""
+    if any(kwargs.get(name) is not None for name in ("sample_weight", "class_weight")):
+        raise ValueError(SAMPLE_WEIGHTS_REFUSED)
 
 
 def _any_equal(token_ids, ids):
@@ -393,6 +405,7 @@ class ExLMPretrainer(ExLMModel):
             mask_token_id=self.mask_token_id,
             unselectable_token_ids=self.unselectable_token_ids,
             max_expanded_tokens=max_expanded_tokens,
+            objective=self.objective,
         )
 
     # === Loss and metrics ===
@@ -405,6 +418,8 @@ class ExLMPretrainer(ExLMModel):
         return y_pred["match"], y_pred["log_transitions"], y_pred["output_length"], target_length
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        if sample_weight is not None:  # a dataset that yields weights
+            raise ValueError(SAMPLE_WEIGHTS_REFUSED)
         if self.objective == "mlm":
             weights = ops.cast(y_pred["label_mask"], "float32")
             losses = keras.losses.sparse_categorical_crossentropy(
@@ -475,6 +490,11 @@ class ExLMPretrainer(ExLMModel):
         return _weighted_mean(per_target, weights), ops.sum(ops.cast(weights, "float32"))
 
     # === Training ===
+    def evaluate(self, *args, **kwargs):
+        """`keras.Model.evaluate`; refuses ``sample_weight`` (see `fit`)."""
+        _refuse_sample_weights(kwargs)
+        return super().evaluate(*args, **kwargs)
+
     def fit(self, *args, **kwargs):
         """`keras.Model.fit`, stopped with an error at the first non-finite loss.
 
@@ -482,6 +502,8 @@ class ExLMPretrainer(ExLMModel):
         refuses a model that already holds one (naming the weight), and
         raises a `FloatingPointError` naming the epoch and batch at the first
         non-finite loss (Keras' `TerminateOnNaN` would stop silently).
+        Example weights (``sample_weight``, ``class_weight``) are refused:
+        the objectives average every masked token or example.
 
         Args:
             *args, **kwargs: `keras.Model.fit` arguments.
@@ -489,6 +511,7 @@ class ExLMPretrainer(ExLMModel):
         Returns:
             The `keras.callbacks.History`.
         """
+        _refuse_sample_weights(kwargs)
         for path, count in non_finite_variables(self.variables)[:1]:
             raise ValueError(
                 f"Expected finite weights to train {type(self).__name__}. Received: "

@@ -94,6 +94,63 @@ def test_k_one_is_the_backbone_on_plain_positions():
     )
 
 
+def _sharpened(backbone):
+    """Query/key kernels x30: at initial weights positions barely move the outputs."""
+    for variable in backbone.weights:
+        if "kernel" in variable.path and ("query" in variable.path or "key" in variable.path):
+            variable.assign(to_numpy(variable) * 30.0)
+    return backbone
+
+
+def test_an_exlm_pretrained_k_one_encoder_keeps_its_pretraining_positions():
+    backbone = _sharpened(rotary2d_backbone())
+    features = _features()
+    plain = to_numpy(plain_position_ids(features["token_ids"], features["padding_mask"]))
+    special = np.isin(features["token_ids"], (CLS, SEP))
+    copied = np.stack([plain[..., 0], special.astype("int32")], -1)  # (index, 1): k = 1 copies
+    real = features["padding_mask"].astype(bool)
+    outputs = {}
+    for objective, positions in (("exlm", copied), ("mlm", plain)):
+        pretrainer = ExLMPretrainer(
+            backbone, k=1, mask_token_id=MASK, unselectable_token_ids=(CLS, SEP),
+            objective=objective,
+        )  # fmt: skip
+        encoder = pretrainer.fine_tuning_encoder()
+        assert encoder.objective == objective
+        out = to_numpy(encoder(features)["sequence_output"])[real]
+        reference = to_numpy(backbone({**features, "position_ids": positions})["sequence_output"])
+        np.testing.assert_allclose(out, reference[real], atol=1e-5)
+        outputs[objective] = out
+        restored = ExLMEncoder.from_config(encoder.get_config())
+        assert restored.objective == objective
+    assert np.abs(outputs["exlm"] - outputs["mlm"]).max() > 1e-3  # the positions matter
+    with pytest.raises(ValueError, match="Expected k=1 with objective='mlm'"):
+        ExLMEncoder(backbone, 2, MASK, (CLS, SEP), objective="mlm")
+
+
+@pytest.mark.parametrize("model", ["encoder", "pretrainer"])
+def test_a_method_its_stages_would_skip_is_refused_when_built_and_when_called(model):
+    build = {
+        "encoder": lambda b: ExLMEncoder(
+            b, k=2, mask_token_id=MASK, unselectable_token_ids=(CLS, SEP)
+        ),
+        "pretrainer": lambda b: ExLMPretrainer(
+            b, k=2, mask_token_id=MASK, unselectable_token_ids=(CLS, SEP)
+        ),
+    }[model]  # fmt: skip
+    for enable, named in (
+        (lambda b: b.enable_drop_token(0.5, mode="attention"), "DropToken"),
+        (lambda b: b.enable_asa(tau=0.5), "ASA"),
+    ):
+        backbone = rotary2d_backbone()
+        built = build(backbone)
+        enable(backbone)  # after the model: refused at its call
+        with pytest.raises(ValueError, match=f"leaves out {named}"):
+            built(_features(), training=True)
+        with pytest.raises(ValueError, match=f"leaves out {named}"):
+            build(backbone)  # before: refused when built
+
+
 def _one_step_options():
     """Compile options for a single step: eager on TensorFlow (tracing costs more than
     the step), XLA on JAX (eager JAX compiles every operation); both assert values."""

@@ -519,3 +519,20 @@ def test_bad_call_inputs_are_refused_before_anything_changes(call, match):
     instance = make_pretrainer(shared_backbone())
     instance.build({"token_ids": (2, 6), "padding_mask": (2, 6)})  # built for L = 6
     refused_without_change(instance, call, match)
+
+
+def test_example_weights_are_refused_before_anything_runs():
+    backbone = rotary2d_backbone()
+    pretrainer = ExLMPretrainer(backbone, k=2, mask_token_id=3, unselectable_token_ids=(1, 2))
+    pretrainer.compile(optimizer="sgd")
+    features = {"token_ids": np.array([[1, 5, 6, 7, 2]] * 2), "padding_mask": np.ones((2, 5))}
+    before = [to_numpy(variable) for variable in pretrainer.weights]
+    for call in (pretrainer.fit, pretrainer.evaluate):
+        with pytest.raises(ValueError, match="does not weight examples"):
+            call(features, sample_weight=np.array([1.0, 0.0]), batch_size=2, verbose=0)
+    with pytest.raises(ValueError, match="does not weight examples"):
+        pretrainer.fit(features, class_weight={0: 1.0}, verbose=0)
+    with pytest.raises(ValueError, match="does not weight examples"):
+        pretrainer.compute_loss(features, None, pretrainer(features), np.array([1.0, 0.0]))
+    for variable, value in zip(pretrainer.weights, before):
+        np.testing.assert_array_equal(to_numpy(variable), value)
