@@ -8,7 +8,8 @@ renamed when complete (`keras_masking.utils.files`):
   the last finished epoch (random-seed states included), so a resumed run
   continues exactly where it stopped;
 * ``best_weights.npz``: the trainable variables at the best dev score (for
-  FL-tuning, P-tuning v2 and LoRA: the adapter and the head only);
+  FL-tuning, P-tuning v2 and LoRA: the adapter and the head only, LoRA's
+  with the biases of the layers it adapts);
 * ``dev_predictions/epoch_<n>.json``: each finished epoch's dev predictions,
   so an epoch can be chosen afterwards on part of dev
   (`keras_masking.clue.compare`); with ``dev_noise``, the noised dev's in

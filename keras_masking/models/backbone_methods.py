@@ -231,8 +231,10 @@ class BackboneMethods:
     def enable_lora(self, rank, target_layer_names=None):
         """LoRA on the attention projections (keras-hub's `Backbone.enable_lora`), base frozen.
 
-        Every base weight is frozen and the named layers get rank-``rank``
-        LoRA kernels (Keras' ``Dense.enable_lora``); attachments of other
+        Every base weight is frozen but the named layers' biases, and the
+        named layers get rank-``rank`` LoRA kernels (Keras'
+        ``Dense.enable_lora``, which leaves a layer's bias training, as in
+        keras-hub; adapter files hold those biases); attachments of other
         methods (FL-tuning's units, P-tuning v2's prefixes, ASA's
         adversaries) keep training, so the methods compose. The config
         records the call: a saved model loads with LoRA on (Keras saves each

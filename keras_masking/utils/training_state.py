@@ -222,8 +222,8 @@ def refresh_training(model):
     # A slot is named after its variable's path: a path that two variables
     # share (layers built outside their parent's name scope) names no one
     # variable, and those slots start afresh rather than take another's.
-    previous, shared = _by_unique_path(optimizer.variables)
-    current, shared_now = _by_unique_path(fresh.variables)
+    previous, shared = _by_unique_path(optimizer.variables, _slot_key(optimizer))
+    current, shared_now = _by_unique_path(fresh.variables, _slot_key(fresh))
     for path, variable in current.items():
         source = previous.get(path)
         if source is not None and tuple(source.shape) == tuple(variable.shape):
@@ -245,11 +245,27 @@ def refresh_training(model):
         }
 
 
-def _by_unique_path(variables):
-    """``({path: variable} of the paths held once, {path: [variables]} of the others)``."""
+def _slot_key(optimizer):
+    """A variable's path under ``optimizer``, the same however it was built.
+
+    Keras builds a `LossScaleOptimizer`'s inner optimizer in the outer one's
+    scope inside a traced TensorFlow step (``loss_scale_optimizer/adam_w/...``)
+    and outside it otherwise (``adam_w/...``): the outer name is dropped
+    where the inner one follows it.
+    """
+    inner = getattr(optimizer, "inner_optimizer", None)
+    if inner is None:
+        return lambda path: path
+    nested = f"{optimizer.name}/{inner.name}/"
+    return lambda path: path[len(optimizer.name) + 1 :] if path.startswith(nested) else path
+
+
+def _by_unique_path(variables, key):
+    """``({key: variable} of the keys held once, {key: [variables]} of the others)``,
+    keyed by ``key(variable.path)``."""
     by_path = collections.defaultdict(list)
     for variable in variables:
-        by_path[variable.path].append(variable)
+        by_path[key(variable.path)].append(variable)
     unique = {path: found[0] for path, found in by_path.items() if len(found) == 1}
     return unique, {path: found for path, found in by_path.items() if len(found) > 1}
 

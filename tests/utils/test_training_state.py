@@ -172,3 +172,34 @@ def test_restart_loaded_lora_gives_a_trainable_start_with_the_same_outputs():
     assert keras_masking.utils.restart_loaded_lora(model) == 1
     assert np.any(dense.lora_kernel_a.numpy()) and not np.any(dense.lora_kernel_b.numpy())
     np.testing.assert_allclose(np.asarray(model(x)), expected, atol=1e-6)
+
+
+def test_refresh_training_carries_the_moments_of_a_loss_scale_optimizer():
+    # Keras builds a LossScaleOptimizer's inner optimizer in its own scope
+    # ("loss_scale_optimizer/adam_w/..."); the rebuilt one names its slots
+    # "adam_w/...": the same slots, found by their place under the optimizer.
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(3, name="hidden")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(2, name="head")(hidden))
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.AdamW(1e-2))
+    model.compile(optimizer=optimizer, loss="mse")
+    x, y = np.random.default_rng(0).normal(size=(8, 4)), np.zeros((8, 2))
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+
+    def head_slots(optimizer):
+        return {
+            v.path.rsplit("/", 1)[-1]: keras.ops.convert_to_numpy(v)
+            for v in optimizer.variables
+            if "head_kernel" in v.path
+        }
+
+    before = head_slots(model.optimizer)
+    assert len(before) == 2 and all(np.abs(value).sum() > 0 for value in before.values())
+    model.get_layer("hidden").trainable = False
+    keras_masking.utils.refresh_training(model)
+    after = head_slots(model.optimizer)
+    assert after.keys() == before.keys()
+    for name, value in before.items():
+        np.testing.assert_array_equal(after[name], value)
+    assert int(model.optimizer.iterations) == 2
