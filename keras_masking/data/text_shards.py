@@ -5,6 +5,7 @@ hosts, each host reads its own files (`text_shard_files`).
 """
 
 import os
+import re
 import types
 
 from keras_masking.ops.embedding_correction import validate_masking_rates
@@ -254,13 +255,14 @@ def _expand_files(files):
 
 
 def _check_file(path, tokenizer):
-    """Refuses a file that is not UTF-8 (in its first 64 KiB) or holds no text."""
+    """Refuses a file that is not UTF-8 or holds a carriage return that ends no line
+    (in the part read until the first text), or that holds no text."""
     import codecs
 
     import tensorflow as tf
 
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
-    offset, text = 0, ""
+    offset, text, lines_before = 0, "", 0
     with tf.io.gfile.GFile(path, "rb") as file:
         while True:
             chunk = file.read(_CHECK_BYTES)
@@ -275,7 +277,18 @@ def _check_file(path, tokenizer):
                 ) from None
             offset += len(chunk)
             # The complete lines so far (all of them at the end of the file).
-            complete, _, text = text.rpartition("\n") if chunk else (text, "", "")
+            complete, ends, text = text.rpartition("\n") if chunk else (text, "", "")
+            lone = re.search("\r(?!\n|$)", complete)
+            if lone:
+                line = lines_before + complete.count("\n", 0, lone.start()) + 1
+                raise ValueError(
+                    "Expected lines ending in \\n (or \\r\\n) in every file of files. Received: "
+                    f"{path!r}, line {line}, holds a carriage return (\\r) that ends no line. "
+                    "TensorFlow's line reader deletes it, gluing the words around it. Replace "
+                    "it with a space or a newline first, e.g. `tr '\\r' '\\n'` for a file with "
+                    "old Mac line endings."
+                )
+            lines_before += complete.count("\n") + len(ends)
             lines = [line for line in complete.split("\n") if line.strip()]
             for start in range(0, len(lines), _CHECK_LINES):  # almost always the first lines
                 if _token_count(tokenizer(lines[start : start + _CHECK_LINES])) > 0:
@@ -355,6 +368,9 @@ def _random_token_ids(tokenizer, special, random_token_rate):
     size = int(tokenizer.vocabulary_size())
     excluded = {value for value in special.values() if value is not None}
     excluded.update(int(i) for i in getattr(tokenizer, "special_token_ids", None) or ())
+    unknown = getattr(tokenizer, "unk_token_id", None)  # a UnigramTokenizer's <unk>
+    if unknown is not None:
+        excluded.add(int(unknown))
     oov = getattr(tokenizer, "oov_token", None)
     if oov is not None:
         try:

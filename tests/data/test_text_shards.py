@@ -419,3 +419,43 @@ def test_example_pretrains_exlm_on_its_built_in_corpus(example, tmp_path):
     assert all(np.isfinite(value).all() for value in state.values())
     assert len(list((out / "corpus").glob("shard-*.txt"))) == 4
     assert (out / "corpus" / "vocab.txt").is_file()
+
+
+@TF_DATA_ONLY
+def test_a_carriage_return_that_ends_no_line_is_refused_naming_the_file_and_line(
+    tokenizer, tmp_path
+):
+    # TensorFlow's line reader deletes every \r: "一二\r三" would read as "一二三".
+    windows = tmp_path / "windows.txt"
+    windows.write_bytes(f"{_line(1, 4)}\r\n{_line(2, 4)}\r\n".encode("utf-8"))
+    text_shard_dataset(str(windows), tokenizer, 8, 4, seed=0, repeat=False)  # \r\n: lines
+    for name, text, line in (
+        ("inside.txt", f"{_line(1, 4)}\n{_line(2, 4)}\n{_line(3, 2)}\r{_line(4, 2)}\n", 3),
+        ("old-mac.txt", f"{_line(1, 4)}\r{_line(2, 4)}\r", 1),
+    ):
+        (tmp_path / name).write_bytes(text.encode("utf-8"))
+        with pytest.raises(ValueError, match=rf"{name}', line {line}, holds a carriage return"):
+            text_shard_dataset(str(tmp_path / name), tokenizer, 8, 4, seed=0, repeat=False)
+
+
+@TF_DATA_ONLY
+def test_random_replacements_never_draw_a_unigram_tokenizers_unknown_piece(tmp_path):
+    from keras_masking.models import UnigramTokenizer
+    from tests.models.unigram_testing import toy_model
+
+    tokenizer = UnigramTokenizer(toy_model())
+    path = tmp_path / "a.txt"
+    path.write_text("ab fix yz c ab ab fix\n" * 50, encoding="utf-8")
+    dataset = text_shard_dataset(
+        str(path), tokenizer, 12, 8, objective="mlm", mask_rate=0.5, mask_token_rate=0.0,
+        random_token_rate=1.0, shuffle_buffer=0, seed=0, repeat=False,
+    )  # fmt: skip
+    drawn = []
+    for features, _, weights in dataset:
+        ids = np.take_along_axis(
+            np.asarray(features["token_ids"]), np.asarray(features["mask_positions"]), axis=1
+        )
+        drawn += ids[np.asarray(weights) > 0].tolist()
+    assert len(drawn) > 100
+    assert tokenizer.unk_token_id not in drawn
+    assert not set(drawn) & {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
