@@ -652,7 +652,7 @@ def _markdown(record, task):
         f"on dev half A (n={len(halves['A'])}), reported on half B (n={len(halves['B'])}"
         + (
             f"; one example is {100 / len(halves['B']):.2f} points"
-            if task.metric == "accuracy"
+            if task.metric == "accuracy" and task.kind != "idiom"  # CHID scores blanks
             else ""
         )
         + ").",
