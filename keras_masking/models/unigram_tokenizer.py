@@ -279,8 +279,11 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         if inputs.shape.rank == 0:
             return self.tokenize(tf.reshape(inputs, [1]))[0]
         tokens = self.graph_tokenizer()(tf.reshape(inputs, [-1]))
-        if inputs.shape.rank > 1:
-            tokens = tf.RaggedTensor.from_uniform_row_length(tokens, inputs.shape[-1])
+        for axis in range(inputs.shape.rank - 1, 0, -1):  # the batch shape back, innermost first
+            size = inputs.shape[axis]
+            if size is None:  # known when run
+                size = tf.shape(inputs, out_type=tokens.row_splits.dtype)[axis]
+            tokens = tf.RaggedTensor.from_uniform_row_length(tokens, size)
         if self.sequence_length is not None:
             shape = tokens.shape[:-1].as_list() + [self.sequence_length]
             tokens = tokens.to_tensor(default_value=self.pad_token_id, shape=shape)

@@ -290,6 +290,13 @@ def test_tensor_and_dataset_give_the_python_ids(toy):
     scalar = toy(tf.constant(TEXTS[1]))
     assert keras.ops.convert_to_numpy(scalar).tolist() == expected[1]
     assert _rows(toy(tf.constant([TEXTS[:3], TEXTS[3:]]))) == [expected[:3], expected[3:]]
+    # Any batch shape keeps its nesting: rank 3, and a shape known only when run.
+    cube = [[TEXTS[:3], TEXTS[3:]], [TEXTS[3:], TEXTS[:3]]]
+    nested = [[expected[:3], expected[3:]], [expected[3:], expected[:3]]]
+    assert toy.tokenize(tf.constant(cube)).to_list() == nested
+    spec = tf.TensorSpec([None, None, None], tf.string)
+    unknown = tf.function(toy.tokenize, input_signature=[spec])
+    assert unknown(tf.constant(cube)).to_list() == nested
 
 
 def test_sequence_length_pads_and_cuts():
