@@ -23,7 +23,8 @@ TEXTS = ["这家店的菜很好吃", "服务太差了，不会再来", "菜很�
 SECOND = ["很好吃", "不会再来", "服务太差"]
 
 # What a service runs: TensorFlow and tensorflow-text only. One process serves
-# every SavedModel of the module (argv[1]: a JSON list of [path, texts, second]).
+# every SavedModel of the module (argv[1]: a JSON list of [path, texts, second]):
+# serve_texts, serve_text_pairs, and serving_default with the strings it names.
 SERVE = """
 import json, sys
 import tensorflow as tf
@@ -31,13 +32,19 @@ import tensorflow_text  # noqa: F401 (WordPiece ops)
 results = []
 for path, texts, second in json.loads(sys.argv[1]):
     served = tf.saved_model.load(path)
-    single = served.signatures["serving_default"](texts=tf.constant(texts))
+    strings = {"texts": texts, "texts_a": texts, "texts_b": second}
+    single = served.signatures["serve_texts"](texts=tf.constant(texts))
     pairs = served.signatures["serve_text_pairs"](
         texts_a=tf.constant(texts), texts_b=tf.constant(second)
     )
+    default = served.signatures["serving_default"]
+    names = sorted(default.structured_input_signature[1])
+    default = default(**{name: tf.constant(strings[name]) for name in names})
     results.append({
         "single": {key: value.numpy().tolist() for key, value in single.items()},
         "pairs": {key: value.numpy().tolist() for key, value in pairs.items()},
+        "default": {key: value.numpy().tolist() for key, value in default.items()},
+        "default_inputs": names,
         "signatures": sorted(served.signatures),
     })
 imported = sorted(name for name in sys.modules if name.startswith("keras_masking"))
@@ -80,6 +87,13 @@ def _classifier(methods=(), num_layers=2):
     return _trained_weights(classifier)
 
 
+def _logits(classifier, texts):
+    """``classifier.predict(texts)`` of one small batch of texts (or a tuple of two: pairs)
+    as one eager call of the preprocessed features: no traced step, no tf.data pipeline."""
+    features = classifier.preprocessor(x=texts)  # x=: a tuple is (a, b), not (x, y)
+    return keras.ops.convert_to_numpy(classifier(features, training=False))
+
+
 def _plain_weight_count(serving):
     """The weights of a plain classifier of the serving copy's architecture."""
     config = serving.backbone.get_config()
@@ -95,7 +109,7 @@ def _plain_weight_count(serving):
 def test_the_serving_copy_predicts_the_same_with_the_plain_models_weights_only(methods):
     classifier = _classifier(methods)
     serving = classifier.serving_copy()
-    expected = classifier.predict(TEXTS, verbose=0)
+    expected = _logits(classifier, TEXTS)
     np.testing.assert_allclose(serving.predict(TEXTS, verbose=0), expected, atol=1e-5)
     config = serving.backbone.get_config()
     assert (config["drop_token"], config["asa"], config["lora"], config["add_ffn"]) == (None,) * 4
@@ -115,7 +129,7 @@ def test_the_serving_copy_predicts_the_same_with_the_plain_models_weights_only(m
             plain, num_classes=3, preprocessor=classifier.preprocessor
         )
         without.output_dense.set_weights(classifier.output_dense.get_weights())
-        assert np.abs(without.predict(TEXTS, verbose=0) - expected).max() > 1e-3
+        assert np.abs(_logits(without, TEXTS) - expected).max() > 1e-3
 
 
 def test_prefixes_stay_in_the_serving_copy():
@@ -123,7 +137,7 @@ def test_prefixes_stay_in_the_serving_copy():
     serving = classifier.serving_copy()
     assert serving.backbone.key_value_prefix == classifier.backbone.key_value_prefix
     np.testing.assert_allclose(
-        serving.predict(TEXTS, verbose=0), classifier.predict(TEXTS, verbose=0), atol=1e-6
+        serving.predict(TEXTS, verbose=0), _logits(classifier, TEXTS), atol=1e-6
     )
 
 
@@ -137,7 +151,10 @@ def _unigram_classifier(texts):
     keras.utils.set_random_seed(0)
     backbone = TransformerBackbone(
         **tiny_backbone_kwargs(
-            vocabulary_size=tokenizer.vocabulary_size(), pooling="mean", use_pooler=False
+            vocabulary_size=tokenizer.vocabulary_size(),
+            pooling="mean",
+            use_pooler=False,
+            num_layers=1,
         )
     )
     preprocessor = TransformerTextClassifierPreprocessor(tokenizer, sequence_length=12)
@@ -153,16 +170,18 @@ UNIGRAM_SECOND = ["c", "ab ab", "", "x", "\x01z", "b"]
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """A WordPiece classifier with methods and an e5-like one, exported strings-in and
-    served by one process that imports no keras (`SERVE`): ``{name: (classifier, served)}``."""
+    """A WordPiece classifier with methods (exported with ``text_pairs=True``) and an
+    e5-like one (exported as is), strings-in, served by one process that imports no keras
+    (`SERVE`): ``{name: (classifier, served, predicted)}``, ``predicted`` the classifier's
+    ``predict`` of the texts (``"single"``) and of the pairs (``"pairs"``)."""
     folder = tmp_path_factory.mktemp("served")
     models = {
-        "wordpiece": (_classifier(("fl_tuning", "drop_token", "asa")), TEXTS, SECOND),
-        "unigram": (_unigram_classifier(UNIGRAM_TEXTS), UNIGRAM_TEXTS, UNIGRAM_SECOND),
+        "wordpiece": (_classifier(("fl_tuning", "drop_token", "asa"), 1), TEXTS, SECOND, True),
+        "unigram": (_unigram_classifier(UNIGRAM_TEXTS), UNIGRAM_TEXTS, UNIGRAM_SECOND, False),
     }
     jobs = []
-    for name, (classifier, texts, second) in models.items():
-        classifier.export(folder / name, verbose=False)
+    for name, (classifier, texts, second, text_pairs) in models.items():
+        classifier.export(folder / name, text_pairs=text_pairs, verbose=False)
         jobs.append([str(folder / name), texts, second])
     done = subprocess.run(
         [sys.executable, "-c", SERVE, json.dumps(jobs)], capture_output=True, text=True,
@@ -171,50 +190,52 @@ def served(tmp_path_factory):
     assert done.returncode == 0, done.stderr[-3000:]
     output = json.loads(done.stdout.strip().splitlines()[-1])
     assert output["imported"] == []
-    return {name: (models[name][0], result) for name, result in zip(models, output["results"])}
+    found = {}
+    for name, result in zip(models, output["results"]):
+        classifier, texts, second, _ = models[name]
+        predicted = {
+            "single": classifier.predict(texts, verbose=0),
+            "pairs": _logits(classifier, (texts, second)),
+        }
+        found[name] = (classifier, result, predicted)
+    return found
 
 
 def test_a_savedmodel_that_takes_strings_serves_predict_without_the_package(served):
-    classifier, served = served["wordpiece"]
+    classifier, served, predicted = served["wordpiece"]
     assert {"serving_default", "serve_texts", "serve_text_pairs", "serve_features"} <= set(
         served["signatures"]
     )
-    expected = classifier.predict(TEXTS, verbose=0)
+    expected = predicted["single"]
     single = served["single"]
     np.testing.assert_allclose(single["logits"], expected, atol=1e-5)
     np.testing.assert_allclose(single["probabilities"], keras.ops.softmax(expected), atol=1e-6)
     assert single["class_id"] == np.argmax(expected, axis=-1).tolist()
-    pairs = classifier.predict((TEXTS, SECOND), verbose=0)
-    np.testing.assert_allclose(served["pairs"]["logits"], pairs, atol=1e-5)
+    np.testing.assert_allclose(served["pairs"]["logits"], predicted["pairs"], atol=1e-5)
 
 
-def test_text_pairs_make_the_default_signature_take_two_strings(tmp_path):
-    import tensorflow as tf
-
-    classifier = _classifier(num_layers=1)
-    classifier.export(tmp_path / "pairs", text_pairs=True, verbose=False)
-    served = tf.saved_model.load(str(tmp_path / "pairs"))
-    outputs = served.signatures["serving_default"](
-        texts_a=tf.constant(TEXTS), texts_b=tf.constant(SECOND)
-    )
-    np.testing.assert_allclose(
-        outputs["logits"].numpy(), classifier.predict((TEXTS, SECOND), verbose=0), atol=1e-5
-    )
+def test_text_pairs_make_the_default_signature_take_two_strings(served):
+    """The WordPiece classifier is exported with ``text_pairs=True`` (the e5-like one
+    without it: its ``serving_default`` takes one string, `test_a_unigram_tokenizer_...`)."""
+    _, served, predicted = served["wordpiece"]
+    assert served["default_inputs"] == ["texts_a", "texts_b"]
+    outputs = served["default"]
+    np.testing.assert_allclose(outputs["logits"], predicted["pairs"], atol=1e-5)
+    assert outputs["class_id"] == np.argmax(predicted["pairs"], axis=-1).tolist()
 
 
 def test_without_a_preprocessor_export_is_keras_export_of_the_serving_copy(tmp_path):
     import tensorflow as tf
 
-    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs()), seed=2)
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(num_layers=1)), seed=2)
     classifier = TransformerTextClassifier(backbone, num_classes=2)
     classifier.enable_asa(tau=0.5)
     classifier.export(tmp_path / "features", verbose=False)
     served = tf.saved_model.load(str(tmp_path / "features"))
     features = random_features()
     outputs = served.serve({name: tf.constant(value) for name, value in features.items()})
-    np.testing.assert_allclose(
-        np.asarray(outputs), classifier.predict(features, verbose=0), atol=1e-5
-    )
+    expected = classifier(features, training=False)  # predict, eagerly (one small batch)
+    np.testing.assert_allclose(np.asarray(outputs), keras.ops.convert_to_numpy(expected), atol=1e-5)
     # The plain graph: ASA's adversaries are not in the SavedModel.
     paths = [variable.name for variable in served.variables]
     assert not [path for path in paths if "adversary" in path]
@@ -235,13 +256,15 @@ def test_bad_export_arguments_are_refused_before_anything_is_written(tmp_path):
 def test_a_unigram_tokenizer_exports_strings_in(served):
     """multilingual-e5's tokenizer is TensorFlow ops too: the SavedModel takes strings and
     serves, without the package, what ``predict`` gives."""
-    classifier, served = served["unigram"]
+    classifier, served, predicted = served["unigram"]
     texts = UNIGRAM_TEXTS
-    expected = classifier.predict(texts, verbose=0)
+    expected = predicted["single"]
     np.testing.assert_allclose(served["single"]["logits"], expected, atol=1e-5)
     assert served["single"]["class_id"] == np.argmax(expected, axis=-1).tolist()
-    pairs = classifier.predict((texts, UNIGRAM_SECOND), verbose=0)
-    np.testing.assert_allclose(served["pairs"]["logits"], pairs, atol=1e-5)
+    # Exported without text_pairs: serving_default is serve_texts.
+    assert served["default_inputs"] == ["texts"]
+    np.testing.assert_allclose(served["default"]["logits"], expected, atol=1e-5)
+    np.testing.assert_allclose(served["pairs"]["logits"], predicted["pairs"], atol=1e-5)
     # The ids the SavedModel packs are the Python tokenizer's.
     preprocessor = classifier.preprocessor
     tokenizer = preprocessor.tokenizer
@@ -254,7 +277,9 @@ def test_a_unigram_tokenizer_exports_strings_in(served):
 
 def test_onnx_export_serves_predict_with_onnxruntime(tmp_path):
     """From either backend (on JAX a TensorFlow process writes the file from the same weights)."""
-    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs("relative")), seed=4)
+    backbone = randomize_weights(
+        TransformerBackbone(**tiny_backbone_kwargs("relative", num_layers=1)), seed=4
+    )
     classifier = TransformerTextClassifier(backbone, num_classes=2)
     classifier.enable_fl_tuning(units=4)
     classifier.enable_drop_token(0.2, seed=1)
@@ -270,6 +295,7 @@ def test_onnx_export_serves_predict_with_onnxruntime(tmp_path):
             entry.name: features[entry.name.removeprefix("args_0_")]
             for entry in session.get_inputs()
         }
+        expected = classifier(features, training=False)  # predict, eagerly (one small batch)
         np.testing.assert_allclose(
-            session.run(None, feeds)[0], classifier.predict(features, verbose=0), atol=1e-5
+            session.run(None, feeds)[0], keras.ops.convert_to_numpy(expected), atol=1e-5
         )
