@@ -287,11 +287,27 @@ SETUP = {
 
 
 def _used_names(source):
-    return {
-        node.id
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
-    }
+    """The names ``source`` reads before it assigns them (the ones it needs given).
+
+    Statement by statement: a name the example (or its set-up) assigns before
+    reading it, e.g. ``model = build_task_model(...)``, is not built for it.
+    """
+    used, assigned = set(), set()
+    for statement in ast.parse(source).body:
+        names = [node for node in ast.walk(statement) if isinstance(node, ast.Name)]
+        # ``x += 1`` reads ``x`` too.
+        used.update(
+            node.target.id
+            for node in ast.walk(statement)
+            if isinstance(node, ast.AugAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id not in assigned
+        )
+        used.update(
+            node.id for node in names if isinstance(node.ctx, ast.Load) and node.id not in assigned
+        )
+        assigned.update(node.id for node in names if isinstance(node.ctx, ast.Store))
+    return used
 
 
 def _namespace(module, name, source):
@@ -314,9 +330,10 @@ def _namespace(module, name, source):
         _fl_tuned_classifier=_fl_tuned_classifier,
     )
     setup = SETUP.get(name, "")
-    wanted = _used_names(source + "\n" + setup)
+    # The set-up runs first: what it assigns is not built here.
+    wanted = _used_names(setup + "\n" + source)
     if "trainer" in wanted:
-        wanted.add("classifier")
+        wanted.discard("classifier")  # the trainer's own, set by `_trainer`
     for key, make in CONTEXT.items():
         if key in wanted and key not in vars(module):
             namespace[key] = make(namespace)

@@ -122,15 +122,15 @@ class TransformerBackbone(
     Example:
     ```python
     backbone = keras_masking.models.TransformerBackbone(
-        vocabulary_size=21128, num_layers=2, num_heads=4, hidden_dim=64,
-        intermediate_dim=128, position="relative",
+        vocabulary_size=21128, num_layers=1, num_heads=2, hidden_dim=32,
+        intermediate_dim=64, position="relative",
     )
     outputs = backbone({
         "token_ids": np.array([[101, 2769, 102]]),
         "segment_ids": np.zeros((1, 3), "int32"),
         "padding_mask": np.ones((1, 3), "int32"),
     })
-    outputs["sequence_output"].shape  # (1, 3, 64)
+    outputs["sequence_output"].shape  # (1, 3, 32)
     ```
     """
 

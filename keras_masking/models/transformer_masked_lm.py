@@ -32,7 +32,7 @@ class TransformerMaskedLM(ConcreteInputChecks, keras_hub.models.MaskedLM):
     Example:
     ```python
     backbone = keras_masking.models.TransformerBackbone(
-        vocabulary_size=100, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=64,
+        vocabulary_size=100, num_layers=1, num_heads=4, hidden_dim=32, intermediate_dim=64,
     )
     masked_lm = keras_masking.models.TransformerMaskedLM(backbone)
     logits = masked_lm({
