@@ -209,6 +209,15 @@ def to_numpy(x):
     return keras.ops.convert_to_numpy(keras.ops.cast(x, "float32") if _is_float(x) else x)
 
 
+def eager_predict(model, x):
+    """``model.predict(x)`` of one small batch as one eager call: no traced step, no
+    tf.data pipeline. Texts (or a tuple of two batches: pairs) go through
+    ``model.preprocessor`` first (``x=``: a positional tuple is read as ``(x, y)``)."""
+    if not isinstance(x, dict):
+        x = model.preprocessor(x=x)
+    return to_numpy(model(x, training=False))
+
+
 def flat_outputs(outputs):
     """Every tensor of a (nested) output, as numpy."""
     import keras

@@ -11,6 +11,7 @@ from keras_masking import clue
 from keras_masking.cli import main
 from tests.clue import fixtures as clue_fixtures
 from tests.clue.helpers import VOCABULARY
+from tests.testing import eager_predict
 
 METHODS = dict(fl_tuning=4, drop_token=0.3, asa=0.5)  # merged, off, off at serving
 
@@ -217,9 +218,7 @@ def test_a_classifier_preset_exports_strings_in_and_its_labels(tmp_path, capsys)
     )
     served = tf.saved_model.load(str(tmp_path / "saved")).signatures["serving_default"]
     logits = served(tf.constant(texts))["logits"].numpy()
-    # classifier.predict(texts), as one eager call (one small batch: no traced step).
-    expected = classifier(preprocessor(texts), training=False)
-    np.testing.assert_allclose(logits, keras.ops.convert_to_numpy(expected), atol=1e-5)
+    np.testing.assert_allclose(logits, eager_predict(classifier, texts), atol=1e-5)
     if importlib.util.find_spec("safetensors") is None:
         return
     hf = tmp_path / "hf"

@@ -13,6 +13,7 @@ from keras_masking.data import bert_tokenizer
 from keras_masking.models import TransformerBackbone
 from keras_masking.models import TransformerTextClassifier
 from keras_masking.models import TransformerTextClassifierPreprocessor
+from tests.testing import eager_predict
 from tests.testing import random_features
 from tests.testing import randomize_weights
 from tests.testing import tiny_backbone_kwargs
@@ -87,13 +88,6 @@ def _classifier(methods=(), num_layers=2):
     return _trained_weights(classifier)
 
 
-def _logits(classifier, texts):
-    """``classifier.predict(texts)`` of one small batch of texts (or a tuple of two: pairs)
-    as one eager call of the preprocessed features: no traced step, no tf.data pipeline."""
-    features = classifier.preprocessor(x=texts)  # x=: a tuple is (a, b), not (x, y)
-    return keras.ops.convert_to_numpy(classifier(features, training=False))
-
-
 def _plain_weight_count(serving):
     """The weights of a plain classifier of the serving copy's architecture."""
     config = serving.backbone.get_config()
@@ -109,7 +103,7 @@ def _plain_weight_count(serving):
 def test_the_serving_copy_predicts_the_same_with_the_plain_models_weights_only(methods):
     classifier = _classifier(methods)
     serving = classifier.serving_copy()
-    expected = _logits(classifier, TEXTS)
+    expected = eager_predict(classifier, TEXTS)
     np.testing.assert_allclose(serving.predict(TEXTS, verbose=0), expected, atol=1e-5)
     config = serving.backbone.get_config()
     assert (config["drop_token"], config["asa"], config["lora"], config["add_ffn"]) == (None,) * 4
@@ -129,7 +123,7 @@ def test_the_serving_copy_predicts_the_same_with_the_plain_models_weights_only(m
             plain, num_classes=3, preprocessor=classifier.preprocessor
         )
         without.output_dense.set_weights(classifier.output_dense.get_weights())
-        assert np.abs(_logits(without, TEXTS) - expected).max() > 1e-3
+        assert np.abs(eager_predict(without, TEXTS) - expected).max() > 1e-3
 
 
 def test_prefixes_stay_in_the_serving_copy():
@@ -137,7 +131,7 @@ def test_prefixes_stay_in_the_serving_copy():
     serving = classifier.serving_copy()
     assert serving.backbone.key_value_prefix == classifier.backbone.key_value_prefix
     np.testing.assert_allclose(
-        serving.predict(TEXTS, verbose=0), _logits(classifier, TEXTS), atol=1e-6
+        serving.predict(TEXTS, verbose=0), eager_predict(classifier, TEXTS), atol=1e-6
     )
 
 
@@ -195,7 +189,7 @@ def served(tmp_path_factory):
         classifier, texts, second, _ = models[name]
         predicted = {
             "single": classifier.predict(texts, verbose=0),
-            "pairs": _logits(classifier, (texts, second)),
+            "pairs": eager_predict(classifier, (texts, second)),
         }
         found[name] = (classifier, result, predicted)
     return found
@@ -234,8 +228,7 @@ def test_without_a_preprocessor_export_is_keras_export_of_the_serving_copy(tmp_p
     served = tf.saved_model.load(str(tmp_path / "features"))
     features = random_features()
     outputs = served.serve({name: tf.constant(value) for name, value in features.items()})
-    expected = classifier(features, training=False)  # predict, eagerly (one small batch)
-    np.testing.assert_allclose(np.asarray(outputs), keras.ops.convert_to_numpy(expected), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(outputs), eager_predict(classifier, features), atol=1e-5)
     # The plain graph: ASA's adversaries are not in the SavedModel.
     paths = [variable.name for variable in served.variables]
     assert not [path for path in paths if "adversary" in path]
@@ -295,7 +288,6 @@ def test_onnx_export_serves_predict_with_onnxruntime(tmp_path):
             entry.name: features[entry.name.removeprefix("args_0_")]
             for entry in session.get_inputs()
         }
-        expected = classifier(features, training=False)  # predict, eagerly (one small batch)
         np.testing.assert_allclose(
-            session.run(None, feeds)[0], keras.ops.convert_to_numpy(expected), atol=1e-5
+            session.run(None, feeds)[0], eager_predict(classifier, features), atol=1e-5
         )
