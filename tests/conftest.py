@@ -7,11 +7,14 @@ import pathlib
 import tempfile
 
 # Tiny test models compile far more than they run: XLA's LLVM optimisations
-# (level 0 here) would cost more than they save. Set before any XLA compile.
-if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
-    ).strip()
+# (level 0 here) would cost more than they save, and so do XLA's CPU fusion
+# emitters (off here: the elemental emitters compile faster; measured on the
+# five most XLA-heavy test files with empty compile caches, 37% less CPU time
+# on JAX, 10% on TensorFlow). Set before any XLA compile.
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+for _flag in TEST_XLA_FLAGS:
+    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 # JAX compiles every eager op once per shape: a persistent cache lets the test
 # processes (pytest-xdist workers, later runs) reuse each other's compiles. The

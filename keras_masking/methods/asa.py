@@ -187,7 +187,9 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
         Example:
         ```python
         trainer.fit(features, labels)
-        backbone.enable_drop_token(0.1, mode="attention")  # rebuilds it
+        # Turning a method on rebuilds the pass; the next fit trains with it.
+        trainer.attacked_backbone.enable_drop_token(0.1, mode="attention")
+        trainer.fit(features, labels)
         ```
         """
         self._tracker.unlock()

@@ -36,6 +36,7 @@ if BACKEND == "jax":
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "")
         + " --xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0"
+        + " --xla_cpu_use_fusion_emitters=false"  # as tests/conftest.py
     ).strip()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
