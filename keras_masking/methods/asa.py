@@ -187,9 +187,8 @@ class ASATrainer(ASAObjective, ConcreteInputChecks, keras.Model):
         Example:
         ```python
         trainer.fit(features, labels)
-        # Turning a method on rebuilds the pass; the next fit trains with it.
+        # Rebuilds the adversarial pass: the next fit trains with DropToken.
         trainer.attacked_backbone.enable_drop_token(0.1, mode="attention")
-        trainer.fit(features, labels)
         ```
         """
         self._tracker.unlock()
