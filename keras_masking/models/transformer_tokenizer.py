@@ -15,6 +15,7 @@ the character span of each token in the original text, for span and entity
 tasks (CMRC2018, CLUENER).
 """
 
+import difflib
 import functools
 import sys
 import unicodedata
@@ -526,9 +527,11 @@ def _normalize_with_spans(text, spans, normalize):
 
     The text is normalised one cluster at a time (a starter character and
     the combining marks after it), each output character taking its
-    cluster's span. Should that differ from normalising the whole text (a
-    composition across clusters), the whole result is returned with every
-    character spanning the whole input, so ids never change.
+    cluster's span. Where that differs from normalising the whole text (a
+    composition across clusters, or a final sigma: ``"ΟΔΟΣ".lower()`` ends
+    in ``ς``, ``"Σ".lower()`` is ``σ``), the whole text's characters there
+    span the clusters that differ, and every other character keeps its own
+    cluster's span; the characters, and so the ids, are the whole text's.
     """
     whole = normalize(text)
     if whole == text:
@@ -541,9 +544,21 @@ def _normalize_with_spans(text, spans, normalize):
         pieces.append(piece)
         new_spans.extend([(spans[start][0], spans[index - 1][1])] * len(piece))
         start = index
-    if "".join(pieces) != whole:
-        return whole, [(spans[0][0], spans[-1][1])] * len(whole)
-    return whole, new_spans
+    joined = "".join(pieces)
+    if joined == whole:
+        return whole, new_spans
+    whole_spans = []
+    matcher = difflib.SequenceMatcher(None, joined, whole, autojunk=False)
+    for tag, low, high, whole_low, whole_high in matcher.get_opcodes():
+        if tag == "equal":
+            whole_spans.extend(new_spans[low:high])
+            continue
+        # The differing clusters (or, for inserted characters, their neighbours).
+        around = new_spans[max(low - (low == high), 0) : min(max(high, low + 1), len(new_spans))]
+        around = around or [(spans[0][0], spans[-1][1])]
+        covered = (min(a for a, _ in around), max(b for _, b in around))
+        whole_spans.extend([covered] * (whole_high - whole_low))
+    return whole, whole_spans
 
 
 def _is_starter(char):

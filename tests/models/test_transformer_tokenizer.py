@@ -402,6 +402,22 @@ def test_offsets_give_the_tokenizer_ids_and_the_original_spans(chinese):
     assert spans[4:6] == [(8, 12), (13, 15)]
 
 
+def test_a_final_sigma_leaves_every_other_token_its_own_span():
+    # "ΟΔΟΣ".lower() ends in "ς", "Σ".lower() is "σ": the per-character spans
+    # differed from the whole text's lowercasing, and every token then
+    # spanned the whole text (a CMRC2018 answer decoded as the whole context).
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "海", "淀", "区", "οδος", "意"]
+    vocabulary += ["σα", "##ς"]
+    tokenizer = TransformerTokenizer(vocabulary=vocabulary, lowercase=True)
+    text = "海淀区ΟΔΟΣ意 ΣΑΣ"
+    ids, spans = tokenize_with_offsets(tokenizer, text)
+    assert [tokenizer.id_to_token(index) for index in ids] == [
+        "海", "淀", "区", "οδος", "意", "σα", "##ς"
+    ]  # fmt: skip
+    assert ids == _eager_ids(tokenizer, [text])[0]  # the tokenizer's own ids
+    assert [text[start:end] for start, end in spans] == ["海", "淀", "区", "ΟΔΟΣ", "意", "ΣΑ", "Σ"]
+
+
 # === Against Hugging Face's tokenizers, when transformers is installed ===
 def test_equal_to_hugging_face_bert_tokenizer(chinese):
     transformers = pytest.importorskip("transformers")
