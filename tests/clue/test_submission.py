@@ -279,6 +279,16 @@ def test_entity_round_trip_groups_spans_by_type_and_text(tmp_path):
     ]
 
 
+def test_an_entity_holding_a_line_separator_is_checked_as_the_file_reads(tmp_path):
+    # json.dumps leaves U+2028 as it is; the check split lines there too (a
+    # valid file refused, and `clue submit` with it), where a file's lines do not end.
+    write_lines(tmp_path / "cluener" / "test.json", [{"id": 0, "text": "上海\u2028北京"}])
+    test = read_split(tmp_path, "cluener", "test")
+    path = write_submission(tmp_path / "out", "cluener", "clue", {0: [("address", 0, 4)]}, test)
+    assert "\u2028" in path.read_text(encoding="utf-8")
+    assert check_submission(path, "cluener", "clue", test) == []
+
+
 # === What users trip over ===
 def test_class_indices_instead_of_label_strings_are_refused(tmp_path):
     test = tnews_test(tmp_path)

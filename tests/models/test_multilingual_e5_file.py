@@ -132,6 +132,12 @@ def test_converting_with_a_corpus_writes_the_pruned_preset(tiny_file, tmp_path):
     corpus = tmp_path / "corpus.json"
     corpus.write_text('{"sentence": "今天很好", "label": "好"}\n\n{"sentence": "天气"}\n', "utf-8")
     assert corpus_texts([corpus]) == ["今天很好", "好", "天气"]
+    # A line separator inside a line (FewCLUE's iflytek files hold U+2028)
+    # is text, not a line end: it failed as "not JSON".
+    separated = tmp_path / "separated.json"
+    separated.write_text('{"sentence": "今天\u2028很好"}\n{"sentence": "天气"}\n', "utf-8")
+    (tmp_path / "separated.txt").write_text("今天\u2028很好\r\n天气", "utf-8")
+    assert corpus_texts([separated, tmp_path / "separated.txt"]) == ["今天\u2028很好", "天气"] * 2
     output = convert_multilingual_e5(tmp_path / "preset", path=path, texts=corpus_texts([corpus]))
     # 5 special pieces; ▁今天 很 好, ▁ 好, ▁ 天 气: 6 used.
     assert TransformerBackbone.from_preset(output).vocabulary_size == 11

@@ -157,6 +157,11 @@ def test_a_head_bert_has_no_class_for_exports_the_backbone_with_a_warning(tmp_pa
     config, tensors = _read(folder)
     assert config["architectures"] == ["BertModel"]
     assert "classifier.weight" not in tensors
+    # BertModel's pooler reads [CLS]: with the trained pooler written, its
+    # pooler_output was tanh(dense([CLS])), not the model's tanh(dense(mean)).
+    assert "writing a zero pooler" in caplog.text
+    np.testing.assert_array_equal(tensors["pooler.dense.weight"], 0.0)
+    np.testing.assert_array_equal(tensors["pooler.dense.bias"], 0.0)
 
 
 @pytest.mark.parametrize(
