@@ -146,6 +146,15 @@ class _Layout:
     def key(self, key):
         return str(key) if self.task.kind == "multiple_choice" else key
 
+    def id_problem(self, key, written=False):
+        """What is wrong with an id's type, or None: a float or bool is no test file's
+        id (``5.0 == 5`` and ``True == 1`` in Python), and C3's file ids are strings."""
+        if isinstance(key, (bool, float)):
+            return f"id {key!r} is a {type(key).__name__}: write the test file's ids as they are"
+        if not written and self.task.kind == "multiple_choice" and not isinstance(key, str):
+            return f"id {key!r} must be a string, as the test file has it ({str(key)!r})"
+        return None
+
     def value(self, prediction, example):
         """A prediction as the file holds it; left as it is when it cannot be."""
         kind = self.task.kind
@@ -358,6 +367,9 @@ def write_submission(output_dir, task, benchmark, predictions, test_split):
             "Expected predictions, a dict {id: prediction}. "
             f"Received: {type(predictions).__name__}."
         )
+    wrong_ids = [layout.id_problem(key, written=True) for key in predictions]
+    if any(wrong_ids):
+        raise ValueError(f"Not writing {name}: {next(filter(None, wrong_ids))}.")
     expected = layout.expected
     order = {key: position for position, key in enumerate(expected)}
     records = sorted(
@@ -517,6 +529,10 @@ def _read_lines(layout, text):
         missing = [name for name in ("id", field) if name not in record]
         if missing:
             problems.append(f"line {number}: missing {' and '.join(map(repr, missing))}")
+            continue
+        problem = layout.id_problem(record["id"])
+        if problem:
+            problems.append(f"line {number}: {problem}")
             continue
         key = layout.key(record["id"])
         if key in lines:

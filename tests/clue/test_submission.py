@@ -176,6 +176,11 @@ def test_multiple_choice_round_trip(tmp_path):
         "line 1: label 1 must be the choice index as a string, e.g. '1'",
         "line 2: choice 3 is out of range: 3 choices",
     ]
+    path.write_text('{"id": 0, "label": "1"}\n{"id": "1", "label": "2"}\n', encoding="utf-8")
+    assert check_submission(path, "c3", "clue", test) == [
+        "line 1: id 0 must be a string, as the test file has it ('0')",
+        "1 of 2 test ids are missing (first: ['0'])",
+    ]
 
 
 def test_clue_chid_is_one_object_fewclue_chid_lines(tmp_path):
@@ -377,6 +382,18 @@ def test_check_finds_missing_repeated_unknown_and_misordered_ids(tmp_path):
         "ids have the wrong type: the file has '10' where the test file has 10 (write the test "
         "file's ids as they are)"
     ]
+    # Python takes 10.0 and True for 10 and 1: the file does not.
+    write_lines(
+        path,
+        [{"id": 10.0, "label": "103"}, {"id": 11, "label": "104"}, {"id": 12, "label": "100"}],
+    )
+    assert check_submission(path, "tnews", "clue", test) == [
+        "line 1: id 10.0 is a float: write the test file's ids as they are",
+        "1 of 3 test ids are missing (first: [10])",
+    ]
+    with pytest.raises(ValueError, match="id True is a bool"):
+        write_submission(tmp_path / "o", "tnews", "clue", {True: "103", 11: "104", 12: "100"}, test)
+    assert not (tmp_path / "o").exists()
 
 
 def test_check_finds_labels_outside_the_set_and_bad_lines(tmp_path):
