@@ -611,7 +611,12 @@ def summarize(runs, labels, seeds, score="held_out"):
 
 def _notes(runs, seeds):
     notes = [
-        f"{run['method']} seed {run['seed']} failed ({run['failure']}); left out, with its pair."
+        f"{run['method']} seed {run['seed']} failed ({run['failure']}); left out of its mean, "
+        + (
+            f"and seed {run['seed']} of every difference (they pair by seed)."
+            if run["method"] == BASELINE
+            else f"and of its difference from {BASELINE}."
+        )
         for run in runs
         if run["status"] != "finished"
     ]
@@ -636,6 +641,10 @@ def _zero_spread_notes(rows, where=""):
 # === Writing ===
 def _number(value, signed=False):
     return "–" if value is None else f"{value:+.2f}" if signed else f"{value:.2f}"
+
+
+def _seed_list(seeds):
+    return ", ".join(str(seed) for seed in seeds)
 
 
 def _markdown(record, task):
@@ -699,10 +708,13 @@ def _table(rows, scored):
         f"{BASELINE}, mean [95% interval] | resolves ± | verdict |",
         "|---|---:|---:|---:|---:|---|",
     ]
+    every_seed = sorted({seed for row in rows for seed in row["seeds"]})
     for row in rows:
         parameters = row["trainable_parameters"]
         parameters = "–" if parameters is None else f"{parameters:,}"
         held = "–" if row["mean"] is None else f"{_number(row['mean'])} ± {_number(row['sd'])}"
+        if row["mean"] is not None and row["seeds"] != every_seed:
+            held += f" (seeds {_seed_list(row['seeds'])})"  # a run failed
         difference = row["difference"]
         resolves = "–" if not difference else _number(difference["half_width"])
         if difference and difference["sd"] == 0.0:
@@ -716,6 +728,8 @@ def _table(rows, scored):
         else:
             low, high = _number(difference["low"], True), _number(difference["high"], True)
             shown = f"{_number(difference['mean'], True)} [{low}, {high}]"
+        if difference and difference["seeds"] != every_seed:
+            shown += f" (seeds {_seed_list(difference['seeds'])})"
         lines.append(
             f"| {row['method']} | {parameters} | {held} | {shown} | {resolves} | {row['verdict']} |"
         )

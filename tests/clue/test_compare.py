@@ -184,6 +184,31 @@ def test_the_same_difference_on_every_seed_proves_nothing():
     assert "| fl | 1 | 56.25 ± 6.25 | +6.25 [+6.25, +6.25] | unknown | cannot tell |" in table
 
 
+def test_a_failed_run_is_named_and_each_row_says_which_seeds_it_holds():
+    # The note said "left out, with its pair" while each mean kept the
+    # method's other seeds: the means and the difference covered different seeds, unsaid.
+    scores = {"plain": (60.0, None, 55.0, 58.75), "fl": (65.0, 61.25, 57.5, None)}
+    runs = [
+        {"method": m, "seed": s, "held_out": v, "trainable_parameters": 1,
+         "status": "finished" if v is not None else "failed", "failure": "nan loss"}
+        for m, values in scores.items() for s, v in enumerate(values)
+    ]  # fmt: skip
+    compare_module = importlib.import_module("keras_masking.clue.compare")
+    rows = summarize(runs, ["plain", "fl"], [0, 1, 2, 3])
+    assert rows[0]["mean"] == pytest.approx((60.0 + 55.0 + 58.75) / 3)
+    assert rows[1]["difference"]["seeds"] == [0, 2]
+    assert rows[1]["difference"]["mean"] == pytest.approx(3.75)
+    assert compare_module._notes(runs, [0, 1, 2, 3]) == [
+        "plain seed 1 failed (nan loss); left out of its mean, and seed 1 of every difference "
+        "(they pair by seed).",
+        "fl seed 3 failed (nan loss); left out of its mean, and of its difference from plain.",
+    ]
+    table = "\n".join(compare_module._table(rows, "held-out accuracy"))
+    assert "| plain | 1 | 57.92 ± 2.60 (seeds 0, 2, 3) | (baseline) |" in table
+    assert "| fl | 1 | 61.25 ± 3.75 (seeds 0, 1, 2) | +3.75 [" in table
+    assert "] (seeds 0, 2) |" in table
+
+
 def test_differences_equal_up_to_float_rounding_are_the_same_difference():
     # +5 examples of 671 on every seed: 100 * k / 671 is not exact in binary,
     # so the three differences differ in their last bits (an sd of 8e-15 made
