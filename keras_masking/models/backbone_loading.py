@@ -3,7 +3,9 @@
 import inspect
 import json
 import os
+import pathlib
 
+import keras
 import keras_hub
 import numpy as np
 
@@ -196,7 +198,9 @@ def load_backbone_preset(cls, preset, load_weights=True, **kwargs):
     )
     if isinstance(loaded, cls):
         return loaded
-    converted = cls.from_keras_hub(loaded, activation=_declared_activation(preset))
+    declared = _declared_settings(preset)
+    converted = cls.from_keras_hub(loaded, **declared)
+    _fold_roberta_token_type(converted, preset)
     if os.path.isdir(preset):  # marked as corrected when its folder says so
         shape = (converted.vocabulary_size, converted.hidden_dim)
         record = load_folder_record(preset, converted.token_embedding.name, shape)
@@ -268,10 +272,59 @@ def _preset_file(preset, name):
     return path if os.path.isfile(path) else None
 
 
-def _declared_activation(preset):
-    """The activation a Hugging Face folder declares, or None."""
+def _hugging_face_config(preset):
+    """A Hugging Face folder's ``config.json`` (it names a ``model_type``), or None."""
     config_path = _preset_file(preset, "config.json")
     if config_path is None:
         return None
     config = read_json_object(config_path, "the preset's config.json")
-    return config.get("hidden_act") if "model_type" in config else None
+    return config if "model_type" in config else None
+
+
+def _declared_settings(preset):
+    """`from_keras_hub` overrides from what a Hugging Face folder declares.
+
+    keras-hub's converters keep their own activation and LayerNorm epsilon,
+    and read no ``position_embedding_type``: the folder's own ones are used,
+    and relative positions (weights keras-hub would leave unused) refused.
+    """
+    config = _hugging_face_config(preset)
+    if config is None:
+        return {"activation": None}
+    position_type = config.get("position_embedding_type", "absolute")
+    if position_type != "absolute":
+        raise ValueError(
+            f"{_preset_file(preset, 'config.json')}: 'position_embedding_type': "
+            f"{position_type!r} (relative attention, with weights of its own) is not "
+            "supported; expected 'absolute'."
+        )
+    declared = {"activation": config.get("hidden_act")}
+    if "layer_norm_eps" in config:
+        declared["layer_norm_epsilon"] = float(config["layer_norm_eps"])
+    return declared
+
+
+def _fold_roberta_token_type(backbone, preset):
+    """Adds a Hugging Face RoBERTa's token-type row to its position table.
+
+    RoBERTa adds ``token_type_embeddings[0]`` to every token; keras-hub's
+    RoBERTa converter drops it (a fine-tuned model's row is not zero).
+    Added to every position row, the sum the embeddings' LayerNorm sees is
+    the same.
+    """
+    config = _hugging_face_config(preset)
+    if config is None or config.get("model_type") != "roberta":
+        return
+    name = "roberta.embeddings.token_type_embeddings.weight"
+    row = None
+    for path in sorted(pathlib.Path(preset).glob("*.safetensors")):
+        import safetensors  # keras-hub read the folder with it
+
+        with safetensors.safe_open(str(path), framework="np") as file:
+            for key in (name, name.removeprefix("roberta.")):
+                if key in file.keys():
+                    row = file.get_tensor(key)[0]
+    if row is None or not np.any(row):
+        return
+    table = backbone.embeddings.position_embedding.embeddings
+    table.assign(keras.ops.convert_to_numpy(table) + row.astype("float32"))

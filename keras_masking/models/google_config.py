@@ -235,6 +235,18 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
             f"{source}: `{relative}` is a NEZHA setting, but model={model!r}. "
             "Is this a NEZHA config (model='nezha')?"
         )
+    if config.get("rotary_value"):
+        raise ValueError(
+            f"{source}: 'rotary_value': true rotates the values as well as the queries and keys "
+            "(a RoFormer option); this package's RoFormer rotates queries and keys only, so the "
+            "model would compute other outputs. Not supported."
+        )
+    position_type = config.get("position_embedding_type", "absolute")
+    if position_type != "absolute" and model in ("bert", "roberta"):
+        raise ValueError(
+            f"{source}: 'position_embedding_type': {position_type!r} (Hugging Face's relative "
+            "attention, with weights of its own) is not supported; expected 'absolute'."
+        )
     kwargs = {argument: values[key] for key, (argument, _) in NUMERIC_KEYS.items() if argument}
     if model != "nezha":
         del kwargs["max_relative_position"]

@@ -8,6 +8,7 @@ first variable is assigned.
 
 import collections
 import logging
+import math
 import os
 import re
 import shutil
@@ -16,7 +17,9 @@ import uuid
 import keras
 import numpy as np
 
+from keras_masking.layers.activations import resolve_activation
 from keras_masking.models import google_checkpoint_layout as layout
+from keras_masking.models.google_config import OPTIONAL_KEYS
 from keras_masking.models.google_config import backbone_kwargs_from_google_config
 from keras_masking.models.google_config import family_of
 from keras_masking.models.google_config import google_config_from_backbone
@@ -234,6 +237,41 @@ def _check_folder_configs(prefix, backbone, skip=None):
                 "is not visible in the weights' shapes). Expected num_heads="
                 f"{heads}. Received: num_heads={backbone.num_heads}."
             )
+        for key, argument, declared, built in _invisible_settings(config, backbone):
+            raise ValueError(
+                f"{path}: the checkpoint was trained with {key}={declared!r}, but the model has "
+                f"{argument}={built!r} (nothing was loaded; this setting is not visible in the "
+                f"weights' shapes). Expected {argument}={declared!r}. Received: "
+                f"{argument}={built!r}."
+            )
+
+
+def _invisible_settings(config, backbone):
+    """``(config key, argument, declared, built)`` of each setting the weights cannot show
+    (activation, LayerNorm epsilon, NEZHA's clipping) that differs from the config's."""
+    differing = []
+    activation = config.get("hidden_act", OPTIONAL_KEYS["hidden_act"])
+    if isinstance(activation, str) and isinstance(backbone.activation, str):
+        try:
+            same = resolve_activation(activation) is resolve_activation(backbone.activation)
+        except ValueError:
+            same = True  # an unknown name: the config's own reader names it
+        if not same:
+            differing.append(("hidden_act", "activation", activation, backbone.activation))
+    epsilon = config.get("layer_norm_eps", OPTIONAL_KEYS["layer_norm_eps"])
+    if isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool):
+        if not math.isclose(epsilon, backbone.layer_norm_epsilon, rel_tol=1e-6):
+            differing.append(
+                ("layer_norm_eps", "layer_norm_epsilon", epsilon, backbone.layer_norm_epsilon)
+            )
+    clipping = config.get("max_relative_position")
+    if backbone.position == "relative" and isinstance(clipping, int):
+        if clipping != backbone.max_relative_position:
+            differing.append(
+                ("max_relative_position", "max_relative_position", clipping,
+                 backbone.max_relative_position)
+            )  # fmt: skip
+    return differing
 
 
 def _converted_values(values, expected, source):
@@ -293,11 +331,16 @@ def _load_values(model, values, strict, source, prefix=None):
         if tuple(np.shape(values[name])) != tuple(expected[name].shape)
     )
     extras = sorted(set(values) - set(expected))
+    # A head the model does not have is skipped whole; one it has takes only its own variables.
+    heads_not_built = tuple(
+        head + "/" for head in (layout.MLM, layout.POOLER)
+        if not any(name.startswith(head + "/") for name in expected)
+    )  # fmt: skip
     tolerated = [
         name
         for name in extras
         if layout.is_training_state(name)
-        or name.startswith((*layout.KNOWN_EXTRA_PREFIXES, layout.MLM + "/", layout.POOLER + "/"))
+        or name.startswith((*layout.KNOWN_EXTRA_PREFIXES, *heads_not_built))
     ]
     unexpected = sorted(set(extras) - set(tolerated))
     problems = []

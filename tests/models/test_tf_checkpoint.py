@@ -111,6 +111,34 @@ def test_unexpected_variables_strict_and_lenient(tmp_path, caplog):
     )
 
 
+def test_a_head_the_model_has_takes_only_its_own_variables(tmp_path):
+    # An untied output matrix (cls/predictions/output_weights) loaded as a
+    # tied head without a word (logits 8 off); a head the model does not
+    # have is still skipped whole.
+    extra = {"cls/predictions/output_weights": np.ones((5, 32), "float32")}
+    config_path, prefix, _ = write_reference_checkpoint("bert", tmp_path, extra=extra)
+    assert from_tf_checkpoint(config_path, prefix).use_pooler  # no MLM head: skipped
+    with pytest.raises(ValueError, match=r"not used by a bert model: \['cls/predictions/output_w"):
+        from_tf_checkpoint(config_path, prefix, with_mlm=True)
+
+
+def test_settings_the_weights_do_not_show_must_match_the_config_beside(checkpoint):
+    config_path, prefix = checkpoint
+    backbone = from_tf_checkpoint(config_path, prefix)
+    before = weights_of(backbone)
+    config = json.loads(pathlib.Path(config_path).read_text())
+    for changes, message in (
+        ({"hidden_act": "relu"}, "hidden_act='relu', but the model has activation="),
+        ({"layer_norm_eps": 1e-5}, "layer_norm_eps=1e-05, but the model has layer_norm_epsilon"),
+    ):
+        pathlib.Path(config_path).write_text(json.dumps({**config, **changes}))
+        with pytest.raises(ValueError, match=re.escape(message) + ".*nothing was loaded"):
+            load_tf_checkpoint_weights(backbone, prefix)
+        assert_same_weights(backbone, before)
+    pathlib.Path(config_path).write_text(json.dumps({**config, "hidden_act": "gelu_erf"}))
+    load_tf_checkpoint_weights(backbone, prefix)  # another name of the same GELU
+
+
 def test_failed_load_leaves_model_untouched(tmp_path):
     config_path, prefix, _ = write_reference_checkpoint("bert", tmp_path, drop=[QUERY])
     backbone = from_tf_checkpoint(*write_reference_checkpoint("bert", tmp_path / "full")[:2])

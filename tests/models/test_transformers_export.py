@@ -58,6 +58,58 @@ def test_bert_round_trip_through_the_packages_hugging_face_loader(tmp_path):
         np.testing.assert_allclose(got[key], expected[key], atol=1e-5)
 
 
+def test_a_hugging_face_folder_loads_with_its_own_epsilon_and_absolute_positions_only(tmp_path):
+    folder = export_to_transformers(_backbone(layer_norm_epsilon=1e-5), tmp_path / "hf")
+    config, _ = _read(folder)
+    # keras-hub's BERT converter fixed 1e-12 (outputs 0.016 off at 1e-3).
+    (folder / "config.json").write_text(json.dumps({**config, "layer_norm_eps": 1e-3}))
+    assert TransformerBackbone.from_preset(folder).layer_norm_epsilon == 1e-3
+    # Relative attention's own weights were left unused, without a word.
+    relative = {**config, "position_embedding_type": "relative_key"}
+    (folder / "config.json").write_text(json.dumps(relative))
+    with pytest.raises(ValueError, match="'relative_key'.*not supported; expected 'absolute'"):
+        TransformerBackbone.from_preset(folder)
+
+
+def _roberta_folder(folder, tensors, config, token_type_row):
+    """A Hugging Face RoBERTa folder of a BERT export's weights (two reserved position rows)."""
+    tensors = dict(tensors)
+    positions = tensors.pop("embeddings.position_embeddings.weight")
+    tensors["embeddings.position_embeddings.weight"] = np.concatenate(
+        [np.zeros((2, positions.shape[1]), "float32"), positions]
+    )
+    tensors["embeddings.token_type_embeddings.weight"] = token_type_row[None]
+    folder.mkdir()
+    safetensors_numpy.save_file(
+        {f"roberta.{name}": value for name, value in tensors.items()},
+        str(folder / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    config = {**config, "model_type": "roberta", "architectures": ["RobertaModel"],
+              "max_position_embeddings": positions.shape[0] + 2, "pad_token_id": 1}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_hugging_face_roberta_keeps_its_token_type_row(tmp_path):
+    """RoBERTa adds token_type_embeddings[0] to every token; keras-hub's
+    converter dropped it (a fine-tuned model's row trains: outputs 3.8 off)."""
+    backbone = _backbone(num_segments=0, layer_norm_epsilon=1e-5, use_pooler=False)
+    root = tmp_path
+    config, tensors = _read(export_to_transformers(backbone, root / "hf"))
+    row = np.random.default_rng(0).normal(size=backbone.hidden_dim).astype("float32")
+    with_row = _roberta_folder(root / "with_row", tensors, config, row)
+    folded = dict(tensors)
+    folded["embeddings.position_embeddings.weight"] = (
+        tensors["embeddings.position_embeddings.weight"] + row
+    )  # the same sums, the row in the position table
+    without_row = _roberta_folder(root / "folded", folded, config, np.zeros_like(row))
+    features = {k: v for k, v in random_features().items() if k != "segment_ids"}
+    expected = TransformerBackbone.from_preset(without_row).predict(features, verbose=0)
+    got = TransformerBackbone.from_preset(with_row).predict(features, verbose=0)
+    np.testing.assert_allclose(got["sequence_output"], expected["sequence_output"], atol=1e-5)
+
+
 def test_tanh_gelu_exports_as_gelu_new_and_reads_back(tmp_path):
     backbone = _backbone(activation="gelu_approximate", layer_norm_epsilon=1e-6)
     folder = export_to_transformers(backbone, tmp_path / "hf")
