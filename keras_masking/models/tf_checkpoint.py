@@ -215,7 +215,8 @@ def _check_family(values, config, model, source, overrides=()):
 
 
 def _check_folder_configs(prefix, backbone, skip=None):
-    """Refuses a backbone whose head count differs from a config beside the checkpoint."""
+    """Refuses a backbone whose head count, activation, LayerNorm epsilon or NEZHA
+    clipping differs from a config beside the checkpoint."""
     # The head count cannot be read from the weights' shapes (8 heads of 4 and
     # 4 heads of 8 have the same kernels). ``skip``: the config that built ``backbone``.
     folder = os.path.dirname(os.path.abspath(prefix))
@@ -384,16 +385,21 @@ def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None)
         checkpoint_path: checkpoint prefix, folder or ``.index`` file, or a
             dict ``{name: array}`` already read.
         strict: bool. When True, a checkpoint variable that the model does
-            not use (other than optimizer state and known pretraining heads)
-            is an error; when False it is skipped and reported.
+            not use (other than optimizer state and the pretraining heads
+            the model does not have) is an error; when False it is skipped
+            and reported.
         source: name used in messages (defaults to the path).
 
     Returns:
         A `CheckpointLoadReport`.
 
     Raises:
-        ValueError: missing variables, mismatched shapes, or (strict) extra
-            variables; the message lists the names. Nothing is assigned.
+        ValueError: missing variables, mismatched shapes, (strict) extra
+            variables, or a ``bert_config.json`` / ``config.json`` beside
+            the checkpoint whose head count, ``hidden_act``,
+            ``layer_norm_eps`` or NEZHA ``max_relative_position`` differs
+            from the model's (the weights' shapes do not show them); the
+            message names them. Nothing is assigned.
         TypeError: ``model`` is not a keras-masking model.
 
     Example:
