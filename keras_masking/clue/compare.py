@@ -1,9 +1,8 @@
 """`compare`: whether a method helps on your data, over several seeds.
 
-Each (method, seed) is a `finetune` run whose epoch is chosen on one half of
-dev and scored on the other, so the reported score never saw the choice.
-Written to the output folder: ``compare.json`` (everything), ``compare.md``
-(the table) and ``compare.png`` (the scores).
+Each (method, seed) is a `finetune` run whose epoch is chosen on one half of dev and scored on the
+other, so the reported score never saw the choice. Written to the output folder: ``compare.json``
+(everything), ``compare.md`` (the table) and ``compare.png`` (the scores).
 """
 
 import collections
@@ -611,12 +610,8 @@ def summarize(runs, labels, seeds, score="held_out"):
 
 def _notes(runs, seeds):
     notes = [
-        f"{run['method']} seed {run['seed']} failed ({run['failure']}); left out of its mean, "
-        + (
-            f"and seed {run['seed']} of every difference (they pair by seed)."
-            if run["method"] == BASELINE
-            else f"and of its difference from {BASELINE}."
-        )
+        f"{run['method']} seed {run['seed']} failed ({run['failure']}); left out of its mean "
+        f"and of the differences at seed {run['seed']}."
         for run in runs
         if run["status"] != "finished"
     ]
@@ -641,10 +636,6 @@ def _zero_spread_notes(rows, where=""):
 # === Writing ===
 def _number(value, signed=False):
     return "–" if value is None else f"{value:+.2f}" if signed else f"{value:.2f}"
-
-
-def _seed_list(seeds):
-    return ", ".join(str(seed) for seed in seeds)
 
 
 def _markdown(record, task):
@@ -714,7 +705,7 @@ def _table(rows, scored):
         parameters = "–" if parameters is None else f"{parameters:,}"
         held = "–" if row["mean"] is None else f"{_number(row['mean'])} ± {_number(row['sd'])}"
         if row["mean"] is not None and row["seeds"] != every_seed:
-            held += f" (seeds {_seed_list(row['seeds'])})"  # a run failed
+            held += f" (seeds {', '.join(map(str, row['seeds']))})"  # a run failed
         difference = row["difference"]
         resolves = "–" if not difference else _number(difference["half_width"])
         if difference and difference["sd"] == 0.0:
@@ -729,7 +720,7 @@ def _table(rows, scored):
             low, high = _number(difference["low"], True), _number(difference["high"], True)
             shown = f"{_number(difference['mean'], True)} [{low}, {high}]"
         if difference and difference["seeds"] != every_seed:
-            shown += f" (seeds {_seed_list(difference['seeds'])})"
+            shown += f" (seeds {', '.join(map(str, difference['seeds']))})"
         lines.append(
             f"| {row['method']} | {parameters} | {held} | {shown} | {resolves} | {row['verdict']} |"
         )

@@ -199,9 +199,8 @@ def test_a_failed_run_is_named_and_each_row_says_which_seeds_it_holds():
     assert rows[1]["difference"]["seeds"] == [0, 2]
     assert rows[1]["difference"]["mean"] == pytest.approx(3.75)
     assert compare_module._notes(runs, [0, 1, 2, 3]) == [
-        "plain seed 1 failed (nan loss); left out of its mean, and seed 1 of every difference "
-        "(they pair by seed).",
-        "fl seed 3 failed (nan loss); left out of its mean, and of its difference from plain.",
+        "plain seed 1 failed (nan loss); left out of its mean and of the differences at seed 1.",
+        "fl seed 3 failed (nan loss); left out of its mean and of the differences at seed 3.",
     ]
     table = "\n".join(compare_module._table(rows, "held-out accuracy"))
     assert "| plain | 1 | 57.92 ± 2.60 (seeds 0, 2, 3) | (baseline) |" in table
