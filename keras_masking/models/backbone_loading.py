@@ -11,7 +11,6 @@ import numpy as np
 
 from keras_masking.models import keras_hub_conversion
 from keras_masking.models.backbone_config import plain_record
-from keras_masking.models.google_config import check_absolute_positions
 from keras_masking.models.mlm_embedding_correction_record import load_folder_record
 from keras_masking.models.mlm_embedding_correction_record import mark_loaded_record
 from keras_masking.models.model_card import model_card
@@ -199,10 +198,9 @@ def load_backbone_preset(cls, preset, load_weights=True, **kwargs):
     )
     if isinstance(loaded, cls):
         return loaded
-    hugging_face = _hugging_face_config(preset)
-    converted = cls.from_keras_hub(loaded, **_declared_settings(preset, hugging_face))
-    if hugging_face is not None and hugging_face["model_type"] == "roberta":
-        _fold_roberta_token_type(converted, preset)
+    declared = _declared_settings(preset)
+    converted = cls.from_keras_hub(loaded, **declared)
+    _fold_roberta_token_type(converted, preset)
     if os.path.isdir(preset):  # marked as corrected when its folder says so
         shape = (converted.vocabulary_size, converted.hidden_dim)
         record = load_folder_record(preset, converted.token_embedding.name, shape)
@@ -283,16 +281,23 @@ def _hugging_face_config(preset):
     return config if "model_type" in config else None
 
 
-def _declared_settings(preset, config):
-    """`from_keras_hub` overrides from what a Hugging Face folder's ``config`` declares.
+def _declared_settings(preset):
+    """`from_keras_hub` overrides from what a Hugging Face folder declares.
 
     keras-hub's converters keep their own activation and LayerNorm epsilon,
     and read no ``position_embedding_type``: the folder's own ones are used,
     and relative positions (weights keras-hub would leave unused) refused.
     """
+    config = _hugging_face_config(preset)
     if config is None:
         return {"activation": None}
-    check_absolute_positions(config, _preset_file(preset, "config.json"))
+    position_type = config.get("position_embedding_type", "absolute")
+    if position_type != "absolute":
+        raise ValueError(
+            f"{_preset_file(preset, 'config.json')}: 'position_embedding_type': "
+            f"{position_type!r} (relative attention, with weights of its own) is not "
+            "supported; expected 'absolute'."
+        )
     declared = {"activation": config.get("hidden_act")}
     if "layer_norm_eps" in config:
         declared["layer_norm_epsilon"] = float(config["layer_norm_eps"])
@@ -307,6 +312,9 @@ def _fold_roberta_token_type(backbone, preset):
     Added to every position row, the sum the embeddings' LayerNorm sees is
     the same.
     """
+    config = _hugging_face_config(preset)
+    if config is None or config.get("model_type") != "roberta":
+        return
     name = "roberta.embeddings.token_type_embeddings.weight"
     row = None
     for path in sorted(pathlib.Path(preset).glob("*.safetensors")):

@@ -241,8 +241,12 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
             "(a RoFormer option); this package's RoFormer rotates queries and keys only, so the "
             "model would compute other outputs. Not supported."
         )
-    if model in ("bert", "roberta"):
-        check_absolute_positions(config, source)
+    position_type = config.get("position_embedding_type", "absolute")
+    if position_type != "absolute" and model in ("bert", "roberta"):
+        raise ValueError(
+            f"{source}: 'position_embedding_type': {position_type!r} (Hugging Face's relative "
+            "attention, with weights of its own) is not supported; expected 'absolute'."
+        )
     kwargs = {argument: values[key] for key, (argument, _) in NUMERIC_KEYS.items() if argument}
     if model != "nezha":
         del kwargs["max_relative_position"]
@@ -250,29 +254,6 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
     if "pooling" in config:
         kwargs["pooling"] = check_choice("pooling", config["pooling"], POOLINGS)
     return kwargs
-
-
-def check_absolute_positions(config, source):
-    """Refuses a config whose ``position_embedding_type`` is not ``"absolute"``.
-
-    Hugging Face's relative attention (``"relative_key"``...) has weights of
-    its own, which a BERT backbone here would leave unused.
-
-    Args:
-        config: a ``bert_config.json`` or Hugging Face ``config.json`` dict.
-        source: the config's name (file path) for the message.
-
-    Example:
-    ```python
-    check_absolute_positions({"position_embedding_type": "absolute"}, "config.json")
-    ```
-    """
-    position_type = config.get("position_embedding_type", "absolute")
-    if position_type != "absolute":
-        raise ValueError(
-            f"{source}: 'position_embedding_type': {position_type!r} (Hugging Face's relative "
-            "attention, with weights of its own) is not supported; expected 'absolute'."
-        )
 
 
 def google_config_from_backbone(backbone):
