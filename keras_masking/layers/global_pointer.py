@@ -86,7 +86,7 @@ class GlobalPointer(keras.layers.Layer):
 
     def call(self, sequence, padding_mask=None):
         projected = ops.cast(self.projection(sequence), "float32")
-        length = ops.shape(projected)[1]
+        length = ops.shape(sequence)[1]  # the input's: see SelfAttention._split_heads
         # Per type, the first head_size features are the query, the rest the key.
         projected = ops.reshape(projected, (-1, length, self.num_types, 2 * self.head_size))
         queries = projected[..., : self.head_size]

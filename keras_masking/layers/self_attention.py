@@ -142,8 +142,11 @@ class SelfAttention(keras.layers.Layer):
             name=name,
         )
 
-    def _split_heads(self, x):
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+    def _split_heads(self, x, batch, length):
+        # The batch and length come from the layer's input, not from ``x``:
+        # tf2onnx's optimizer drops a projection's all-zero bias and then
+        # reads ``x``'s shape from the flattened matmul before it, so the
+        # ONNX file asked for a (tokens, hidden, heads, size) reshape.
         return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
 
     def call(
@@ -158,12 +161,12 @@ class SelfAttention(keras.layers.Layer):
         mask_semantics="replace",
         training=None,
     ):
-        length = ops.shape(hidden)[1]
+        batch, length = ops.shape(hidden)[0], ops.shape(hidden)[1]
         if position_ids is None:
             position_ids = ops.arange(length, dtype="int32")[None, :]
-        query = self._split_heads(self.query(hidden))
-        key = self._split_heads(self.key(hidden))
-        value = self._split_heads(self.value(hidden))
+        query = self._split_heads(self.query(hidden), batch, length)
+        key = self._split_heads(self.key(hidden), batch, length)
+        value = self._split_heads(self.value(hidden), batch, length)
         rotate = _ROTATIONS.get(self.position)
         if rotate is not None:
             query = rotate(query, position_ids, self.rotary_base)
@@ -209,7 +212,6 @@ class SelfAttention(keras.layers.Layer):
         if prefix_logits is not None:
             prefix_value = ops.cast(prefix_value, value.dtype)
             context = context + _einsum_table("bhqp,bphd->bqhd", prefix_probabilities, prefix_value)
-        batch = ops.shape(hidden)[0]
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_dim))
         output = self.attention_output(context)
         if extra_value is not None:
