@@ -1,10 +1,31 @@
 """The masked-LM head, with its output projection tied to the embedding."""
 
+import weakref
+
 import keras
 from keras import ops
 
 from keras_masking.layers.activations import resolve_activation
 from keras_masking.layers.initializers import clone_initializer
+
+# The heads built on each embedding layer, wherever they live: a correction of
+# the embedding through one model finds the heads of the others.
+_HEADS_ON_EMBEDDING = weakref.WeakKeyDictionary()
+
+
+def heads_on_embedding(token_embedding):
+    """The live `MaskedLMHead` layers built on ``token_embedding``.
+
+    Args:
+        token_embedding: a `keras.layers.Embedding`.
+
+    Example:
+    >>> embedding = keras.layers.ReversibleEmbedding(100, 32)
+    >>> head = MaskedLMHead(embedding)
+    >>> heads_on_embedding(embedding) == [head]
+    True
+    """
+    return list(_HEADS_ON_EMBEDDING.get(token_embedding, ()))
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -71,6 +92,7 @@ class MaskedLMHead(keras.layers.Layer):
                 f"for token_embedding. Received: token_embedding={token_embedding!r}."
             )
         self.token_embedding = token_embedding
+        _HEADS_ON_EMBEDDING.setdefault(token_embedding, weakref.WeakSet()).add(self)
         self.activation = activation
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)

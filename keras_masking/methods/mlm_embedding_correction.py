@@ -22,7 +22,6 @@ import numpy as np
 from keras_masking.methods.token_embedding_lookup import find_tied_heads
 from keras_masking.methods.token_embedding_lookup import find_token_embedding
 from keras_masking.models.mlm_embedding_correction_record import MLMEmbeddingCorrectionRecord
-from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.ops.embedding_correction import apply_correction
 from keras_masking.ops.embedding_correction import check_embedding_table
 from keras_masking.ops.embedding_correction import check_token_id
@@ -33,7 +32,6 @@ from keras_masking.ops.embedding_correction import invert_expected_input_embeddi
 from keras_masking.ops.embedding_correction import selectable_rows
 from keras_masking.ops.embedding_correction import validate_masking_rates
 from keras_masking.utils.arguments import check_choice
-from keras_masking.utils.layer_walk import walk_layers
 
 logger = logging.getLogger("keras_masking")
 TIED_OUTPUT_CHOICES = ("keep", "correct")
@@ -49,21 +47,13 @@ def _digest(layer):
     return hashlib.blake2b(keras.ops.convert_to_numpy(layer.embeddings).tobytes()).digest()
 
 
-def _owner_backbone(model, layer):
-    """The `TransformerBackbone` whose token embedding is ``layer``, if any."""
-    candidates = (model, getattr(model, "backbone", None))
-    if isinstance(model, keras.layers.Layer):
-        candidates += tuple(walk_layers(model))
-    owners = (c for c in candidates if isinstance(c, TransformerBackbone))
-    return next((owner for owner in owners if owner.token_embedding is layer), None)
-
-
 def correction_record(model, embedding=None):
     """The `MLMEmbeddingCorrectionRecord` applied to ``model``, or None.
 
-    A `TransformerBackbone` keeps the record in its config (so it survives
-    saving, presets and corrected checkpoints); other models keep it on the
-    embedding layer for the life of the process.
+    The record is kept on the token embedding layer, which the correction
+    changes (whichever model it went through); a `TransformerBackbone`'s
+    config carries it too (so it survives saving, presets and corrected
+    checkpoints).
 
     Args:
         model: a Keras model or layer (see `correct_mlm_embeddings`).
@@ -79,17 +69,12 @@ def correction_record(model, embedding=None):
     ```
     """
     layer = find_token_embedding(model, embedding)
-    backbone = _owner_backbone(model, layer)
-    record = getattr(backbone or layer, "mlm_embedding_correction", None)
+    record = getattr(layer, "mlm_embedding_correction", None)
     return MLMEmbeddingCorrectionRecord.from_config(record) if record else None
 
 
-def _store_record(model, layer, record):
-    config = None if record is None else record.to_config()
-    backbone = _owner_backbone(model, layer)
-    if backbone is not None:
-        backbone.mlm_embedding_correction = config
-    layer.mlm_embedding_correction = config
+def _store_record(layer, record):
+    layer.mlm_embedding_correction = None if record is None else record.to_config()
 
 
 def check_correction_settings(mask_token_id, vocabulary_size=None, **settings):
@@ -276,7 +261,7 @@ def correct_mlm_embeddings(
             np.asarray(record.shift, "float32"),
         )
     _ORIGINAL_TABLES[layer] = (original, _digest(layer))
-    _store_record(model, layer, record)
+    _store_record(layer, record)
     return record
 
 
@@ -444,5 +429,5 @@ def undo_mlm_embedding_correction(model, embedding=None):
     for head in find_tied_heads(model, layer):
         if hasattr(head, "reset_output_rows"):
             head.reset_output_rows()
-    _store_record(model, layer, None)
+    _store_record(layer, None)
     return record

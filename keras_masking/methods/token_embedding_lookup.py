@@ -4,6 +4,7 @@ import keras
 import keras_hub
 
 from keras_masking.layers.masked_lm_head import MaskedLMHead
+from keras_masking.layers.masked_lm_head import heads_on_embedding
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.layer_walk import walk_layers
 
@@ -123,7 +124,12 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
 
 
 def find_tied_heads(model, token_embedding):
-    """MLM heads in ``model`` whose output projection is ``token_embedding``.
+    """MLM heads whose output projection is ``token_embedding``.
+
+    The heads in ``model``, and the keras-masking heads built on the same
+    layer elsewhere (a `TransformerMaskedLM` on the backbone ``model``
+    shares). An embedding with untied output rows
+    (``ReversibleEmbedding(tie_weights=False)``) has none.
 
     Args:
         model: a Keras model or layer.
@@ -146,10 +152,13 @@ def find_tied_heads(model, token_embedding):
             "Expected a keras.layers.Embedding for token_embedding. "
             f"Received: token_embedding of type {type(token_embedding).__name__}."
         )
+    if not getattr(token_embedding, "tie_weights", True):
+        return []
     head_types = (MaskedLMHead, keras_hub.layers.MaskedLMHead)
-    return [
+    heads = [
         layer
         for layer in walk_layers(model)
         if isinstance(layer, head_types)
         and getattr(layer, "token_embedding", None) is token_embedding
     ]
+    return _distinct(heads + heads_on_embedding(token_embedding))

@@ -448,6 +448,20 @@ class TransformerBackbone(
             state = masked_mean(hidden, padding_mask)
         return state if self.pooled_dense is None else self.pooled_dense(state)
 
+    @property
+    def mlm_embedding_correction(self):
+        """The record (a dict) of the MLM embedding correction applied, or None.
+
+        Kept on the token embedding layer, which the correction changes: a
+        correction through a model built on this backbone's layers (with
+        ``backbone.output``) is this backbone's too, and its config carries it.
+        """
+        return getattr(self.token_embedding, "mlm_embedding_correction", None)
+
+    @mlm_embedding_correction.setter
+    def mlm_embedding_correction(self, record):
+        self.token_embedding.mlm_embedding_correction = record
+
     def get_config(self):
         config = super().get_config()
         config.update({name: getattr(self, name) for name in CONFIG_NAMES})

@@ -135,6 +135,56 @@ def test_tied_head_keeps_original_output_by_default():
     np.testing.assert_allclose(head(hidden, positions), expected, atol=2e-4)
 
 
+def test_a_correction_through_a_model_on_the_backbones_layers_is_the_backbones():
+    """A classifier built with ``backbone.output`` holds the backbone's layers,
+    not the backbone: its correction was recorded on the layer only, so the
+    backbone (and its config, and a preset) looked uncorrected and a second
+    call corrected again (0.11 off the formula)."""
+    backbone = tiny_ours()
+    randomize_weights(backbone, scale=0.1)
+    table = table_of(backbone)
+    logits = keras.layers.Dense(2)(backbone.output["pooled_output"])
+    classifier = keras.Model(backbone.input, logits)
+    assert keras_masking.correct_mlm_embeddings(classifier, MASK) is not None
+    assert keras_masking.correct_mlm_embeddings(backbone, MASK) is None
+    np.testing.assert_allclose(table_of(backbone), numpy_formula(table), atol=1e-6)
+    assert backbone.get_config()["mlm_embedding_correction"]["mask_token_id"] == MASK
+    keras_masking.undo_mlm_embedding_correction(backbone)
+    assert correction_record(classifier) is None
+    np.testing.assert_array_equal(table_of(backbone), table)
+
+
+def test_keep_holds_for_a_masked_lm_on_the_backbone_corrected_elsewhere():
+    """The head of a `TransformerMaskedLM` sharing the corrected backbone keeps
+    the original rows (it predicted with the corrected ones, 0.20 off)."""
+    backbone = tiny_ours()
+    masked_lm = TransformerMaskedLM(backbone)
+    randomize_weights(masked_lm, scale=0.1)
+    head = masked_lm.masked_lm_head
+    hidden = np.random.default_rng(0).normal(size=(2, 10, 32)).astype("float32")
+    positions = np.array([[0, 3], [1, 9]], "int32")
+    before = np.asarray(head(hidden, positions))
+    keras_masking.correct_mlm_embeddings(backbone, MASK)
+    np.testing.assert_allclose(head(hidden, positions), before, atol=2e-5)
+    keras_masking.undo_mlm_embedding_correction(backbone)
+    np.testing.assert_array_equal(np.asarray(head(hidden, positions)), before)
+
+
+def test_a_head_on_untied_output_rows_is_left_as_it_is():
+    """`ReversibleEmbedding(tie_weights=False)`: the correction does not touch
+    the output rows, so no compensation (it moved the logits by 0.19)."""
+    embedding = keras.layers.ReversibleEmbedding(64, 16, tie_weights=False)
+    head = keras_masking.layers.MaskedLMHead(embedding)
+    token_ids = keras.Input((None,), dtype="int32")
+    model = keras.Model(token_ids, head(embedding(token_ids)))
+    randomize_weights(model, scale=0.1)
+    hidden = np.random.default_rng(0).normal(size=(2, 4, 16)).astype("float32")
+    before = np.asarray(head(hidden))
+    keras_masking.correct_mlm_embeddings(model, MASK)
+    assert find_tied_heads(model, embedding) == []
+    np.testing.assert_array_equal(np.asarray(head(hidden)), before)
+
+
 def test_keras_hub_tied_head_cannot_keep_and_is_left_untouched():
     backbone = keras_hub.models.BertBackbone(
         vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32
