@@ -432,7 +432,10 @@ def build_model(args, tokenizer):
         model = keras_masking.models.TransformerMaskedLM(backbone)
         model.compile(
             optimizer=optimizer,
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            loss=keras.losses.SparseCategoricalCrossentropy(
+                from_logits=True,
+                reduction="mean_with_sample_weight",  # per masked token, as BERT
+            ),
             weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
             jit_compile=args.jit_compile,
         )

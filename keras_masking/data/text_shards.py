@@ -165,7 +165,9 @@ def text_shard_dataset(
     masked_lm = keras_masking.models.TransformerMaskedLM(backbone)  # absolute positions
     masked_lm.compile(
         optimizer="adam",
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        loss=keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction="mean_with_sample_weight"  # per masked token, as BERT
+        ),
         weighted_metrics=[],
     )
     masked_lm.fit(dataset, steps_per_epoch=2, epochs=1)

@@ -149,7 +149,10 @@ def _pretrain_mlm(settings, tokenizer, train, held_out, progress):
     inputs, labels, weights = _masked(masker, train)
     masked_lm.compile(
         optimizer=AdamW(1e-3, weight_decay=0.01),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        loss=keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True,
+            reduction="mean_with_sample_weight",  # per masked token, as BERT
+        ),
         weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         jit_compile=settings.jit_compile,
     )

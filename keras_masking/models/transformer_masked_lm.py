@@ -20,9 +20,13 @@ class TransformerMaskedLM(ConcreteInputChecks, keras_hub.models.MaskedLM):
     LayerNorm, output projection tied to the token embedding, output bias) to
     the backbone. Inputs are the backbone's plus ``mask_positions`` (the
     positions to predict); the output is ``(batch, masks, vocabulary)``
-    float32 logits, under mixed precision too (see `MaskedLMHead`). Compiles
-    with keras-hub's MaskedLM defaults (sparse categorical cross-entropy from
-    logits).
+    float32 logits, under mixed precision too (see `MaskedLMHead`).
+
+    ``compile()``'s default loss is BERT's: the cross-entropy per masked token
+    (``sum(w * CE) / sum(w)`` over the batch's ``sample_weight``, Keras'
+    ``reduction="mean_with_sample_weight"``). keras-hub's default divides by
+    every prediction slot, padded ones included, so its loss shrinks with the
+    share of padded slots and is not comparable with a held-out per-token loss.
 
     Args:
         backbone: a `keras_masking.models.TransformerBackbone`.
@@ -71,6 +75,15 @@ class TransformerMaskedLM(ConcreteInputChecks, keras_hub.models.MaskedLM):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         if not trainable:
             self.trainable = False
+
+    def compile(self, optimizer="auto", loss="auto", **kwargs):
+        """keras-hub's `MaskedLM.compile`, with BERT's per-masked-token loss
+        for ``loss="auto"`` (see the class docstring)."""
+        if loss == "auto":
+            loss = keras.losses.SparseCategoricalCrossentropy(
+                from_logits=True, reduction="mean_with_sample_weight"
+            )
+        super().compile(optimizer=optimizer, loss=loss, **kwargs)
 
     def check_inputs(self, inputs):
         """The backbone's `check_inputs`, and ``mask_positions``: integers
