@@ -1,5 +1,7 @@
 """TransformerBackbone's one-call methods: DropToken, ASA, FL-tuning, P-tuning v2, LoRA."""
 
+import logging
+
 from keras_masking.layers.attention_adversary import AttentionAdversary
 from keras_masking.layers.attention_adversary import attention_adversaries
 from keras_masking.models.add_ffn_merge import merge_add_ffn
@@ -16,6 +18,8 @@ from keras_masking.utils.arguments import check_int_list
 from keras_masking.utils.arguments import check_seed
 from keras_masking.utils.arguments import check_str_list
 from keras_masking.utils.xla_cpu import warn_if_slow_token_dropping_under_xla
+
+logger = logging.getLogger("keras_masking")
 
 
 class BackboneMethods:
@@ -279,15 +283,54 @@ class BackboneMethods:
         for layer in targets:
             layer.trainable = True
             layer.enable_lora(rank)
-        # What keras-hub's `save_lora_weights` / `load_lora_weights` read.
-        with_weights = [lyr for lyr in self._flatten_layers(include_self=False) if lyr.weights]
-        chosen = {id(layer) for layer in targets}
-        self._lora_enabled_layers = [i for i, lyr in enumerate(with_weights) if id(lyr) in chosen]
         self._lora_rank = rank
         for variable, trainable in attached:
             variable.trainable = trainable
         self.lora = {"rank": rank, "target_layer_names": names}
+        self._index_lora_layers()
         self._log_trainable(f"LoRA: rank {rank} on {names}")
+
+    def _index_lora_layers(self):
+        """Where keras-hub's `.lora.h5` functions find the adapted layers: their
+        positions among the layers with weights, as the model stands now (a
+        method enabled after LoRA adds layers before them)."""
+        targets = self.lora_targets(self.lora["target_layer_names"]) if self.lora else []
+        chosen = {id(layer) for layer in targets}
+        with_weights = [lyr for lyr in self._flatten_layers(include_self=False) if lyr.weights]
+        self._lora_enabled_layers = [i for i, lyr in enumerate(with_weights) if id(lyr) in chosen]
+
+    def save_lora_weights(self, filepath):
+        """keras-hub's ``.lora.h5`` file: each adapted layer's ``A`` and ``B``.
+
+        The file holds no biases, and `enable_lora` trains the adapted
+        layers' biases (as keras-hub's does): loaded onto a fresh base, it
+        predicts otherwise than the model that wrote it, so a warning says
+        so. `keras_masking.methods.save_adapter` writes every weight the
+        methods train. The file finds layers by position: load it into a
+        backbone with the same methods enabled.
+
+        Args:
+            filepath: a path ending in ``.lora.h5``.
+
+        Example:
+        ```python
+        backbone.save_lora_weights("task.lora.h5")  # A and B only
+        keras_masking.methods.save_adapter(backbone, "task")  # biases and methods too
+        ```
+        """
+        self._index_lora_layers()
+        super().save_lora_weights(filepath)
+        logger.warning(
+            "%s holds LoRA's A and B only, not the biases LoRA trained: loaded onto a fresh "
+            "base it predicts otherwise. keras_masking.methods.save_adapter keeps them.",
+            filepath,
+        )
+
+    def load_lora_weights(self, filepath):
+        """keras-hub's `load_lora_weights` (see `save_lora_weights`), on the
+        adapted layers as the model stands now."""
+        self._index_lora_layers()
+        super().load_lora_weights(filepath)
 
     def adversarial_forward(self, inputs, training=None, adversaries=None, mask_semantics=None):
         """ASA's adversarial pass: each attacked layer's mask from its adversary.

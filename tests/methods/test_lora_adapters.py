@@ -179,3 +179,35 @@ def test_a_fitted_lora_adapter_carries_the_biases_lora_trains(tmp_path):
     fresh = keras.saving.load_model(tmp_path / "base.keras")
     load_adapter(fresh, tmp_path / "a.npz")  # base checked: LoRA's biases are the adapter's
     np.testing.assert_allclose(fresh.predict(features, verbose=0), predictions["a"], atol=1e-6)
+
+
+@pytest.mark.parametrize("then", ["enable_fl_tuning", "enable_prefix_tuning"])
+def test_keras_hubs_lora_file_finds_the_adapted_layers_after_a_later_method(then, tmp_path, caplog):
+    """keras-hub's ``.lora.h5`` finds layers by position: a method enabled
+    after LoRA shifted them (saving raised an AttributeError). The file holds
+    no biases, which a warning says."""
+    options = {"enable_fl_tuning": {"units": 4}, "enable_prefix_tuning": {"length": 2}}[then]
+
+    def adapted():
+        keras.utils.set_random_seed(0)
+        backbone = TransformerBackbone(**tiny_backbone_kwargs())
+        backbone.enable_lora(2)
+        getattr(backbone, then)(**options)
+        return backbone
+
+    backbone = adapted()
+    rng = np.random.default_rng(0)
+    lora_layers = backbone.lora_targets(["query", "value"])
+    for layer in lora_layers:
+        layer.lora_kernel_b.assign(rng.normal(size=layer.lora_kernel_b.shape).astype("float32"))
+    with caplog.at_level("WARNING", logger="keras_masking"):
+        backbone.save_lora_weights(str(tmp_path / "task.lora.h5"))
+    assert "not the biases LoRA trained" in caplog.text
+    fresh = adapted()
+    fresh.load_lora_weights(str(tmp_path / "task.lora.h5"))
+    for theirs, ours in zip(fresh.lora_targets(["query", "value"]), lora_layers):
+        for name in ("lora_kernel_a", "lora_kernel_b"):
+            np.testing.assert_array_equal(
+                keras.ops.convert_to_numpy(getattr(theirs, name)),
+                keras.ops.convert_to_numpy(getattr(ours, name)),
+            )
