@@ -85,6 +85,14 @@ class TransformerTextClassifierPreprocessor(keras_hub.models.TextClassifierPrepr
                 "keras_masking.data.bert_tokenizer('vocab.txt') or from a token list) or a "
                 f"UnigramTokenizer for tokenizer. Received: tokenizer={tokenizer!r}."
             )
+        if getattr(tokenizer, "sequence_length", None) is not None:
+            raise ValueError(
+                "Expected a tokenizer without a sequence_length of its own: it pads and cuts "
+                "each text, and the packer then took its padding for tokens (inside the row, "
+                "before [SEP]). Build the tokenizer without one; the preprocessor's "
+                "sequence_length sets the length. Received: tokenizer.sequence_length="
+                f"{tokenizer.sequence_length}."
+            )
         sequence_length = check_int("sequence_length", sequence_length, minimum=3)
         check_choice("truncate", truncate, TRUNCATE_CHOICES)
         super().__init__(

@@ -394,6 +394,10 @@ def test_bad_arguments_are_refused_with_the_argument_named(preprocessor):
         TransformerTextClassifierPreprocessor(preprocessor.tokenizer, truncate="middle")
     with pytest.raises(ValueError, match="sequence_length=2"):
         TransformerTextClassifierPreprocessor(preprocessor.tokenizer, sequence_length=2)
+    # A tokenizer that pads each text put its padding inside the packed row.
+    padding = keras_hub.tokenizers.BertTokenizer(vocabulary=VOCABULARY, sequence_length=6)
+    with pytest.raises(ValueError, match=r"without a sequence_length.*tokenizer.sequence_length=6"):
+        TransformerTextClassifierPreprocessor(padding, sequence_length=10)
 
 
 def test_inputs_the_packer_would_misread_are_refused(preprocessor):
