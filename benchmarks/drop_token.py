@@ -9,7 +9,8 @@ ideal speed-up from the encoder's FLOP count,
     F(L) = layers * L * (24 d^2 + 4 L d)      (forward; backward is ~2x)
 
 evaluated at the full length L and at the kept slots: L - floor(rate L)
-rounded up to a multiple of 8, as `enable_drop_token` does by default.
+rounded up to a multiple of ``--slot-multiple`` (8, `enable_drop_token`'s
+default; 1 for exact slots).
 Embedding lookups, the classifier and the optimizer update do not shrink
 with L, so measured speed-ups fall below the ideal when they matter.
 
@@ -17,7 +18,7 @@ On TensorFlow, XLA's CPU fusion emitters are turned off unless
 ``--keep-xla-cpu-fusion-emitters`` is given (see keras_masking.utils.xla_cpu).
 
 Usage:
-    KERAS_BACKEND=tensorflow python benchmarks/drop_token.py [--size base]
+    KERAS_BACKEND=tensorflow python benchmarks/drop_token.py [--size base] [--slot-multiple 1]
 """
 
 import argparse
@@ -42,13 +43,15 @@ def encoder_flops(layers, hidden, length):
     return layers * length * (24 * hidden**2 + 4 * length * hidden)
 
 
-def classifier(backbone, rate, jit_compile=True):
+def classifier(backbone, rate, jit_compile=True, slot_multiple=8):
     if rate:
         # Each rate turns DropToken on on its own copy of the backbone (same weights).
         weights = backbone.get_weights()
         backbone = keras_masking.models.TransformerBackbone.from_config(backbone.get_config())
         backbone.set_weights(weights)
-        backbone.enable_drop_token(rate, unselectable_token_ids=(101, 102))
+        backbone.enable_drop_token(
+            rate, unselectable_token_ids=(101, 102), slot_multiple=slot_multiple
+        )
     inputs = backbone.input
     logits = keras.layers.Dense(15)(backbone(inputs)["pooled_output"])
     model = keras.Model(inputs, logits)
@@ -80,6 +83,12 @@ def main():
         help="compile without XLA (TensorFlow graph mode)",
     )
     parser.add_argument(
+        "--slot-multiple",
+        type=int,
+        default=8,
+        help="round the kept slots up to a multiple of this (1: exact slots)",
+    )
+    parser.add_argument(
         "--keep-xla-cpu-fusion-emitters",
         action="store_true",
         help="TensorFlow: do not turn XLA CPU's fusion emitters off (shows the slowdown)",
@@ -90,7 +99,7 @@ def main():
     layers, hidden, heads, batches = SIZES[args.size]
     print(
         f"backend={keras.config.backend()} xla={not args.no_xla} size={args.size} "
-        f"layers={layers} hidden={hidden} "
+        f"layers={layers} hidden={hidden} slot_multiple={args.slot_multiple} "
         f"xla_cpu_fusion_emitters_off={keras_masking.utils.xla_cpu_fusion_emitters_disabled()}"
     )
     rng = np.random.default_rng(0)
@@ -114,7 +123,9 @@ def main():
             "padding_mask": np.ones((batch, length), "int32"),
         }
         labels = rng.integers(0, 15, batch)
-        models = {rate: classifier(backbone, rate, not args.no_xla) for rate in RATES}
+        models = {
+            rate: classifier(backbone, rate, not args.no_xla, args.slot_multiple) for rate in RATES
+        }
         for model in models.values():
             time_steps(model, features, labels, 2)  # compile outside the timing
         times = {rate: [] for rate in RATES}
@@ -125,7 +136,7 @@ def main():
         print(f"L={length} batch={batch} (median of {args.rounds} rounds x {args.steps} steps)")
         for rate in RATES:
             median = statistics.median(times[rate])
-            kept = static_keep_length(length, rate, multiple=8)
+            kept = static_keep_length(length, rate, multiple=args.slot_multiple)
             ideal = encoder_flops(layers, hidden, length) / encoder_flops(layers, hidden, kept)
             print(
                 f"  rate {rate:4.2f} kept {kept:3d}: {median * 1000:8.1f} ms/step  "
