@@ -224,6 +224,9 @@ CONTEXT = {
 
 # Objects an example expects beyond the plain names (a model of a kind, a file).
 SETUP = {
+    "keras_masking.models.backbone_methods.BackboneMethods.save_lora_weights": (
+        "backbone.enable_lora(2)"
+    ),
     "keras_masking.callbacks.drop_token_schedule.DropTokenRateSchedule": (
         "model = _drop_token_model()"
     ),

@@ -30,8 +30,9 @@ class TransformerTextClassifierPreprocessor(keras_hub.models.TextClassifierPrepr
     * ``token_ids``: int32 ``(batch, sequence_length)``;
     * ``segment_ids``: int32, 0 for [CLS], ``a`` and its [SEP], 1 for ``b``
       and the last [SEP], 0 for padding;
-    * ``padding_mask``: True for real tokens (bool, as keras-hub's BERT
-      preprocessor gives it; the backbone's int32 input takes it as 1/0).
+    * ``padding_mask``: True for real tokens, through the last [SEP] (bool,
+      as keras-hub's BERT preprocessor gives it; the backbone's int32 input
+      takes it as 1/0); a text's own pad piece (e5's ``<pad>``) is a token.
 
     Labels and sample weights pass through unchanged: `TransformerTextClassifier`
     runs it on the strings given to ``fit``, ``evaluate`` and ``predict``.
@@ -101,7 +102,39 @@ class TransformerTextClassifierPreprocessor(keras_hub.models.TextClassifierPrepr
 
     def call(self, x, y=None, sample_weight=None):
         _check_segments(x)
-        return super().call(x, y=y, sample_weight=sample_weight)
+        outputs = super().call(x, y=y, sample_weight=sample_weight)
+        features = outputs[0] if isinstance(outputs, tuple) else outputs
+        features["padding_mask"] = content_mask(features["token_ids"], self.tokenizer.pad_token_id)
+        return outputs
+
+
+def content_mask(token_ids, pad_token_id):
+    """True through each row's last token that is not [PAD], False after it.
+
+    A text can hold the pad piece itself (e5's tokenizer reads ``<pad>`` in a
+    text as that piece, as e5's own engine does): it is a token, attended to,
+    not padding. Every packed row ends with [SEP], so only the padding is
+    False. TensorFlow tensors (a ``tf.data`` map) get TensorFlow ops, others
+    the backend's.
+
+    Args:
+        token_ids: int tensor or array ``(..., sequence)``, packed rows.
+        pad_token_id: int, the [PAD] id.
+
+    Example:
+    >>> content_mask(np.array([[2, 5, 0, 5, 3, 0, 0]]), 0).astype(int).tolist()
+    [[1, 1, 1, 1, 1, 0, 0]]
+    """
+    import tensorflow as tf
+
+    if isinstance(token_ids, tf.Tensor):
+        content = tf.cast(token_ids != pad_token_id, tf.int32)
+        return tf.math.cumsum(content, axis=-1, reverse=True) > 0
+    if isinstance(token_ids, np.ndarray):
+        content = (token_ids != pad_token_id).astype("int32")
+        return np.flip(np.cumsum(np.flip(content, -1), -1), -1) > 0
+    content = keras.ops.cast(keras.ops.not_equal(token_ids, pad_token_id), "int32")
+    return keras.ops.flip(keras.ops.cumsum(keras.ops.flip(content, -1), -1), -1) > 0
 
 
 def _packer(cls_id, sep_id, pad_id, sequence_length, truncate):
@@ -130,7 +163,7 @@ def pack_segments(tokenizer, rows, sequence_length, truncate="round_robin"):
 
     Returns:
         A dict of int32 numpy arrays ``token_ids``, ``segment_ids`` and
-        ``padding_mask`` (1 for the tokens, 0 for [PAD]), each ``(len(rows),
+        ``padding_mask`` (1 through each row's last [SEP], 0 for the padding), each ``(len(rows),
         sequence_length)``.
 
     Example:
@@ -159,7 +192,9 @@ def pack_segments(tokenizer, rows, sequence_length, truncate="round_robin"):
         token_ids, segment_ids = pack(tuple(segments))
         packed["token_ids"][indices] = keras.ops.convert_to_numpy(token_ids)
         packed["segment_ids"][indices] = keras.ops.convert_to_numpy(segment_ids)
-    packed["padding_mask"] = (packed["token_ids"] != tokenizer.pad_token_id).astype("int32")
+    packed["padding_mask"] = content_mask(packed["token_ids"], tokenizer.pad_token_id).astype(
+        "int32"
+    )
     return packed
 
 

@@ -19,6 +19,7 @@ from keras_masking.models import TransformerBackbone
 from keras_masking.models import TransformerTextClassifier
 from keras_masking.models import TransformerTextClassifierPreprocessor
 from keras_masking.models import UnigramTokenizer
+from keras_masking.models.transformer_text_classifier_preprocessor import pack_segments
 from keras_masking.models.transformer_tokenizer import tokenize_with_offsets
 from keras_masking.ops import masked_mean
 from tests.models.unigram_testing import META
@@ -358,6 +359,15 @@ def test_preprocessor_packs_unigram_ids():
     mapped, labels = next(iter(dataset.batch(1).map(preprocessor)))
     assert mapped["token_ids"].numpy().tolist() == pair["token_ids"]
     assert labels.numpy().tolist() == [1]
+    # "<pad>" in a text is the pad piece, a token (e5.c attends to it): the
+    # mask ends after </s>, not at the first pad id (it masked the token).
+    expected = [[BOS, SPACE, PAD, A, EOS, PAD, PAD, PAD]]
+    mask = [[True] * 5 + [False] * 3]
+    texts = tf.data.Dataset.from_tensor_slices(["<pad>a"]).batch(1).map(preprocessor)
+    for packed in (preprocessor(["<pad>a"]), next(iter(texts))):
+        assert _rows(packed["token_ids"]) == expected and _rows(packed["padding_mask"]) == mask
+    rows = [([SPACE, PAD, A],)]
+    assert pack_segments(tokenizer, rows, 8)["padding_mask"].tolist() == [[1] * 5 + [0] * 3]
 
 
 def test_preprocessor_truncates_a_long_text():
