@@ -108,8 +108,7 @@ def dag_loss(match, log_transitions, output_length, target_length):
     >>> float(dag_loss(match, edges, np.array([3]), np.array([2]))[0])  # one path: 0 -> 2
     -2.0794...
     """
-    inputs = _prepare(match, log_transitions, output_length, target_length)
-    return _dag_log_likelihood(inputs)(inputs["match"], inputs["log_transitions"])
+    return _log_likelihood(*_prepare(match, log_transitions, output_length, target_length))
 
 
 def dag_alignment_posterior(match, log_transitions, output_length, target_length):
@@ -135,7 +134,7 @@ def dag_alignment_posterior(match, log_transitions, output_length, target_length
     >>> keras.ops.convert_to_numpy(posterior)[0, 1].tolist()  # the last target: last vertex
     [0.0, 0.0, 1.0]
     """
-    inputs = _prepare(match, log_transitions, output_length, target_length)
+    inputs = _with_flags(*_prepare(match, log_transitions, output_length, target_length))
     match = ops.stop_gradient(inputs["match"])
     log_transitions = ops.stop_gradient(inputs["log_transitions"])
     graph = _graph(match, log_transitions, inputs)
@@ -210,7 +209,8 @@ def _lengths(output_length, target_length, vertices=None, steps=None):
 
 
 def _prepare(match, log_transitions, output_length, target_length):
-    """Checks the arguments; returns float32 inputs, int32 lengths and flags."""
+    """Checks the arguments; returns the float32 inputs, the int32 lengths and
+    whether each example's lengths were valid."""
     match = ops.cast(_number_tensor("match", match, "a float tensor"), "float32")
     log_transitions = _number_tensor("log_transitions", log_transitions, "a float tensor")
     log_transitions = ops.cast(log_transitions, "float32")
@@ -246,9 +246,15 @@ def _prepare(match, log_transitions, output_length, target_length):
         raise ValueError(
             f"Expected a batch of at least one example. Received: match.shape={tuple(match.shape)}."
         )
+    return match, log_transitions, output_length, target_length, lengths_ok
 
-    # NaN or +inf where the example reads its inputs: NaN out, and computed
-    # on sanitised values so it cannot spread.
+
+def _with_flags(match, log_transitions, output_length, target_length, lengths_ok):
+    """The prepared arguments with the examples' flags: the edges each reads,
+    whether its alignment is feasible, and whether its inputs are bad (NaN or
+    +inf where it reads them, or invalid lengths: NaN out, and computed on
+    sanitised values so it cannot spread)."""
+    steps, vertices = match.shape[1], match.shape[2]
     u = ops.arange(vertices, dtype="int32")
     vertex_ok = u[None, :] < output_length[:, None]
     target_ok = ops.arange(steps, dtype="int32")[None, :] < target_length[:, None]
@@ -278,32 +284,36 @@ def _feasible(output_length, target_length):
 
 
 # === The loss and its gradient ===
-def _dag_log_likelihood(inputs):
-    @ops.custom_gradient
-    def log_likelihood(match, log_transitions):
-        graph = _graph(match, log_transitions, inputs)
-        log_z, d_match, d_transitions, exact = _fast_pass(graph)
-        # The gradients are computed here too, so that an eager call picks the
-        # fast or the exact pass by its values; a compiled call that needs no
-        # gradient drops them.
-        log_z = _choose(exact, lambda: log_z, lambda: _log_space(graph, False)[0])
-        d_match, d_transitions = _choose(
-            exact, lambda: (d_match, d_transitions), lambda: _log_space(graph, True)[1:]
+@ops.custom_gradient
+def _log_likelihood(match, log_transitions, output_length, target_length, lengths_ok):
+    # Every tensor the gradient reads is made here from the arguments: a
+    # custom gradient closing over tensors of an enclosing trace failed under
+    # `jax.grad(jax.jit(f))`.
+    inputs = _with_flags(match, log_transitions, output_length, target_length, lengths_ok)
+    graph = _graph(match, log_transitions, inputs)
+    log_z, d_match, d_transitions, exact = _fast_pass(graph)
+    # The gradients are computed here too, so that an eager call picks the
+    # fast or the exact pass by its values; a compiled call that needs no
+    # gradient drops them.
+    log_z = _choose(exact, lambda: log_z, lambda: _log_space(graph, False)[0])
+    d_match, d_transitions = _choose(
+        exact, lambda: (d_match, d_transitions), lambda: _log_space(graph, True)[1:]
+    )
+    value = ops.where(inputs["feasible"], log_z, 0.0)
+    value = ops.where(inputs["bad"], float("nan"), value)
+
+    def grad(*args, upstream=None):
+        if upstream is None:
+            (upstream,) = args
+        return (
+            _finish_gradient(d_match, inputs, upstream),
+            _finish_gradient(d_transitions, inputs, upstream),
+            None,
+            None,
+            None,
         )
-        value = ops.where(inputs["feasible"], log_z, 0.0)
-        value = ops.where(inputs["bad"], float("nan"), value)
 
-        def grad(*args, upstream=None):
-            if upstream is None:
-                (upstream,) = args
-            return (
-                _finish_gradient(d_match, inputs, upstream),
-                _finish_gradient(d_transitions, inputs, upstream),
-            )
-
-        return value, grad
-
-    return log_likelihood
+    return value, grad
 
 
 def _choose(exact, fast_result, exact_result):

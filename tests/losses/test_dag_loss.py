@@ -329,7 +329,7 @@ def test_the_fast_pass_vouches_for_smooth_inputs_and_defers_on_sharp_ones():
     when scores thousands of nats apart leave it unsure."""
 
     def fast_pass_serves(match, edges, n, t):
-        inputs = dag_module._prepare(match, edges, n, t)
+        inputs = dag_module._with_flags(*dag_module._prepare(match, edges, n, t))
         graph = dag_module._graph(inputs["match"], inputs["log_transitions"], inputs)
         return bool(dag_module._fast_pass(graph)[3])
 
@@ -451,6 +451,20 @@ def test_compiled_value_and_gradient_equal_brute_force_on_both_passes(kind):
     np.testing.assert_allclose(d_edges[finite], want_edges[finite], atol=2e-5)
 
 
+@pytest.mark.skipif(keras.config.backend() != "jax", reason="jax.grad over jax.jit is JAX's")
+def test_a_gradient_taken_outside_a_compiled_loss_equals_brute_force():
+    """``jax.grad(jax.jit(f))``: the custom gradient closed over tensors of the
+    compiled trace, and JAX raised a TypeError."""
+    import jax
+
+    match, edges = _random_graph(3, 5, 8, seed=6)
+    n, t = DEFICIT_LENGTHS["output_length"], DEFICIT_LENGTHS["target_length"]
+    weights = np.array([1.0, -2.0, 0.5], "float32")
+    compiled = jax.jit(lambda m: ops.sum(dag_loss(m, edges, n, t) * weights))
+    want_match, _ = _brute_force_gradients(match, edges, n, t, weights)
+    np.testing.assert_allclose(np.asarray(jax.grad(compiled)(match)), want_match, atol=2e-5)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_random_scales_equal_brute_force_whichever_pass_serves(seed):
     """Log-probs and edges from a few nats to hundreds of nats apart: each
@@ -463,7 +477,7 @@ def test_random_scales_equal_brute_force_whichever_pass_serves(seed):
         edges = np.where(np.triu(np.ones((8, 8)), 1) > 0, edges, -np.inf).astype("float32")
         n = rng.integers(5, 9, size=3).astype("int32")
         t = rng.integers(2, 6, size=3).astype("int32")
-        inputs = dag_module._prepare(match, edges, n, t)
+        inputs = dag_module._with_flags(*dag_module._prepare(match, edges, n, t))
         graph = dag_module._graph(inputs["match"], inputs["log_transitions"], inputs)
         served.add(bool(dag_module._fast_pass(graph)[3]))
         weights = np.array([1.0, 0.5, -1.0])
