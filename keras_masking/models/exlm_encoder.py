@@ -165,7 +165,9 @@ class ExLMEncoder(ExLMModel):
     ([CLS] and [SEP]) become ``k`` copies with 2D positions ``(index,
     1..k)``; every other token keeps one slot at ``(index, 0)``, ``index``
     counting real tokens only. The outputs come back in the input's layout:
-    ``pooled_output`` is the backbone's pooler on the first [CLS] copy, and
+    ``pooled_output`` is the backbone's pooler on the first [CLS] copy (a
+    ``pooling="mean"`` backbone's: on the mean of ``sequence_output`` over
+    the input's tokens, each once), and
     ``sequence_output`` ``(batch, L, hidden)`` holds each input token's
     first slot, so heads written for the backbone work unchanged.
     ``objective="mlm"`` feeds ``(index, 0)`` everywhere: the inputs an
@@ -249,7 +251,10 @@ class ExLMEncoder(ExLMModel):
         hidden = self.backbone.embed(ids, segment_ids, positions, training=training)
         hidden = self.backbone.encode(hidden, mask, positions, training=training)
         sequence = batched_gather(hidden, expanded["first_slot"])
-        pooled = self.backbone.pool(hidden, mask)
+        if self.backbone.pooling == "mean":  # each input token once, not its k copies
+            pooled = self.backbone.pool(sequence, padding_mask)
+        else:
+            pooled = self.backbone.pool(hidden, mask)
         if self.k > 1 and self.max_expanded_tokens is not None:
             # Compiled calls cannot raise: a cut row shows as NaN.
             overflow = expanded["overflow"]

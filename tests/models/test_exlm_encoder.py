@@ -15,6 +15,7 @@ from tests.models.exlm_testing import SHORT
 from tests.models.exlm_testing import backbone_on
 from tests.models.exlm_testing import exlm_inputs
 from tests.models.exlm_testing import make_encoder
+from tests.models.exlm_testing import pad_rows
 from tests.models.exlm_testing import padding_layouts
 from tests.models.exlm_testing import reference_expansion
 from tests.models.exlm_testing import refused_without_change
@@ -288,6 +289,17 @@ def test_encoder_gives_the_same_outputs_for_every_padding_layout(k):
         for b in range(2):
             np.testing.assert_allclose(results[name][0][b], results["right"][0][b], atol=1e-5)
         np.testing.assert_allclose(results[name][1], results["right"][1], atol=1e-5)
+
+
+def test_a_mean_pooling_backbone_pools_each_input_token_once():
+    """The mean over ``sequence_output`` (each token's first slot), not over
+    the expanded row, where [CLS] and [SEP] counted k times (0.003-0.006 off)."""
+    backbone = rotary2d_backbone(pooling="mean")
+    encoder = make_encoder(backbone, k=3)
+    x = exlm_inputs(pad_rows([[CLS, 5, 6, 7, SEP], [CLS, 10, SEP, 11, 12, 13, SEP]]).tolist())
+    out = encoder(x)
+    expected = backbone.pool(out["sequence_output"], x["padding_mask"])
+    np.testing.assert_allclose(to_numpy(out["pooled_output"]), to_numpy(expected), atol=1e-6)
 
 
 # === Item 6: configs and saved files ===
