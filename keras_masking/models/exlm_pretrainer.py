@@ -66,6 +66,16 @@ def _weighted_mean(values, weights):
     return ops.sum(values * weights) / ops.maximum(ops.sum(weights), 1.0)
 
 
+def _masked_cross_entropy(y_pred):
+    """``(mean cross-entropy over the masked tokens, their count)`` of a batch."""
+    weights = ops.cast(y_pred["label_mask"], "float32")
+    losses = keras.losses.sparse_categorical_crossentropy(
+        y_pred["labels"], y_pred["logits"], from_logits=True
+    )
+    count = ops.sum(weights)
+    return ops.sum(losses * weights) / ops.maximum(count, 1.0), count
+
+
 def prediction_entropy(logits, weights):
     """Mean entropy (nats) of ``softmax(logits)`` over the weighted rows."""
     return _weighted_mean(state_entropy(logits), weights)
@@ -172,6 +182,8 @@ class ExLMPretrainer(ExLMModel):
         self.aligned_entropy_tracker = keras.metrics.Mean(name="aligned_entropy")
         self.impossible_tracker = keras.metrics.Mean(name="impossible")
         self.overflow_tracker = keras.metrics.Mean(name="overflow")
+        # objective "mlm": the loss over every masked token (`get_metrics_result`).
+        self.token_loss_tracker = keras.metrics.Mean(name="token_loss")
 
     # === Sizes (static, from the input length) ===
     def max_picked(self, length):
@@ -421,13 +433,8 @@ class ExLMPretrainer(ExLMModel):
         if sample_weight is not None:  # a dataset that yields weights
             raise ValueError(SAMPLE_WEIGHTS_REFUSED)
         if self.objective == "mlm":
-            weights = ops.cast(y_pred["label_mask"], "float32")
-            losses = keras.losses.sparse_categorical_crossentropy(
-                y_pred["labels"], y_pred["logits"], from_logits=True
-            )
-            count = ops.sum(weights)
             # Under tf.distribute, this replica's share of the global mean.
-            return replica_share(ops.sum(losses * weights) / ops.maximum(count, 1.0), count)
+            return replica_share(*_masked_cross_entropy(y_pred))
         arguments = self._dag_arguments(y_pred)
         log_likelihood = dag_loss(*arguments)
         lengths = ops.cast(ops.maximum(arguments[3], 1), "float32")
@@ -443,6 +450,7 @@ class ExLMPretrainer(ExLMModel):
             entropy = prediction_entropy(y_pred["logits"], y_pred["label_mask"])
             entropy_count = ops.sum(ops.cast(y_pred["label_mask"], "float32"))
             aligned, aligned_count, impossible = entropy, entropy_count, 0.0
+            self.token_loss_tracker.update_state(*_masked_cross_entropy(y_pred))
         else:
             entropy = y_pred["entropy"]
             entropy_count = ops.sum(ops.cast(y_pred["state_is_mask"], "float32"))
@@ -454,6 +462,16 @@ class ExLMPretrainer(ExLMModel):
         self.impossible_tracker.update_state(impossible, sample_weight=examples)
         self.overflow_tracker.update_state(ops.mean(overflow), sample_weight=examples)
         return super().compute_metrics(x, y, y_pred, sample_weight)
+
+    def get_metrics_result(self):
+        """Keras' results; for objective ``"mlm"``, ``loss`` is the mean over
+        every masked token of the batches so far (Keras averages the
+        batches' losses by their number of rows)."""
+        results = super().get_metrics_result()
+        token_loss = results.pop("token_loss", None)
+        if self.objective == "mlm" and token_loss is not None and "loss" in results:
+            results["loss"] = token_loss
+        return results
 
     def aligned_entropy(self, y_pred):
         """Mean entropy of the states that emit the masked targets.
