@@ -53,7 +53,8 @@ class EncodedSplit:
             token (``(0, 0)`` without the answer); entity ``(rows,
             max_entities, 3)`` ``(type, start, end)`` tokens, ``-1`` padding.
         meta: a dict: ``kind``, ``ids`` (per row; idiom: the blank id),
-            ``example_index`` (per row), and per kind: classification
+            ``example_index`` (per row), ``dropped_pieces`` (the texts that
+            hold pieces a pruned vocabulary dropped), and per kind: classification
             ``label_names``, ``truncated``; multiple choice ``num_choices``,
             ``truncated``; idiom ``num_candidates``, ``blank_index``,
             ``passage_ids``; span ``offsets`` (``(windows, max_length, 2)``:
@@ -144,7 +145,27 @@ def encode_examples(task, examples, tokenizer, max_length, **options):
             )
     for token in ("[CLS]", "[SEP]", "[PAD]"):
         _special_token_id(tokenizer, token)
-    return encoder(task, examples, tokenizer, max_length, **options)
+    _DROPPED.clear()
+    try:
+        encoded = encoder(task, examples, tokenizer, max_length, **options)
+        encoded.meta["dropped_pieces"] = len(_DROPPED)
+    finally:
+        dropped, _DROPPED[:] = list(_DROPPED), []
+    if dropped:
+        logger.warning(
+            "%s: %d texts hold pieces the pruned vocabulary dropped, each read as <unk> "
+            "(first: %r). Prune to every text the model reads, test files included, as the "
+            "CLUE readers give them (CLUEWSC's marked spans, CSL's keywords joined by '；').",
+            task.name,
+            len(dropped),
+            dropped[0][:80],
+        )
+    return encoded
+
+
+# The texts of the encoding under way that hold pieces a pruned vocabulary
+# dropped (a pruned `UnigramTokenizer`'s `dropped_pieces`).
+_DROPPED = []
 
 
 # BERT's special tokens as the tokenizers' attributes ("[CLS]": "cls_token_id"; a
@@ -167,7 +188,15 @@ def _special_token_id(tokenizer, token):
 
 # === Shared helpers ===
 def _ids(tokenizer, text):
-    return tokenize_with_offsets(tokenizer, text)[0]
+    return _tokenized(tokenizer, text)[0]
+
+
+def _tokenized(tokenizer, text):
+    """`tokenize_with_offsets`, noting a text with pieces a pruned vocabulary dropped."""
+    dropped = getattr(tokenizer, "dropped_pieces", None)
+    if dropped is not None and dropped(text):
+        _DROPPED.append(text)
+    return tokenize_with_offsets(tokenizer, text)
 
 
 def _name(example, what="Example"):
@@ -400,7 +429,7 @@ def _encode_span(
     windows = {}  # example index -> [(row, first position, window)]
     for index, example in enumerate(examples):
         question = _ids(tokenizer, example.question)[:max_query]
-        context, spans = tokenize_with_offsets(tokenizer, example.context)
+        context, spans = _tokenized(tokenizer, example.context)
         budget = max_length - 3 - len(question)
         if budget < 1:
             raise ValueError(
@@ -507,7 +536,7 @@ def _encode_entity(task, examples, tokenizer, max_length, max_entities=None):
     offsets = np.full((len(examples), max_length, 2), -1, "int32")
     rows, kept, lost = [], [], []
     for index, example in enumerate(examples):
-        ids, spans = tokenize_with_offsets(tokenizer, example.text)
+        ids, spans = _tokenized(tokenizer, example.text)
         ids, spans = ids[: max_length - 2], spans[: max_length - 2]
         rows.append((ids,))
         if spans:

@@ -165,7 +165,7 @@ def prune_token_embeddings(backbone, tokenizer, texts, keep_ids=()):
     Example:
     ```python
     backbone, tokenizer = prune_token_embeddings(backbone, tokenizer, ["query: 你好"])
-    backbone.vocabulary_size  # 9: the five special pieces and the text's
+    backbone.vocabulary_size  # 10: the five special pieces and the text's five
     ```
     """
     if backbone.vocabulary_size != tokenizer.vocabulary_size():

@@ -233,6 +233,34 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         self._check_model()
         return list(self._held.encode_cached(text))
 
+    def dropped_pieces(self, text):
+        """How many pieces of ``text`` pruning dropped (each read as ``<unk>``).
+
+        0 for a full tokenizer, and for a text of the corpus it was pruned
+        to.
+
+        Args:
+            text: a Python string.
+
+        Example:
+        >>> model = {
+        ...     "pieces": ["<s>", "<pad>", "</s>", "<unk>", "▁", "a", "b", "▁ab", "<mask>"],
+        ...     "scores": [0, 0, 0, 0, -2.0, -3.0, -3.0, -4.0, 0],
+        ...     "special_ids": {"bos": 0, "pad": 1, "eos": 2, "unk": 3, "mask": 8},
+        ...     "normalization": {},
+        ... }
+        >>> full = UnigramTokenizer(model)
+        >>> pruned, _ = full.prune(["ab"])  # keeps "▁ab"
+        >>> pruned.dropped_pieces("ab b"), full.dropped_pieces("ab b")  # "▁", "b"
+        (2, 0)
+        """
+        self._check_model()
+        if self._held.tables.row_of_piece is None:
+            return 0
+        unknown = self.unigram_model["special_ids"]["unk"]
+        pieces = [piece for _, _, piece in self.segment(self.normalize(text)[0])]
+        return sum(piece >= 0 and self.row(piece) == self.row(unknown) for piece in pieces)
+
     def encode_with_offsets(self, text):
         """``(ids, spans)``: the ids of ``text`` and each one's ``(start, end)`` characters in it.
 

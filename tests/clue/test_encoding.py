@@ -129,6 +129,22 @@ def test_classification_pairs_cut_the_longer_text_first():
     assert {v.dtype for v in split.features.values()} == {np.dtype("int32")}
 
 
+def test_texts_with_pieces_a_pruned_vocabulary_dropped_are_counted_and_warned(caplog):
+    """A pruned e5 tokenizer reads such pieces as <unk> (CLUEWSC's span marks
+    were, pruned to the files' own strings): said, not silent."""
+    from keras_masking.models import UnigramTokenizer
+    from tests.models.unigram_testing import toy_model
+
+    tokenizer, _ = UnigramTokenizer(toy_model()).prune(["ab"])
+    examples = [TextExample(0, "ab", None, "Positive"), TextExample(1, "ab c", None, "Negative")]
+    with caplog.at_level(logging.WARNING):
+        split = encode_examples("eprstmt", examples, tokenizer, max_length=8)
+    assert split.meta["dropped_pieces"] == 1
+    assert "1 texts hold pieces the pruned vocabulary dropped" in caplog.text
+    assert "'ab c'" in caplog.text
+    assert encode_examples("eprstmt", examples[:1], tokenizer, 8).meta["dropped_pieces"] == 0
+
+
 def test_classification_labels_and_bad_input():
     unlabelled = encode_examples("tnews", [TextExample("t1", "好", None, None)], tokenizer(), 8)
     assert unlabelled.labels is None
