@@ -224,9 +224,10 @@ def correct_mlm_embeddings(
         tied_output: what a tied MLM head (output projection = this
             embedding) predicts with afterwards. ``"keep"`` (default): the
             original rows, so MLM logits are unchanged (keras-masking's
-            `MaskedLMHead` compensates exactly; a keras-hub head cannot, and
-            raises). ``"correct"``: the corrected rows, as an in-place edit of
-            a tied matrix gives.
+            `MaskedLMHead` compensates exactly, wherever it is: in ``model``
+            or in another model on the same table; a keras-hub head in
+            ``model`` cannot, and raises). ``"correct"``: the corrected rows,
+            as an in-place edit of a tied matrix gives.
         embedding: optional layer or layer name, when the model has several
             embeddings (see `find_token_embedding`).
 
