@@ -189,11 +189,15 @@ def _convert(args):
 
 
 def _convert_e5(args):
+    from keras_masking.clue.readers import classification_texts
     from keras_masking.models import convert_multilingual_e5
     from keras_masking.models.multilingual_e5 import corpus_texts
 
     output = _check_output_folder(args.output, ())  # the inputs are only read
-    texts = None if args.prune_to is None else corpus_texts(args.prune_to)
+    texts = None
+    if args.prune_to is not None:
+        texts = corpus_texts(args.prune_to)
+        texts += [text for path in args.prune_to for text in classification_texts(path)]
     convert_multilingual_e5(output, path=args.model_file, texts=texts, pooling=args.pooling)
     print(f"Wrote multilingual-e5-small as a preset to {args.output}")
 

@@ -503,3 +503,38 @@ def read_task_splits(data_dir, task, benchmark=None, few_shot="all"):
     ):
         del splits["test1.0"]  # the folder's only test file: it is the "test" split
     return splits
+
+
+def classification_texts(path):
+    """The texts a CLUE run reads from one file, as the readers build them.
+
+    For a ``.json`` file in a folder named after a classification task
+    (``fewclue/cluewsc/dev_few_all.json``): each example's ``text_a`` and
+    ``text_b``, where CLUEWSC marks its spans (``_…_``, ``[…]``) and CSL joins
+    its keywords, so a vocabulary pruned to them (`keras-masking convert-e5
+    --prune-to`) keeps their pieces. Any other file: ``[]``.
+
+    Args:
+        path: a file path.
+
+    Returns:
+        A list of str.
+
+    Example:
+    >>> classification_texts("corpus/lines.txt")  # not a CLUE task's file
+    []
+    """
+    path = pathlib.Path(path)
+    try:
+        task = get_task(path.parent.name)
+    except ValueError:
+        return []
+    if path.suffix != ".json" or task.kind != "classification":
+        return []
+    for labelled in (True, False):  # a test file has no labels
+        try:
+            examples = list(iter_examples(path, task, labelled=labelled))
+        except ValueError:
+            continue
+        return [text for e in examples for text in (e.text_a, e.text_b) if text]
+    return []

@@ -221,6 +221,30 @@ def test_csl_keywords_join_and_wsc_spans_marked(tmp_path):
     ]
 
 
+def test_classification_texts_are_the_texts_a_run_reads(tmp_path):
+    """What `convert-e5 --prune-to` adds: CLUEWSC's marked spans, CSL's joined
+    keywords (pruned to the files' own strings, their pieces were <unk>)."""
+    from keras_masking.clue.readers import classification_texts
+
+    record = {
+        "target": {"span1_index": 6, "span1_text": "小红", "span2_index": 9, "span2_text": "她"},
+        "idx": 4,
+        "label": "true",
+        "text": "小明把书给了小红，她很高兴。",
+    }
+    test = {"id": 7, "target": record["target"], "text": record["text"]}
+    write_lines(tmp_path / "cluewsc" / "train.json", [record])
+    write_lines(tmp_path / "cluewsc" / "test.json", [test])
+    marked = "小明把书给了_小红_，[她]很高兴。"
+    assert classification_texts(tmp_path / "cluewsc" / "train.json") == [marked]
+    assert classification_texts(tmp_path / "cluewsc" / "test.json") == [marked]  # no labels
+    csl = {"id": 3, "abst": "摘要文本", "keyword": ["模型", "训练"], "label": "0"}
+    write_lines(tmp_path / "csl" / "dev.json", [csl])
+    assert classification_texts(tmp_path / "csl" / "dev.json") == ["模型；训练", "摘要文本"]
+    write_lines(tmp_path / "notes" / "dev.json", [csl])
+    assert classification_texts(tmp_path / "notes" / "dev.json") == []  # no such task
+
+
 @pytest.mark.parametrize(
     "span1, span2, marked",
     [
