@@ -100,7 +100,9 @@ class ExLMPretrainer(ExLMModel):
     A step compiles once: the expanded sequence has room for ``E =
     min(ceil(mask_rate * L) + max_special_tokens, L)`` expanded tokens (None:
     every token); a row with more raises in eager calls and, in compiled
-    steps, is left out of the loss and counted in ``overflow``. The metrics
+    steps, adds 0 to the loss (it still counts in the mean over the batch's
+    rows, as an impossible alignment does) and is counted in ``overflow``.
+    The metrics
     ``entropy``, ``aligned_entropy``, ``impossible`` (alignments that cannot
     exist, loss 0 as in the official code) and ``overflow`` are weighted so
     that a data-parallel step reports what one device reports
