@@ -216,8 +216,9 @@ def copy_keras_hub_weights(source, target):
 def to_keras_hub(backbone):
     """A keras-hub backbone with the weights of a `TransformerBackbone`.
 
-    A model with a pooler and segments becomes a `BertBackbone`, one with
-    neither a `RobertaBackbone` (absolute positions only). keras-hub fixes
+    A model with a pooler (over the first token) and segments becomes a
+    `BertBackbone`, one with neither a `RobertaBackbone` (absolute positions
+    only). keras-hub fixes
     the activation and LayerNorm epsilon per class: a model with others
     converts with a warning that its outputs change slightly.
 
@@ -254,6 +255,12 @@ def to_keras_hub(backbone):
         )
     kind = "BertBackbone" if backbone.use_pooler else "RobertaBackbone"
     settings = _HUB_SETTINGS[kind]
+    if kind == "BertBackbone" and backbone.pooling != "first":
+        raise ValueError(
+            "keras-hub's BertBackbone pools the first token; this backbone pools with "
+            f"pooling={backbone.pooling!r}, so its pooled_output would change. Expected "
+            f"pooling='first'. Received: pooling={backbone.pooling!r}."
+        )
     if kind == "BertBackbone" and backbone.num_segments < 1:
         raise ValueError("A BertBackbone needs segments (num_segments >= 1).")
     if kind == "RobertaBackbone" and backbone.num_segments:

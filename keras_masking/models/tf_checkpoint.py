@@ -215,10 +215,8 @@ def _check_family(values, config, model, source, overrides=()):
 
 
 def _check_folder_configs(prefix, backbone, skip=None):
-    """Refuses a backbone whose head count, activation, LayerNorm epsilon or NEZHA
-    clipping differs from a config beside the checkpoint."""
-    # The head count cannot be read from the weights' shapes (8 heads of 4 and
-    # 4 heads of 8 have the same kernels). ``skip``: the config that built ``backbone``.
+    """Refuses a backbone that a config beside the checkpoint contradicts
+    (`_check_config`). ``skip``: the config that built ``backbone``."""
     folder = os.path.dirname(os.path.abspath(prefix))
     for name in _FOLDER_CONFIGS:
         path = os.path.join(folder, name)
@@ -230,21 +228,43 @@ def _check_folder_configs(prefix, backbone, skip=None):
             config = read_google_config(path)
         except ValueError as error:
             raise ValueError(f"{error} Nothing was loaded: fix or remove the file.") from None
-        heads = config.get("num_attention_heads")
-        if isinstance(heads, int) and not isinstance(heads, bool) and heads != backbone.num_heads:
-            raise ValueError(
-                f"{path}: the checkpoint was trained with num_attention_heads={heads}, but the "
-                f"model has num_heads={backbone.num_heads} (nothing was loaded; the head count "
-                "is not visible in the weights' shapes). Expected num_heads="
-                f"{heads}. Received: num_heads={backbone.num_heads}."
-            )
-        for key, argument, declared, built in _invisible_settings(config, backbone):
-            raise ValueError(
-                f"{path}: the checkpoint was trained with {key}={declared!r}, but the model has "
-                f"{argument}={built!r} (nothing was loaded; this setting is not visible in the "
-                f"weights' shapes). Expected {argument}={declared!r}. Received: "
-                f"{argument}={built!r}."
-            )
+        _check_config(config, path, backbone)
+
+
+def _check_config(config, path, backbone, family=True):
+    """Refuses a backbone whose head count, activation, LayerNorm epsilon, NEZHA
+    clipping or (``family``) position family differs from the checkpoint's config."""
+    # The head count cannot be read from the weights' shapes (8 heads of 4 and
+    # 4 heads of 8 have the same kernels), nor can RoFormer be told from NEZHA.
+    heads = config.get("num_attention_heads")
+    if isinstance(heads, int) and not isinstance(heads, bool) and heads != backbone.num_heads:
+        raise ValueError(
+            f"{path}: the checkpoint was trained with num_attention_heads={heads}, but the "
+            f"model has num_heads={backbone.num_heads} (nothing was loaded; the head count "
+            "is not visible in the weights' shapes). Expected num_heads="
+            f"{heads}. Received: num_heads={backbone.num_heads}."
+        )
+    for key, argument, declared, built in _invisible_settings(config, backbone):
+        raise ValueError(
+            f"{path}: the checkpoint was trained with {key}={declared!r}, but the model has "
+            f"{argument}={built!r} (nothing was loaded; this setting is not visible in the "
+            f"weights' shapes). Expected {argument}={declared!r}. Received: "
+            f"{argument}={built!r}."
+        )
+    if not family or backbone.position not in ("rotary", "relative"):
+        return  # absolute positions: the position table's presence tells
+    built = "roformer" if backbone.position == "rotary" else "nezha"
+    declared = _declared_family(config)
+    if declared == built or (declared is None and built == "roformer"):
+        return
+    stated = f"declares a {declared} model" if declared else "declares no NEZHA setting"
+    raise ValueError(
+        f"{path}: the config {stated}, so the checkpoint is not loaded into a model with "
+        f"position={backbone.position!r} ({built}; nothing was loaded). RoFormer and NEZHA "
+        "checkpoints hold the same variables: only the config tells them apart (NEZHA's "
+        "holds max_relative_position or use_relative_position). Expected a "
+        f"{declared or 'RoFormer'} model. Received: position={backbone.position!r}."
+    )
 
 
 def _invisible_settings(config, backbone):
@@ -397,9 +417,13 @@ def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None)
         ValueError: missing variables, mismatched shapes, (strict) extra
             variables, or a ``bert_config.json`` / ``config.json`` beside
             the checkpoint whose head count, ``hidden_act``,
-            ``layer_norm_eps`` or NEZHA ``max_relative_position`` differs
-            from the model's (the weights' shapes do not show them); the
-            message names them. Nothing is assigned.
+            ``layer_norm_eps``, NEZHA ``max_relative_position`` or family
+            differs from the model's (the weights' shapes do not show them:
+            a NEZHA model needs a config that declares NEZHA, as its release
+            does); the message names them. Without such a config a RoFormer
+            checkpoint and a NEZHA one cannot be told apart. A backbone with
+            LoRA enabled is refused (load before ``enable_lora``). Nothing is
+            assigned.
         TypeError: ``model`` is not a keras-masking model.
 
     Example:
@@ -411,6 +435,14 @@ def load_tf_checkpoint_weights(model, checkpoint_path, strict=True, source=None)
     """
     backbone = _check_model(model, "load_tf_checkpoint_weights")
     strict = check_bool("strict", strict)
+    if backbone.lora is not None:
+        raise ValueError(
+            "load_tf_checkpoint_weights cannot load into a backbone with LoRA enabled "
+            f"({backbone.lora}; nothing was loaded): its attention kernels are the frozen "
+            "base plus the adapters, and a checkpoint's kernels would not say which they "
+            "replace. Load the checkpoint before enable_lora, or load it into "
+            "backbone.merge_lora()."
+        )
     if source is not None and not isinstance(source, str):
         raise ValueError(f"Expected a str or None for source. Received: source={source!r}.")
     if isinstance(checkpoint_path, dict):
@@ -445,7 +477,9 @@ def from_tf_checkpoint(
             [CLS] state).
         strict: bool. See `load_tf_checkpoint_weights`.
         **backbone_kwargs: overrides of `TransformerBackbone` arguments, e.g.
-            ``dropout=0.0``, ``custom_position_ids=True``, ``dtype``.
+            ``dropout=0.0``, ``custom_position_ids=True``, ``dtype``; one
+            that differs from what the config fixes for the weights (sizes,
+            heads, positions, activation, LayerNorm epsilon) is refused.
 
     Returns:
         A `TransformerBackbone`, or a `TransformerMaskedLM` when ``with_mlm``;
@@ -485,6 +519,8 @@ def from_tf_checkpoint(
     kwargs["use_pooler"] = has_pooler if with_pool == "auto" else bool(with_pool)
     kwargs.update(backbone_kwargs)
     backbone = TransformerBackbone(**kwargs)
+    # An override of a setting the weights cannot show (activation, epsilon) is refused.
+    _check_config(config, str(config_path), backbone, family=False)
     _check_folder_configs(prefix, backbone, skip=config_path)
     result = TransformerMaskedLM(backbone) if with_mlm else backbone
     _load_values(result, values, strict, str(checkpoint_path), prefix)

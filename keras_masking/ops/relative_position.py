@@ -4,8 +4,9 @@ NEZHA (Wei et al. 2019) adds a fixed sinusoidal embedding of the clipped
 relative distance ``j - i`` to the attention logits and to the values
 (Shaw et al. 2018 style). One table, shared by every head and layer, not
 trained: ``T[p, 2k] = sin(p w_k)``, ``T[p, 2k + 1] = cos(p w_k)``,
-``w_k = 10000**(-2k / depth)`` for rows ``p = 0 .. 2m`` (the row index itself,
-as the released code does), and ``R[i, j] = T[clip(j - i, -m, m) + m]``.
+``w_k = 10000**(-2k / depth)`` for ``k < depth // 2`` (an odd depth's last
+column is 0) and rows ``p = 0 .. 2m`` (the row index itself, as the released
+code does), and ``R[i, j] = T[clip(j - i, -m, m) + m]``.
 """
 
 import numpy as np
@@ -30,11 +31,13 @@ def relative_position_table(max_relative_position, depth):
     """
     check_int("max_relative_position", max_relative_position, minimum=1)
     rows = np.arange(2 * max_relative_position + 1, dtype=np.float64)[:, None]
-    k = np.arange(0, depth, 2, dtype=np.float64)
+    # Pairs k = 0 .. depth // 2 - 1: an odd depth's last column stays 0, as
+    # the released code's loop leaves it.
+    k = np.arange(0, 2 * (depth // 2), 2, dtype=np.float64)
     angles = rows * np.power(10000.0, -k / depth)[None, :]
     table = np.zeros((rows.shape[0], depth), dtype=np.float64)
-    table[:, 0::2] = np.sin(angles)
-    table[:, 1::2] = np.cos(angles)[:, : depth // 2]
+    table[:, 0 : 2 * (depth // 2) : 2] = np.sin(angles)
+    table[:, 1::2] = np.cos(angles)
     return table.astype("float32")
 
 

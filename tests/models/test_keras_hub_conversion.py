@@ -241,7 +241,11 @@ def test_to_keras_hub_bad_inputs():
     tuned = TransformerBackbone(**tiny_backbone_kwargs())
     tuned.attach_add_ffn(2)
     cases.append((tuned, ValueError, "merge_fl"))
-    assert len(cases) == 5
+    # BertBackbone pools the first token: a mean-pooled one converted with a
+    # pooled_output 0.34 off, without a word.
+    mean = TransformerBackbone(**tiny_backbone_kwargs(pooling="mean"))
+    cases.append((mean, ValueError, "pools the first token.*Received: pooling='mean'"))
+    assert len(cases) == 6
     for backbone, error, message in cases:
         with pytest.raises(error, match=message):
             keras_masking.models.to_keras_hub(backbone)

@@ -66,6 +66,60 @@ def test_nezha_config_loaded_as_roformer(tmp_path):
         from_tf_checkpoint(config_path, prefix, model="bert")
 
 
+def test_loading_into_a_built_model_checks_the_family_the_config_beside_declares(tmp_path):
+    """RoFormer and NEZHA checkpoints hold the same variables: a NEZHA one loaded
+    into a RoFormer model (or the converse) was 2.9 off, without a word."""
+    nezha_config, nezha, _ = write_reference_checkpoint("nezha", tmp_path / "nezha")
+    roformer_config, roformer, _ = write_reference_checkpoint("roformer", tmp_path / "roformer")
+    as_nezha = from_tf_checkpoint(nezha_config, nezha, model="nezha")
+    as_roformer = from_tf_checkpoint(roformer_config, roformer, model="roformer")
+    for model, prefix, message in (
+        (as_roformer, nezha, r"declares a nezha model.*position='rotary'"),
+        (as_nezha, roformer, r"declares no NEZHA setting.*position='relative'"),
+    ):
+        before = weights_of(model)
+        with pytest.raises(ValueError, match=message + r".*nothing was loaded"):
+            load_tf_checkpoint_weights(model, prefix)
+        assert_same_weights(model, before)
+    load_tf_checkpoint_weights(as_nezha, nezha)  # its own family loads
+    load_tf_checkpoint_weights(as_roformer, roformer)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"activation": "relu"}, "hidden_act='gelu', but the model has activation='relu'"),
+        ({"layer_norm_epsilon": 1e-3}, "layer_norm_eps=1e-12, but the model has layer_norm_eps"),
+    ],
+)
+@pytest.mark.parametrize("beside", [True, False])
+def test_an_override_of_a_setting_the_weights_do_not_show_is_refused(
+    override, message, beside, tmp_path
+):
+    """Wherever the config sits: beside the checkpoint, the override loaded
+    silently (0.33 off for relu); from another folder, it was refused."""
+    config_path, prefix, _ = write_reference_checkpoint("bert", tmp_path / "bert")
+    if not beside:
+        moved = tmp_path / "elsewhere" / "bert_config.json"
+        moved.parent.mkdir()
+        os.replace(config_path, moved)
+        config_path = str(moved)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        from_tf_checkpoint(config_path, prefix, **override)
+
+
+def test_a_backbone_with_lora_enabled_is_refused_by_name(tmp_path):
+    """Its kernels are base plus adapters: the load stopped at a dtype error."""
+    config_path, prefix, _ = write_reference_checkpoint("bert", tmp_path)
+    backbone = from_tf_checkpoint(config_path, prefix)
+    backbone.enable_lora(2)
+    before = weights_of(backbone)
+    with pytest.raises(ValueError, match=r"LoRA enabled.*before enable_lora.*merge_lora"):
+        load_tf_checkpoint_weights(backbone, prefix)
+    assert_same_weights(backbone, before)
+    load_tf_checkpoint_weights(backbone.merge_lora(), prefix)
+
+
 def test_partial_checkpoint_names_what_is_missing(tmp_path):
     config_path, prefix, _ = write_reference_checkpoint("bert", tmp_path, drop=[QUERY])
     with pytest.raises(ValueError, match=f"missing from the checkpoint: \\['{QUERY}'\\]"):

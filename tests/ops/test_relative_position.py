@@ -24,6 +24,19 @@ def test_relative_table_and_clipping():
     np.testing.assert_allclose(relative[0, 2, 2], table[3])  # 0
 
 
+def test_an_odd_head_size_leaves_the_last_column_zero_as_the_released_code():
+    """NEZHA's loop fills pairs ``i < depth // 2``: head size 9's ninth column
+    stays 0 (it held sin(p w_4), 1.5e-3 on a tiny model's outputs)."""
+    table = relative_position_table(3, 9)
+    expected = np.zeros((7, 9))
+    for p in range(7):
+        for i in range(9 // 2):  # the released code's loop
+            w = 10000.0 ** (-2 * i / 9)
+            expected[p, 2 * i], expected[p, 2 * i + 1] = np.sin(p * w), np.cos(p * w)
+    np.testing.assert_allclose(table, expected, atol=1e-6)
+    assert not table[:, 8].any()
+
+
 def test_relative_position_buckets_clip_each_distance():
     positions = np.array([[0, 1, 2, 9], [5, 5, 0, 3]], "int32")
     buckets = np.asarray(relative_position_buckets(positions, 3))
