@@ -15,7 +15,8 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
     ``ramp_steps`` optimizer steps, then stays. Steps are the optimizer's
     (``model.optimizer.iterations``), so a model that already trained
     resumes the ramp where it stands; with ``steps_per_execution > 1`` the
-    rate changes between executions only. DeepSpeed's random-LTD is
+    rate changes between executions only, and under
+    ``gradient_accumulation_steps=k`` a step is ``k`` batches. DeepSpeed's random-LTD is
     ``initial_rate=0.5, final_rate=0``; a warm-up of dropping is
     ``initial_rate=0, final_rate=0.15``.
 
@@ -117,11 +118,22 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
         """Sets ``step`` from the optimizer's iteration count, when there is one.
 
         Called where the variables hold the training state (JAX syncs them
-        at each epoch's end): exact, with no per-step synchronisation.
+        at each epoch's end): exact, with no per-step synchronisation. Under
+        ``gradient_accumulation_steps=k`` an optimizer step takes ``k``
+        batches: the batches are counted, as Keras' optimizer counts them.
         """
         optimizer = getattr(self.model, "optimizer", None)
-        if optimizer is not None:
-            self.step = int(keras.ops.convert_to_numpy(optimizer.iterations))
+        if optimizer is None:
+            self._per_step, self._batches = 1, self.step
+            return
+        self._per_step = optimizer.gradient_accumulation_steps or 1
+        # Keras' batch counter (``iterations`` is it divided by k); the
+        # accumulation's phase is in no public attribute.
+        batches = getattr(optimizer, "_iterations", None)
+        if batches is None or self._per_step == 1:
+            batches = optimizer.iterations * self._per_step
+        self._batches = int(keras.ops.convert_to_numpy(batches))
+        self.step = self._batches // self._per_step
 
     def on_train_begin(self, logs=None):
         self._read_optimizer_steps()
@@ -136,11 +148,12 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         # `fit` calls this once per execution with the index of its last
-        # step: an execution runs ``batch - begin + 1`` optimizer steps (an
+        # batch: an execution runs ``batch - begin + 1`` batches (an
         # execution cut short by the end of the data runs fewer; the epoch's
         # end reads the exact count back from the optimizer).
         begin = getattr(self, "_begin", batch)
-        self.step += max(1, batch - begin + 1)
+        self._batches += max(1, batch - begin + 1)
+        self.step = self._batches // self._per_step
 
     def on_epoch_end(self, epoch, logs=None):
         self._read_optimizer_steps()

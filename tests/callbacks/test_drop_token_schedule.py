@@ -89,6 +89,32 @@ def test_rate_schedule_counts_optimizer_steps_with_steps_per_execution(steps_per
     assert later.history == [(16, 0.25)] and later.step == 18
 
 
+def test_rate_schedule_counts_optimizer_steps_under_gradient_accumulation():
+    """Two batches an optimizer step: each batch runs at the rate of the
+    optimizer steps done before it. Counting batches as steps ran the ramp
+    twice as fast within an epoch and reset it at the next (0.5, 0.25, 0, 0.25,
+    0: five compiles where three rates are)."""
+    length = 12
+    model, drop = _kept_count_model(length)
+    model.compile(optimizer=keras.optimizers.SGD(0.0, gradient_accumulation_steps=2), loss="mse")
+    schedule = keras_masking.callbacks.DropTokenRateSchedule(
+        final_rate=0.0, initial_rate=0.5, ramp_steps=4, levels=3
+    )
+    seen = []
+
+    class Spy(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            seen.append(drop.rate)
+
+    x = [np.ones((3, length, 1), "float32"), np.ones((3, length), "int32")]
+    model.fit(x, np.zeros((3, 1)), batch_size=1, epochs=3, verbose=0, callbacks=[schedule, Spy()])
+    # Batches 0..8 (3 an epoch: an update straddles the epochs) are steps 0,0,1,1,2,2,3,3,4.
+    assert seen == [schedule.rate_at(batch // 2) for batch in range(9)]
+    assert seen == [0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.0, 0.0, 0.0]
+    assert schedule.history == [(0, 0.5), (2, 0.25), (3, 0.0)] and schedule.step == 4
+    assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 4
+
+
 @pytest.mark.parametrize("kwargs, pattern", SCHEDULE_CASES)
 def test_schedule_bad_input(kwargs, pattern):
     _raises(pattern, DropTokenRateSchedule, **{"final_rate": 0.1, "ramp_steps": 4, **kwargs})
