@@ -65,7 +65,11 @@ def small_encoder_label(settings):
 
 
 def pretraining_sequences(texts, tokenizer, length, count, seed):
-    """``count`` windows of ``length`` tokens cut from ``texts`` (fixed order)."""
+    """``count`` windows of ``length`` tokens cut from ``texts`` (fixed order).
+
+    Windows in a shuffled order, and again in another when ``count`` asks for
+    more than ``texts`` hold (so that ``--steps`` steps run whatever the corpus).
+    """
     from keras_masking.data import encode_texts
 
     width = length - 2  # [CLS] and [SEP]
@@ -73,8 +77,13 @@ def pretraining_sequences(texts, tokenizer, length, count, seed):
         text[start : start + width] for text in texts for start in range(0, len(text), width)
     ]
     windows = [window for window in windows if len(window) >= 8]
-    order = np.random.default_rng(seed).permutation(len(windows))
-    chosen = [windows[index] for index in order[: min(count, len(windows))]]
+    if not windows:
+        raise ValueError(f"No text of 8 characters or more to pretrain on at length {length}.")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(windows))
+    while len(order) < count:
+        order = np.concatenate([order, rng.permutation(len(windows))])
+    chosen = [windows[index] for index in order[:count]]
     return encode_texts(tokenizer, chosen, length)
 
 

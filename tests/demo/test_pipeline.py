@@ -342,6 +342,27 @@ def test_bad_settings_are_refused(overrides, message):
         DemoSettings(**overrides)
 
 
+def test_pretraining_takes_the_windows_its_steps_need_whatever_the_corpus():
+    """``--steps`` more than the corpus holds: the windows come round again in
+    another order (the table said 2,000 steps where 1,066 ran)."""
+    from keras_masking.data import bert_tokenizer
+    from keras_masking.demo.pretraining import pretraining_sequences
+
+    texts = ["今天天气很好我们去公园", "明天下雨我们在家看书"]  # one window of 8+ each at length 12
+    tokenizer = bert_tokenizer(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set("".join(texts)))
+    )
+    rows = pretraining_sequences(texts, tokenizer, 12, 5, seed=0)["token_ids"]
+    assert len(rows) == 5
+    distinct = {tuple(row) for row in rows.tolist()}
+    assert len(distinct) == 2  # both windows, each pass a permutation of them
+    assert {tuple(row) for row in rows[:2].tolist()} == {tuple(row) for row in rows[2:4].tolist()}
+    first = pretraining_sequences(texts, tokenizer, 12, 2, seed=0)["token_ids"]
+    np.testing.assert_array_equal(first, rows[:2])  # fewer asked: the first pass, as before
+    with pytest.raises(ValueError, match="No text of 8 characters"):
+        pretraining_sequences(["短"], tokenizer, 12, 3, seed=0)
+
+
 def _key(text):
     """The test's own notion of the same sentence: NFKC, lower case, letters and digits."""
     return "".join(c for c in unicodedata.normalize("NFKC", text).lower() if c.isalnum())
