@@ -16,9 +16,9 @@ class DropTokenRateSchedule(keras.callbacks.Callback):
     (``model.optimizer.iterations``), so a model that already trained
     resumes the ramp where it stands; with ``steps_per_execution > 1`` the
     rate changes between executions only, and under
-    ``gradient_accumulation_steps=k`` a step is ``k`` batches. DeepSpeed's random-LTD is
-    ``initial_rate=0.5, final_rate=0``; a warm-up of dropping is
-    ``initial_rate=0, final_rate=0.15``.
+    ``gradient_accumulation_steps=k`` a step is ``k`` batches. DeepSpeed's
+    random-LTD is ``initial_rate=0.5, final_rate=0``; a warm-up of dropping
+    is ``initial_rate=0, final_rate=0.15``.
 
     Each new rate compiles the training step once (gather mode has a static
     kept length per rate), so the ramp is quantised to ``levels`` rates.

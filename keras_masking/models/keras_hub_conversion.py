@@ -218,9 +218,9 @@ def to_keras_hub(backbone):
 
     A model with a pooler (over the first token) and segments becomes a
     `BertBackbone`, one with neither a `RobertaBackbone` (absolute positions
-    only). keras-hub fixes
-    the activation and LayerNorm epsilon per class: a model with others
-    converts with a warning that its outputs change slightly.
+    only). keras-hub fixes the activation and LayerNorm epsilon per class: a
+    model with others converts with a warning that its outputs change
+    slightly.
 
     Args:
         backbone: a `keras_masking.models.TransformerBackbone`.
