@@ -438,12 +438,13 @@ def _encode_span(
                 f"{len(question) + 4} (or a smaller max_query_length)."
             )
         answer = _answer_tokens(example, spans, lost, inexact) if labelled else None
-        first, start = len(question) + 2, 0  # the window follows [CLS] question [SEP]
+        first, start, held = len(question) + 2, 0, False  # [CLS] question [SEP] window
         while True:
             window = range(start, start + min(budget, len(context) - start))
             target = (0, 0)
             if answer is not None and answer[0] >= start and answer[1] < window.stop:
                 target = (answer[0] + first - start, answer[1] + first - start)
+                held = True
             windows.setdefault(index, []).append((len(rows), first, window))
             row_offsets = np.full((max_length, 2), -1, "int32")
             if len(window):
@@ -454,13 +455,15 @@ def _encode_span(
             if window.stop >= len(context):
                 break
             start += min(len(window), stride)
+        if answer is not None and not held:
+            lost.append(example.id)  # no window holds it whole: [CLS] in every one
     max_context = np.zeros((len(rows), max_length), bool)
     for example_windows in windows.values():
         _mark_max_context(max_context, example_windows)
     if lost or inexact:
         logger.warning(
-            "%s: %d answers could not be placed on tokens (targets [CLS]), %d only "
-            "approximately (token boundaries inside the answer).",
+            "%s: %d answers could not be placed on tokens or in one window (targets "
+            "[CLS]), %d only approximately (token boundaries inside the answer).",
             task.name,
             len(lost),
             len(inexact),

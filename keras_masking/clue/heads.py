@@ -38,12 +38,13 @@ def build_task_model(task, encoder, num_labels=None, max_length=None, **options)
       sequences, pooled -> Dropout -> Dense(1) -> ``(batch, choices)``, the
       padded choices (``choice_mask`` 0) at ``-1e9`` (probability exactly 0);
     * span (CMRC2018): sequence -> Dense(2) -> ``(batch, length, 2)`` start
-      and end logits, positions outside the context (segment 1) and [CLS]
-      at ``-1e9``;
+      and end logits, ``-1e9`` but on [CLS] (the no-answer target) and the
+      context's segment (segment 1, its [SEP] included);
     * entity (CLUENER): `GlobalPointer` scores ``(batch, types, length,
       length)``, float32.
 
-    Every kind's output is float32, under mixed precision too. An
+    Every kind's logits are computed in float32 (the last Dense, or
+    GlobalPointer's scores after its projection), under mixed precision too. An
     `ExLMEncoder` expands every [CLS] / [SEP] / [MASK]: give it a large
     enough ``max_expanded_tokens`` (C3 rows have four, CHID rows [MASK]s).
 
@@ -107,7 +108,7 @@ def build_task_model(task, encoder, num_labels=None, max_length=None, **options)
         flat = {key: flatten(inputs[key]) for key in _SEQUENCE_INPUTS}
         pooled = encoder({key: flat[key] for key in wanted})["pooled_output"]
         pooled = ReplicaDropout(dropout, name="choice_dropout")(pooled)
-        scores = keras.layers.Dense(1, name="choice_score")(pooled)
+        scores = keras.layers.Dense(1, dtype="float32", name="choice_score")(pooled)
         logits = ChoiceLogits(name="choice_logits")(scores, inputs["choice_mask"])
         return keras.Model(inputs, logits, name=name)
     inputs = _inputs((max_length,))
@@ -124,7 +125,8 @@ def build_task_model(task, encoder, num_labels=None, max_length=None, **options)
         pooled = ReplicaDropout(dropout, name="classifier_dropout")(outputs["pooled_output"])
         logits = keras.layers.Dense(num_labels, dtype="float32", name="logits")(pooled)
     elif task.kind == "span":
-        logits = keras.layers.Dense(2, name="span_logits")(outputs["sequence_output"])
+        span = keras.layers.Dense(2, dtype="float32", name="span_logits")
+        logits = span(outputs["sequence_output"])
         logits = MaskedSpanLogits(name="context_logits")(
             logits, inputs["segment_ids"], inputs["padding_mask"]
         )

@@ -50,7 +50,8 @@ class ChoiceLogits(keras.layers.Layer):
 
     A padded choice (``choice_mask`` 0) gets `MASKED_LOGIT` (``-1e9``), so
     its softmax probability is exactly 0. The logits are float32 under every
-    dtype policy.
+    dtype policy, and so are the scores they keep (not cast to the policy's
+    compute dtype first).
 
     Args:
         **kwargs: base `keras.layers.Layer` arguments.
@@ -66,6 +67,7 @@ class ChoiceLogits(keras.layers.Layer):
     """
 
     def __init__(self, **kwargs):
+        kwargs.setdefault("autocast", False)  # float32 scores stay float32
         super().__init__(**kwargs)
         self.built = True
 

@@ -15,7 +15,8 @@ class MaskedSpanLogits(keras.layers.Layer):
     context window of ``[CLS] question [SEP] context [SEP]``) and position 0
     ([CLS], the target of a window without the answer); every other
     position gets `MASKED_LOGIT` (``-1e9``), so the softmax over positions
-    gives it probability 0. Float32 output under every dtype policy.
+    gives it probability 0. Float32 output under every dtype policy (float32
+    logits are not cast to the policy's compute dtype first).
 
     Args:
         context_segment: int, the segment id of the context (1).
@@ -34,6 +35,7 @@ class MaskedSpanLogits(keras.layers.Layer):
     """
 
     def __init__(self, context_segment=1, **kwargs):
+        kwargs.setdefault("autocast", False)  # float32 logits stay float32
         super().__init__(**kwargs)
         self.context_segment = check_int("context_segment", context_segment)
         self.built = True

@@ -32,7 +32,8 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
     """Sentence (pair) classification on a `TransformerBackbone`, keras-hub style.
 
     The head is BERT's: the backbone's ``pooled_output`` ->
-    ``Dropout(dropout)`` -> ``Dense(num_classes, activation)``. With a
+    ``Dropout(dropout)`` -> ``Dense(num_classes, activation)``, the last in
+    float32 whatever the dtype policy. With a
     ``preprocessor``, ``fit``, ``evaluate`` and ``predict`` take raw strings
     or pairs ``(texts_a, texts_b)``, tokenized in a ``tf.data`` pipeline so
     the step compiles once; without one they take the feature dict
@@ -122,7 +123,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
             num_classes,
             kernel_initializer=bert_initializer(),
             activation=activation,
-            dtype=backbone.dtype_policy,
+            dtype="float32",  # logits in float32 under mixed precision
             name="logits",
         )
 

@@ -320,6 +320,24 @@ def test_cmrc2018_answers_without_a_place_are_not_targets():
     assert split.labels.tolist() == [[0, 0], [10, 11]] and split.meta["lost_answers"] == ["q2"]
 
 
+def test_a_cmrc2018_answer_no_window_holds_is_counted_lost(caplog):
+    """Every window targets [CLS]; it was not counted. 8 context tokens a window
+    (13 - 3 special - 2 question), starting at 0, 4, 8: tokens 6-13 are in none."""
+    context = "今天天气很好北京是中国的首都"
+    across = SpanExample("q3", context, "他说", (("北京是中国的首都", 6),))
+    inside = SpanExample("q1", context, "他说", (("北京", 6),))
+    with caplog.at_level("WARNING", logger="keras_masking"):
+        split = encode_examples("cmrc2018", [across, inside], tokenizer(), max_length=13, stride=4)
+    rows = split.meta["ids"].count("q3")
+    assert split.labels[:rows].tolist() == [[0, 0]] * rows
+    assert split.labels[rows:].tolist() == [[10, 11], [6, 7], [0, 0]]
+    assert split.meta["lost_answers"] == ["q3"]
+    assert "1 answers could not be placed on tokens or in one window" in caplog.text
+    # A stride that starts a window at token 6 holds it.
+    split = encode_examples("cmrc2018", [across], tokenizer(), max_length=13, stride=6)
+    assert [4, 11] in split.labels.tolist() and split.meta["lost_answers"] == []
+
+
 def test_cmrc2018_inexact_and_unlabelled():
     example = SpanExample("q2", "hello 123", "他说", (("23", 7),))  # "123" is 12 + ##3
     split = encode_examples("cmrc2018", [example], tokenizer(), max_length=16)

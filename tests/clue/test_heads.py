@@ -321,6 +321,28 @@ def test_task_models_equal_numpy_on_the_same_weights(kind, backbone):
         assert loss == pytest.approx(numpy_multilabel_loss(dense, logits), rel=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["classification", "multiple_choice", "span"])
+def test_the_logit_layer_computes_in_float32_under_mixed_precision(kind, restore_policy):
+    """The span and choice heads' Dense ran in bfloat16, and their masking layers
+    cast float32 logits to bfloat16 (0.4% off, 0.017 on logits near 4: enough to
+    flip a close start/end or C3 choice); float32 like the classification head's."""
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    mixed = randomize_weights(tiny_backbone(), seed=4, scale=0.1)
+    name, encoded, options = _encoded(kind)
+    model = build_task_model(name, mixed, max_length=LENGTH, **options)
+    head = model.get_layer(
+        {"classification": "logits", "multiple_choice": "choice_score", "span": "span_logits"}[kind]
+    )
+    kernel, bias = (to_numpy(w).astype("float64") for w in head.weights)
+    probe = keras.Model(model.inputs, [head.input, model.output])
+    # Op by op (a compiled JAX step may keep the backbone's float32 excess precision).
+    features, logits = (to_numpy(y) for y in probe(encoded.features))
+    expected = (features.astype("float64") @ kernel + bias).reshape(logits.shape)
+    valid = logits != MASKED_LOGIT
+    assert features.dtype == keras.ops.dtype(keras.ops.ones(1, "bfloat16")) and valid.any()
+    np.testing.assert_allclose(logits[valid], expected[valid], rtol=1e-5, atol=1e-6)
+
+
 def _backbone_outputs(backbone, x, kind):
     if kind in ("multiple_choice", "idiom"):
         length = x["token_ids"].shape[-1]

@@ -562,6 +562,7 @@ CASES = {
             tiny_backbone(), num_classes=3, dropout=0.0
         ),
         lambda: (features(),),
+        mixed_dtype="float32",  # the logits layer computes in float32
         make_random=lambda: keras_masking.models.TransformerTextClassifier(
             tiny_backbone(), num_classes=3, dropout=0.5
         ),

@@ -443,3 +443,21 @@ def test_labels_outside_the_classes_are_refused_before_a_step(preprocessor):
             classifier.evaluate(texts, labels, verbose=0)
     classifier.fit(texts, np.array([0, 2]), verbose=0)  # in range
     classifier.fit(texts, np.eye(3)[[0, 2]], verbose=0, epochs=0)  # one-hot passes the check
+
+
+def test_the_logits_are_computed_in_float32_under_mixed_precision(restore_policy):
+    """keras-hub's head runs in the backbone's policy: bfloat16 logits, 0.4% off."""
+    from tests.testing import random_features
+    from tests.testing import tiny_backbone_kwargs
+
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs()), seed=3)
+    model = TransformerTextClassifier(backbone, num_classes=3, dropout=0.0)
+    features = random_features()
+    pooled = keras.ops.convert_to_numpy(backbone(features)["pooled_output"])
+    logits = keras.ops.convert_to_numpy(model(features))
+    kernel, bias = (np.asarray(w, "float64") for w in model.output_dense.weights)
+    assert pooled.dtype != np.float32 and logits.dtype == np.float32
+    np.testing.assert_allclose(
+        logits, pooled.astype("float64") @ kernel + bias, rtol=1e-5, atol=1e-6
+    )
