@@ -358,7 +358,9 @@ class TransformerBackbone(
             real token at inference).
         """
         self.check_inputs(inputs, required=("token_ids", "padding_mask"))
-        position_ids, padding_mask = inputs.get("position_ids"), inputs["padding_mask"]
+        # A compiled step cannot raise on values: any nonzero marks a real token.
+        padding_mask = ops.cast(ops.not_equal(inputs["padding_mask"], 0), "int32")
+        position_ids = inputs.get("position_ids")
         hidden = self.embed(
             inputs["token_ids"], inputs.get("segment_ids"), position_ids, training=training
         )

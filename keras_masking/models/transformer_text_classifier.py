@@ -27,6 +27,15 @@ from keras_masking.utils.eager_checks import concrete_value
 from keras_masking.utils.training_state import refresh_training
 
 
+def _sparse_loss(loss):
+    """Whether a compiled loss takes class ids (Keras' sparse cross-entropy)."""
+    if isinstance(loss, str):
+        return "sparse" in loss
+    return isinstance(loss, keras.losses.SparseCategoricalCrossentropy) or (
+        getattr(loss, "__name__", "") == "sparse_categorical_crossentropy"
+    )
+
+
 @keras.saving.register_keras_serializable(package="keras_masking")
 class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.models.TextClassifier):
     """Sentence (pair) classification on a `TransformerBackbone`, keras-hub style.
@@ -392,16 +401,29 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
 
         Run by ``fit`` / ``evaluate`` before a step compiles: an out-of-range
         label would reach TensorFlow's loss as an InvalidArgumentError, or a
-        NaN loss on JAX. One-hot labels ``(batch, num_classes)`` pass as they are.
+        0.0 loss on JAX. One-hot labels ``(batch, num_classes)`` pass when the
+        compiled loss takes them (not the default sparse cross-entropy).
         """
         if labels is None or isinstance(labels, dict):
             return
         values = concrete_value(labels)
+        if values is not None and values.dtype.kind in "USO" and values.size:
+            raise ValueError(
+                f"Expected integer class labels in [0, {self.num_classes}). Received: labels "
+                f"of strings such as {str(np.asarray(values).ravel()[0])!r}: map each name to its "
+                "class id first."
+            )
         if values is None or values.dtype.kind not in "iuf" or not values.size:
             return
         values = np.asarray(values)
         if values.ndim == 2 and values.shape[1] == self.num_classes and self.num_classes > 1:
-            return  # one-hot
+            if _sparse_loss(getattr(self, "loss", None)):
+                raise ValueError(
+                    f"Expected class ids for the compiled sparse cross-entropy. Received: "
+                    f"one-hot labels of shape {values.shape}: pass labels.argmax(-1), or "
+                    "compile with keras.losses.CategoricalCrossentropy(from_logits=True)."
+                )
+            return  # one-hot, for a loss that takes them
         flat = values.reshape(-1)
         bad = flat[(flat != np.round(flat)) | (flat < 0) | (flat >= self.num_classes)]
         if bad.size:

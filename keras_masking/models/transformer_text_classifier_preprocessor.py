@@ -5,6 +5,7 @@ packs token ids already at hand (the CLUE encodings) with the same packer.
 """
 
 import functools
+import sys
 
 import keras
 import keras_hub
@@ -99,6 +100,33 @@ class TransformerTextClassifierPreprocessor(keras_hub.models.TextClassifierPrepr
         super().__init__(
             tokenizer=tokenizer, sequence_length=sequence_length, truncate=truncate, **kwargs
         )
+
+    def check_raw_inputs(self, x):
+        """Refuses raw data ``fit`` / ``evaluate`` / ``predict`` would misread.
+
+        A list of pairs (or a rank-2 batch of strings) instead of a tuple of
+        two batches, and a `tf.data.Dataset` whose elements are ``(texts_a,
+        texts_b)``: Keras reads a dataset's tuple as ``(x, y)``, so ``predict``
+        would score ``texts_a`` alone. Pairs in a dataset go as
+        ``((texts_a, texts_b),)`` or ``((texts_a, texts_b), labels)``.
+
+        Args:
+            x: the data given to ``fit``, ``evaluate`` or ``predict``.
+        """
+        tf = sys.modules.get("tensorflow")
+        if tf is not None and isinstance(x, tf.data.Dataset):
+            spec = x.element_spec
+            if isinstance(spec, tuple) and len(spec) > 1:
+                second = spec[1]
+                if isinstance(second, tf.TensorSpec) and second.dtype == tf.string:
+                    raise ValueError(
+                        "Expected a dataset of texts, (texts, labels) or ((texts_a, texts_b), "
+                        "labels). Received: a dataset whose elements' second item is strings, "
+                        "which Keras reads as the labels (predict would score the first texts "
+                        "alone); pass pairs as ((texts_a, texts_b),)."
+                    )
+            return
+        _check_segments(x)
 
     def call(self, x, y=None, sample_weight=None):
         _check_segments(x)
@@ -225,7 +253,7 @@ def _check_segments(x):
         segments = (x,)
     for segment in segments:
         nested = isinstance(segment, list) and segment and isinstance(segment[0], (list, tuple))
-        if nested or (isinstance(segment, np.ndarray) and segment.ndim > 1):
+        if nested or len(getattr(segment, "shape", ())) > 1:
             first = segment[0]
             raise ValueError(
                 "Expected a batch of strings in x; pass sentence pairs as a tuple of two "

@@ -6,6 +6,7 @@ skipped there; eager calls (``model(inputs)``) get a clear error instead of
 TensorFlow's gather error or JAX's silent clamping.
 """
 
+import sys
 from collections.abc import Mapping
 
 import numpy as np
@@ -29,12 +30,11 @@ def concrete_value(x):
         return None
     if isinstance(x, (np.ndarray, list, tuple, int)):
         return np.asarray(x)
-    name = backend.backend()
-    if name == "tensorflow":
-        import tensorflow as tf
-
-        eager = isinstance(x, tf.Tensor) and tf.executing_eagerly() and hasattr(x, "numpy")
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(x, tf.Tensor):  # on any backend (a JAX model's data)
+        eager = tf.executing_eagerly() and hasattr(x, "numpy")
         return x.numpy() if eager else None
+    name = backend.backend()
     if name == "jax":
         import jax
 
@@ -323,10 +323,18 @@ class ConcreteInputChecks:
         """Checks concrete labels ``y`` before a step compiles; the default checks none."""
 
     def _check_data(self, x):
-        """Checks ``x`` when it is a dict of concrete values (numpy, lists, eager tensors)."""
+        """Checks ``x`` when it is a dict of concrete values (numpy, lists, eager
+        tensors), raw text through the preprocessor's ``check_raw_inputs``, and
+        a list or tuple where a dict is expected (before a step compiles: on
+        JAX, an error inside the step leaves the model without its weights)."""
+        preprocessor = getattr(self, "preprocessor", None)
+        if preprocessor is not None and hasattr(preprocessor, "check_raw_inputs"):
+            preprocessor.check_raw_inputs(x)
         if isinstance(x, Mapping) and all(
             value is None or concrete_value(value) is not None for value in x.values()
         ):
+            self.check_inputs(x)
+        elif isinstance(x, (list, tuple)) and preprocessor is None:
             self.check_inputs(x)
 
     def call(self, inputs, training=None, mask=None, **kwargs):

@@ -67,6 +67,49 @@ def test_out_of_range_ids_in_compiled_calls_give_nan_rows(field, value):
     np.testing.assert_allclose(outputs["sequence_output"][1], expected[1], atol=1e-5)
 
 
+def test_a_compiled_call_reads_any_nonzero_mask_value_as_a_real_token():
+    """A compiled step cannot raise on values: a mask of 2 became a +1e9
+    attention bias (pooled output 6.7e-4 off); it now reads as 1."""
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs()))
+    features = random_features()
+    expected = keras.ops.convert_to_numpy(backbone(features)["pooled_output"])
+    model = keras.Model(backbone.input, backbone.output)
+    model.compile(jit_compile=True)
+    doubled = {**features, "padding_mask": features["padding_mask"] * 2}
+    outputs = model.predict_on_batch(doubled)
+    np.testing.assert_allclose(outputs["pooled_output"], expected, atol=1e-5)
+    with pytest.raises(ValueError, match=r"padding_mask of 0s and 1s.*\[2\]"):
+        backbone(doubled)  # concrete values are still refused
+
+
+def test_tensorflow_tensors_are_checked_on_every_backend():
+    """On JAX, `predict` skipped the value checks of tf tensors: out-of-range
+    segment ids reached the step (NaN rows), out-of-range labels a 0.0 loss."""
+    import tensorflow as tf
+
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    features = random_features()
+    features["segment_ids"] = features["segment_ids"] + 2
+    with pytest.raises(ValueError, match=r"Expected segment_ids in \[0, 2\)"):
+        backbone.predict({name: tf.constant(value) for name, value in features.items()})
+
+
+def test_a_list_where_a_dict_is_expected_is_refused_before_a_step_and_the_model_still_works():
+    """On JAX the refusal came from inside the compiled step, after Keras had
+    taken the weights out of the model: every later call failed."""
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs()))
+    model = keras.Model(backbone.input, backbone.output["pooled_output"])
+    features = random_features()
+    expected = model.predict(features, verbose=0)
+    ordered = [features[name] for name in ("token_ids", "segment_ids", "padding_mask")]
+    with pytest.raises(ValueError, match="Expected a dict of inputs"):
+        backbone.predict(ordered, verbose=0)
+    np.testing.assert_allclose(model.predict(features, verbose=0), expected, atol=1e-6)
+    np.testing.assert_allclose(
+        backbone.predict(features, verbose=0)["pooled_output"], expected, atol=1e-6
+    )
+
+
 def test_sequence_longer_than_position_table():
     backbone = TransformerBackbone(**tiny_backbone_kwargs())
     with pytest.raises(ValueError, match="30 tokens.*max_sequence_length=24"):

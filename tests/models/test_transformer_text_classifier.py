@@ -442,7 +442,8 @@ def test_labels_outside_the_classes_are_refused_before_a_step(preprocessor):
         with pytest.raises(ValueError, match=r"Expected class labels in \[0, 3\)"):
             classifier.evaluate(texts, labels, verbose=0)
     classifier.fit(texts, np.array([0, 2]), verbose=0)  # in range
-    classifier.fit(texts, np.eye(3)[[0, 2]], verbose=0, epochs=0)  # one-hot passes the check
+    with pytest.raises(ValueError, match="one-hot labels"):  # the sparse loss takes ids
+        classifier.fit(texts, np.eye(3)[[0, 2]], verbose=0, epochs=0)
 
 
 def test_the_logits_are_computed_in_float32_under_mixed_precision(restore_policy):
@@ -460,4 +461,57 @@ def test_the_logits_are_computed_in_float32_under_mixed_precision(restore_policy
     assert pooled.dtype != np.float32 and logits.dtype == np.float32
     np.testing.assert_allclose(
         logits, pooled.astype("float64") @ kernel + bias, rtol=1e-5, atol=1e-6
+    )
+
+
+def _toy_classifier():
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("今天很好坏我喜欢讨厌电影")
+    preprocessor = TransformerTextClassifierPreprocessor(
+        bert_tokenizer(vocabulary), sequence_length=10
+    )
+    keras.utils.set_random_seed(0)
+    backbone = randomize_weights(
+        TransformerBackbone(
+            vocabulary_size=len(vocabulary), num_layers=1, num_heads=2, hidden_dim=16,
+            intermediate_dim=32, max_sequence_length=10, dropout=0.0,
+        )
+    )  # fmt: skip
+    return TransformerTextClassifier(
+        backbone, num_classes=2, preprocessor=preprocessor, dropout=0.0
+    )
+
+
+def test_pairs_the_data_would_misread_are_refused_by_name():
+    """A dataset of (texts_a, texts_b) is Keras' (x, y): predict scored texts_a
+    alone (3% off on the logits); a list of pairs failed on a shape."""
+    import tensorflow as tf
+
+    model = _toy_classifier()
+    first, second = ["今天很好", "我讨厌电影"], ["我喜欢", "很坏"]
+    pairs = tf.data.Dataset.from_tensor_slices((first, second)).batch(2)
+    with pytest.raises(ValueError, match=r"reads as the labels.*\(\(texts_a, texts_b\),\)"):
+        model.predict(pairs, verbose=0)
+    wrapped = tf.data.Dataset.from_tensor_slices(((first, second),)).batch(2)
+    np.testing.assert_allclose(
+        model.predict(wrapped, verbose=0), model.predict((first, second), verbose=0), atol=1e-6
+    )
+    with pytest.raises(ValueError, match="not as a list of pairs"):
+        model.predict(list(zip(first, second)), verbose=0)
+    with pytest.raises(ValueError, match="not as a list of pairs"):
+        model.predict(tf.constant(list(zip(first, second))), verbose=0)
+
+
+def test_labels_the_loss_cannot_read_are_refused_by_name():
+    model = _toy_classifier()
+    texts = ["今天很好", "我讨厌电影"]
+    with pytest.raises(ValueError, match="labels of strings such as 'pos'"):
+        model.evaluate(texts, np.array(["pos", "neg"]), verbose=0)
+    one_hot = np.eye(2)[[1, 0]]
+    with pytest.raises(ValueError, match=r"one-hot labels of shape \(2, 2\).*argmax"):
+        model.evaluate(texts, one_hot, verbose=0)
+    model.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+    one_hot_loss = model.evaluate(texts, one_hot, verbose=0)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert one_hot_loss == pytest.approx(
+        model.evaluate(texts, np.array([1, 0]), verbose=0), rel=1e-6
     )
