@@ -396,7 +396,8 @@ class TransformerBackbone(
         compiles). Shapes and dtypes are checked always; values when
         concrete: ids in range, a 0/1 ``padding_mask``, every input of the
         shape of ``token_ids``. A compiled step cannot raise on values: an
-        out-of-range id makes its row NaN (see `TransformerEmbedding`).
+        out-of-range id makes its row NaN (see `TransformerEmbedding`), and
+        any nonzero ``padding_mask`` value marks a real token.
 
         Args:
             inputs: dict of the backbone's inputs.
