@@ -337,8 +337,14 @@ def _kept_run(output_dir):
 
 def _compare(args):
     from keras_masking import clue
+    from keras_masking.clue.run_config import RunConfig
 
     if args.old_noise is not None:
+        if args.dev_noise != RunConfig.dev_noise:
+            raise ValueError(
+                "The dev noise given twice: as --dev-noise and as --noise (its old spelling). "
+                "Pass it once, as --dev-noise."
+            )
         print(f"{PROG} compare: --noise is deprecated and goes in the next release; pass "
               "--dev-noise, as clue takes it.", file=sys.stderr)  # fmt: skip
         args.dev_noise = args.old_noise
@@ -415,9 +421,17 @@ def _method_spec(text):
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse without abbreviations: ``compare --seed 3`` was read as ``--seeds 3``."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def _learning_rate_for(text):
     """An argparse type: ``METHOD=RATE``, a method's own learning rate."""
-    method, _, rate = text.partition("=")
+    method, _, rate = text.rpartition("=")  # a label may hold "=": fl_tuning=64=5e-3
     try:
         return method, check_float("learning_rate", float(rate), minimum=0.0, open_minimum=True)
     except ValueError:
@@ -509,7 +523,7 @@ def build_parser():
     args.command  # "inspect"
     ```
     """
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    parser = _Parser(prog=PROG, description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument(
         "--verbose",
@@ -638,7 +652,7 @@ def _add_run_arguments(parser, command):
                         **optional)  # fmt: skip
     groups = {
         "model": parser.add_argument_group("model"),
-        "training": parser.add_argument_group("training (default: the task's)"),
+        "training": parser.add_argument_group("training"),
         "data": parser.add_argument_group("data"),
     }
     source = groups["model"].add_mutually_exclusive_group(required=True)
@@ -649,6 +663,9 @@ def _add_run_arguments(parser, command):
         group = source if field.name in ("checkpoint", "preset") else groups[meta["group"]]
         names, kind = (meta["flag"], *ALIASES.get(field.name, ())), meta["kind"]
         options = {"dest": field.name, "help": meta["help"], "default": field.default}
+        if meta["group"] == "training" and kind is not bool:
+            default = "the task's" if field.default is None else field.default
+            options["help"] = "; ".join(filter(None, (meta["help"], f"default: {default}")))
         if kind is bool:
             options["action"] = "store_false" if meta["flag"].startswith("--no-") else "store_true"
         elif isinstance(kind, tuple):
@@ -721,7 +738,7 @@ def _add_compare_parser(commands):
 
 def build_submit_parser():
     """The ``keras-masking clue submit`` argument parser."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=f"{PROG} clue submit",
         description="Check every finished run's submission file and zip them for CLUE.",
     )

@@ -133,6 +133,12 @@ class RunConfig:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             object.__setattr__(self, field.name, check_setting(field.name, value))
+        if self.preset is not None and (self.config is not None or self.model != "bert"):
+            raise ValueError(
+                "model and config describe a checkpoint (--checkpoint); a preset carries its "
+                f"own. Received: preset={self.preset!r} with model={self.model!r}, "
+                f"config={self.config!r}."
+            )
 
     # === Building ===
     @classmethod

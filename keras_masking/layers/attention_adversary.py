@@ -99,7 +99,7 @@ class AttentionAdversary(keras.layers.Layer):
         width = ops.shape(query)[-1]
         scores = ops.einsum("bqd,bkd->bqk", query, key) / math.sqrt(width)
         if padding_mask is not None:
-            keep = ops.cast(padding_mask, "float32")
+            keep = ops.cast(ops.cast(padding_mask, "bool"), "float32")
             scores = scores + ((1.0 - keep) * MASK_VALUE)[:, None, :]
         return scores
 

@@ -274,7 +274,7 @@ class DropToken(keras.layers.Layer):
         keep = sample_keep_mask(real, real & ~protected, self.rate, keep_length, noise, rounding)
         if self.mode == "attention":
             # Full length; the dropped tokens' keys are hidden as padding is.
-            hidden_keys = ops.cast(padding_mask, "int32") * ops.cast(keep, "int32")
+            hidden_keys = ops.cast(real, "int32") * ops.cast(keep, "int32")
             hidden_keys = ops.cast(hidden_keys, padding_mask.dtype)
             return dict(zip(_OUTPUTS, (hidden, hidden_keys, position_ids, keep, all_indices)))
         indices = kept_indices(keep, keep_length)

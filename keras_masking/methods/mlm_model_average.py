@@ -260,6 +260,8 @@ def mlm_model_average(
 
     def average(values):
         values = np.asarray(values)
+        if keras.backend.standardize_dtype(values.dtype) in ("bfloat16", "float16"):
+            values = values.astype("float32")  # a 16-bit head: average in float32
         if from_logits:
             values = keras.ops.convert_to_numpy(keras.ops.softmax(values, axis=-1))
         return values.reshape((samples, batch) + values.shape[1:]).mean(axis=0)

@@ -66,7 +66,7 @@ def masked_fraction(mask, padding_mask):
     >>> float(fraction), float(pairs)
     (1.0, 4.0)
     """
-    real = ops.cast(padding_mask, "float32")
+    real = ops.cast(ops.cast(padding_mask, "bool"), "float32")
     pairs = real[:, :, None] * real[:, None, :]
     count = ops.sum(pairs)
     masked = ops.sum((1.0 - ops.cast(mask, "float32")) * pairs)

@@ -7,6 +7,8 @@ names with the variables of a `TransformerBackbone` (and its MLM head), so the
 TF checkpoint reader and writer, and the keras-hub converter, share one table.
 """
 
+from keras_masking.models.lora_merge import merged_kernel
+
 EMBEDDINGS = "bert/embeddings"
 POOLER = "bert/pooler/dense"
 MLM = "cls/predictions"
@@ -19,7 +21,7 @@ TRAINING_STATE_NAMES = ("global_step", "_CHECKPOINTABLE_OBJECT_GRAPH")
 
 
 def _dense(prefix, dense):
-    return {f"{prefix}/kernel": dense.kernel, f"{prefix}/bias": dense.bias}
+    return {f"{prefix}/kernel": merged_kernel(dense), f"{prefix}/bias": dense.bias}
 
 
 def _layer_norm(prefix, layer_norm):

@@ -15,6 +15,7 @@ import keras_hub
 import numpy as np
 
 from keras_masking.models.google_checkpoint_layout import backbone_variables_by_name
+from keras_masking.models.lora_merge import merged_kernel
 from keras_masking.models.mlm_embedding_correction_record import mark_loaded_record
 from keras_masking.utils.eager_checks import non_finite_variables
 
@@ -64,7 +65,7 @@ def _hub_variables_by_name(backbone, kind):
         if getattr(layer, "lora_enabled", False):
             # keras-hub's LoRA: the kernel converts merged, W + (alpha / rank) A B.
             (kernel,) = [v for v in layer.weights if v.name == "kernel"]
-            by_path[kernel.path.removeprefix(own_prefix)] = layer.kernel
+            by_path[kernel.path.removeprefix(own_prefix)] = merged_kernel(layer)
     # RoBERTa's token and position tables sit in its `embeddings` layer; BERT adds
     # segments and a pooler.
     inside = "embeddings/" if kind == "RobertaBackbone" else ""

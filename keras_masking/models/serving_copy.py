@@ -5,6 +5,8 @@ import keras_hub
 import numpy as np
 from keras import ops
 
+from keras_masking.models.lora_merge import merged_kernel
+
 #: Settings that act in training only: at inference the model is the same without them.
 TRAINING_ONLY = {"drop_token": None, "asa": None}
 
@@ -67,7 +69,7 @@ def copy_with_lora_merged(backbone, **changes):
     target = type(backbone).from_config(config)
     values = {variable.path: variable for variable in backbone.weights}
     for layer in backbone.lora_layers():
-        values[f"{layer.path}/kernel"] = layer.kernel  # the base kernel plus A @ B, scaled
+        values[f"{layer.path}/kernel"] = merged_kernel(layer)  # W + (alpha / rank) A B
     missing = [variable.path for variable in target.weights if variable.path not in values]
     if missing:
         raise ValueError(

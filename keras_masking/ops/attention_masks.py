@@ -43,7 +43,7 @@ def padding_mask_to_bias(padding_mask, dtype="float32"):
     >>> keras.ops.convert_to_numpy(bias).tolist()
     [[[[0.0, -1000000000.0]]]]
     """
-    keep = ops.cast(padding_mask, dtype)
+    keep = ops.cast(ops.cast(padding_mask, "bool"), dtype)  # any nonzero value: a real key
     # (keep - 1) * |large|: +0.0 for real keys (not -0.0), large negative else.
     return ((keep - 1.0) * -large_negative(dtype))[:, None, None, :]
 

@@ -21,7 +21,7 @@ def masked_mean(hidden, padding_mask=None):
     """
     if padding_mask is None:
         return ops.mean(hidden, axis=1)
-    weights = ops.cast(padding_mask, hidden.dtype)[:, :, None]
+    weights = ops.cast(ops.cast(padding_mask, "bool"), hidden.dtype)[:, :, None]  # nonzero: real
     total = ops.sum(hidden * weights, axis=1)
     count = ops.maximum(ops.sum(weights, axis=1), ops.cast(1, hidden.dtype))
     return total / count

@@ -591,3 +591,29 @@ def test_the_command_line_compares_end_to_end(data, preset, tmp_path, capsys):
     assert main(argv[:4] + ["--preset", str(preset), "--methods", "plain", "--seeds", "0", "1",
                             "0"]) == 1  # fmt: skip
     assert "Received: seeds=[0, 1, 0]" in capsys.readouterr().err
+
+
+def test_the_command_line_reads_each_setting_once_and_whole(monkeypatch, capsys, tmp_path):
+    """`--seed 3` was read as `--seeds 3` (argparse's abbreviations), `--noise`
+    replaced a `--dev-noise` given beside it, a label holding "=" could not take
+    its own rate, and `--model` / `--config` beside `--preset` were ignored."""
+    from keras_masking import clue
+
+    received = {}
+
+    def stub(*args, **kwargs):  # records what reached compare, runs nothing
+        received.update(args=args, kwargs=kwargs)
+        raise ValueError("stub")
+
+    monkeypatch.setattr(clue, "compare", stub)
+    base = ["compare", "eprstmt", "data", str(tmp_path / "out"), "--preset", "p"]
+    methods = ["--methods", "plain", "fl_tuning=64", "fl_tuning=160"]
+    assert main(base + methods + ["--seed", "3"]) == 2
+    assert "unrecognized arguments: --seed 3" in capsys.readouterr().err
+    assert main(base + methods + ["--dev-noise", "0.1", "--noise", "0.3"]) == 1
+    assert "given twice: as --dev-noise and as --noise" in capsys.readouterr().err
+    assert main(base + methods + ["--learning-rate-for", "fl_tuning=64=5e-3"]) == 1
+    assert received["kwargs"]["learning_rates"] == {"fl_tuning=64": 5e-3}
+    assert "stub" in capsys.readouterr().err
+    assert main(base + methods + ["--model", "nezha"]) == 1
+    assert "a preset carries its own" in capsys.readouterr().err

@@ -124,3 +124,34 @@ def test_the_embedding_correction_computes_in_float32(policy):
             tables[name] = np.array(model.token_embedding.embeddings.numpy())
     assert tables[policy].dtype == np.float32
     np.testing.assert_array_equal(tables[policy], tables["float32"])
+
+
+@pytest.mark.parametrize("policy", sorted(TOLERANCES))
+def test_a_lora_merge_keeps_the_float32_sum(policy, tmp_path):
+    """`merge_lora`, the serving copy and a TF checkpoint stored Keras' `Dense.kernel`,
+    cast to the compute dtype: every merged kernel was bfloat16 values (2.8e-3 off)."""
+    from keras_masking.models import read_tf_checkpoint
+    from keras_masking.models import save_tf_checkpoint
+
+    with _Policy(policy):
+        keras.utils.set_random_seed(0)
+        model = backbone(0.0)
+        model.enable_lora(2)
+        rng = np.random.default_rng(0)
+        for variable in model.weights:
+            if "lora_kernel" in variable.path:
+                variable.assign(0.3 * rng.standard_normal(variable.shape).astype("float32"))
+        layer = model.lora_layers()[0]
+        expected = np.asarray(layer.weights[0].numpy(), "float64") + (
+            layer.lora_alpha / layer.lora_rank
+        ) * (np.asarray(layer.lora_kernel_a.numpy(), "float64") @ layer.lora_kernel_b.numpy())
+        merged = {v.path: v.numpy() for v in model.merge_lora().weights}
+        save_tf_checkpoint(model, str(tmp_path / "bert_model.ckpt"))
+    stored = read_tf_checkpoint(str(tmp_path / "bert_model.ckpt"))
+    name = layer.path.split("/")[-1]  # query, key or value
+    for kernel in (
+        merged[f"{layer.path}/kernel"],
+        stored[f"bert/encoder/layer_0/attention/self/{name}/kernel"],
+    ):
+        assert kernel.dtype == np.float32
+        np.testing.assert_allclose(kernel, expected, rtol=1e-6, atol=1e-7)

@@ -67,10 +67,24 @@ def test_out_of_range_ids_in_compiled_calls_give_nan_rows(field, value):
     np.testing.assert_allclose(outputs["sequence_output"][1], expected[1], atol=1e-5)
 
 
-def test_a_compiled_call_reads_any_nonzero_mask_value_as_a_real_token():
+@pytest.mark.parametrize("pooling", ["first", "mean"])
+def test_a_compiled_call_reads_any_nonzero_mask_value_as_a_real_token(pooling):
     """A compiled step cannot raise on values: a mask of 2 became a +1e9
-    attention bias (pooled output 6.7e-4 off); it now reads as 1."""
-    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs()))
+    attention bias (pooled output 6.7e-4 off); it now reads as 1, in the
+    backbone and in the functions that take a mask (ASA's masked fraction)."""
+    from keras_masking.models.asa_objective import masked_fraction
+    from keras_masking.ops import padding_mask_to_bias
+
+    mask = np.array([[1, 1, 0]])
+    adversary = np.array([[[1, 0, 1], [0, 1, 1], [1, 1, 0]]], "float32")
+    for twice, once in (
+        (padding_mask_to_bias(mask * 2), padding_mask_to_bias(mask)),
+        (masked_fraction(adversary, mask * 2)[0], masked_fraction(adversary, mask)[0]),
+    ):
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(twice), keras.ops.convert_to_numpy(once)
+        )
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs(pooling=pooling)))
     features = random_features()
     expected = keras.ops.convert_to_numpy(backbone(features)["pooled_output"])
     model = keras.Model(backbone.input, backbone.output)
