@@ -42,6 +42,7 @@ keras-masking --version
 import argparse
 import contextlib
 import dataclasses
+import functools
 import io
 import logging
 import os
@@ -60,6 +61,8 @@ from keras_masking.utils.files import write_folder_atomically
 from keras_masking.version import __version__
 
 PROG = "keras-masking"
+# Whole flag names only: with abbreviations, `compare --seed 3` was read as `--seeds 3`.
+_PARSER = functools.partial(argparse.ArgumentParser, allow_abbrev=False)
 # Warnings of situations the command expects (the message's start).
 EXPECTED_WARNINGS = ("Gradients do not exist for variables",)
 
@@ -341,10 +344,7 @@ def _compare(args):
 
     if args.old_noise is not None:
         if args.dev_noise != RunConfig.dev_noise:
-            raise ValueError(
-                "The dev noise given twice: as --dev-noise and as --noise (its old spelling). "
-                "Pass it once, as --dev-noise."
-            )
+            raise ValueError("The dev noise given twice: as --dev-noise and --noise. Pass it once.")
         print(f"{PROG} compare: --noise is deprecated and goes in the next release; pass "
               "--dev-noise, as clue takes it.", file=sys.stderr)  # fmt: skip
         args.dev_noise = args.old_noise
@@ -419,14 +419,6 @@ def _method_spec(text):
         return parse_method(text)["label"]
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse without abbreviations: ``compare --seed 3`` was read as ``--seeds 3``."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
 
 
 def _learning_rate_for(text):
@@ -523,7 +515,7 @@ def build_parser():
     args.command  # "inspect"
     ```
     """
-    parser = _Parser(prog=PROG, description=__doc__.split("\n")[0])
+    parser = _PARSER(prog=PROG, description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument(
         "--verbose",
@@ -531,7 +523,8 @@ def build_parser():
         help="also show DEBUG lines, TensorFlow's C++ logs and Keras' expected warnings "
         "(accepted anywhere on the command line)",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_PARSER)
+    commands.metavar = "COMMAND"
     commands.add_parser("demo", help="every method on real Chinese text", add_help=False)
 
     convert = commands.add_parser("convert", help="TF checkpoint -> keras-hub preset")
@@ -738,7 +731,7 @@ def _add_compare_parser(commands):
 
 def build_submit_parser():
     """The ``keras-masking clue submit`` argument parser."""
-    parser = _Parser(
+    parser = _PARSER(
         prog=f"{PROG} clue submit",
         description="Check every finished run's submission file and zip them for CLUE.",
     )

@@ -611,7 +611,7 @@ def test_the_command_line_reads_each_setting_once_and_whole(monkeypatch, capsys,
     assert main(base + methods + ["--seed", "3"]) == 2
     assert "unrecognized arguments: --seed 3" in capsys.readouterr().err
     assert main(base + methods + ["--dev-noise", "0.1", "--noise", "0.3"]) == 1
-    assert "given twice: as --dev-noise and as --noise" in capsys.readouterr().err
+    assert "given twice: as --dev-noise and --noise" in capsys.readouterr().err
     assert main(base + methods + ["--learning-rate-for", "fl_tuning=64=5e-3"]) == 1
     assert received["kwargs"]["learning_rates"] == {"fl_tuning=64": 5e-3}
     assert "stub" in capsys.readouterr().err
