@@ -253,7 +253,7 @@ def _check_segments(x):
         segments = (x,)
     for segment in segments:
         nested = isinstance(segment, list) and segment and isinstance(segment[0], (list, tuple))
-        if nested or len(getattr(segment, "shape", ())) > 1:
+        if nested or (getattr(segment, "ndim", None) or 0) > 1:  # numpy, tf
             first = segment[0]
             raise ValueError(
                 "Expected a batch of strings in x; pass sentence pairs as a tuple of two "
