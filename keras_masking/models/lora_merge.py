@@ -22,8 +22,10 @@ def merged_kernel(layer):
 
     Example:
     ```python
+    dense = keras.layers.Dense(4, dtype="mixed_bfloat16")
+    dense.build((None, 3))
     dense.enable_lora(2)
-    kernel = merged_kernel(dense)  # float32 under mixed_bfloat16 too
+    kernel = merged_kernel(dense)  # float32 values, where dense.kernel is bfloat16
     ```
     """
     (base,) = [variable for variable in layer.weights if variable.name == "kernel"]
