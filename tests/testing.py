@@ -108,6 +108,13 @@ def count_train_step_traces(model):
     return traces
 
 
+def shares_memory(variable, other):
+    """Whether two variables hold one buffer. On JAX an assigned array is
+    shared, and a compiled step donates (deletes) the buffers it trains; on
+    TensorFlow an assignment copies, so this is False there."""
+    return np.shares_memory(np.asarray(variable.value), np.asarray(other.value))
+
+
 def randomize_weights(model, seed=0, scale=0.2):
     """Large random trainable weights, so that any mis-wiring shows."""
     rng = np.random.default_rng(seed)

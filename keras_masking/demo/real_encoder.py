@@ -22,6 +22,8 @@ import pathlib
 import shutil
 import time
 
+import numpy as np
+
 from keras_masking.demo.pretraining import cache_folder
 from keras_masking.demo.pretraining import library_versions
 from keras_masking.demo.pretraining import source_digest
@@ -116,8 +118,8 @@ def first_layers(backbone, count):
     config.pop("mlm_embedding_correction", None)
     cut = TransformerBackbone.from_config(config)
     source = {weight.path: weight for weight in backbone.weights}
-    for weight in cut.weights:
-        weight.assign(source[weight.path])
+    for weight in cut.weights:  # a copy: on JAX an assigned array is shared, and training
+        weight.assign(np.array(source[weight.path].numpy()))  # donates (deletes) it
     return cut
 
 

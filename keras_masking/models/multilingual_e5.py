@@ -181,8 +181,8 @@ def prune_token_embeddings(backbone, tokenizer, texts, keep_ids=()):
     for source, target in zip(backbone.weights, pruned.weights):
         if source is table:
             target.assign(np.take(np.asarray(source.numpy()), kept, axis=0))
-        else:
-            target.assign(source)
+        else:  # a copy: on JAX an assigned array is shared, and training donates it
+            target.assign(np.array(source.numpy()))
     return pruned, pruned_tokenizer
 
 

@@ -227,7 +227,9 @@ def refresh_training(model):
     for path, variable in current.items():
         source = previous.get(path)
         if source is not None and tuple(source.shape) == tuple(variable.shape):
-            variable.assign(source)
+            # A copy: on JAX an assigned array is shared, and the next compiled
+            # step donates (deletes) the buffers of the optimizer it trains.
+            variable.assign(np.array(source.numpy()))
     if shared or shared_now:
         counts = collections.Counter(variable.path for variable in model.trainable_variables)
         logger.warning(
@@ -238,11 +240,28 @@ def refresh_training(model):
             sorted(path for path, count in counts.items() if count > 1)[:3],
         )
     model.optimizer = fresh
+    _compile_with(model, optimizer, fresh)
     if getattr(model, "compiled", False):
         # Keras compares the flags with these at fit time (a warning on change).
         model._compiled_trainable_state = {
             layer: layer.trainable for layer in model._flatten_layers()
         }
+
+
+def _compile_with(model, previous, fresh):
+    """Puts ``fresh`` in ``model``'s compile config where ``previous`` was.
+
+    ``model.save`` writes the optimizer ``compile`` was given (Keras keeps no
+    public handle on it), so it must be the one that trains now; a
+    `LossScaleOptimizer` that Keras added around it is not in the config.
+    """
+    config = getattr(getattr(model, "_compile_config", None), "config", None)
+    if not isinstance(config, dict):
+        return
+    if config.get("optimizer") is previous:
+        config["optimizer"] = fresh
+    elif config.get("optimizer") is getattr(previous, "inner_optimizer", None):
+        config["optimizer"] = fresh.inner_optimizer
 
 
 def _slot_key(optimizer):

@@ -12,6 +12,7 @@ from keras_masking.models import TransformerBackbone
 from keras_masking.models import UnigramTokenizer
 from tests.models.e5_testing import TINY_CONFIG
 from tests.models.e5_testing import write_e5_file
+from tests.testing import shares_memory
 
 TEXTS = ["query: 今天天气很好", "query: 好"]
 
@@ -67,6 +68,7 @@ def test_the_cut_encoder_keeps_the_first_layers_weights(tiny_file):
     source = {weight.path: weight for weight in backbone.weights}
     for weight in cut.weights:
         np.testing.assert_array_equal(np.asarray(weight), np.asarray(source[weight.path]))
+        assert not shares_memory(weight, source[weight.path])  # a copy, as training donates it
     with pytest.raises(ValueError, match="1 to 2 layers"):
         real_encoder.first_layers(backbone, 3)
 

@@ -91,13 +91,14 @@ def _predict(model, kind):
     return np.asarray(model(features, training=False))
 
 
-@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_a_method_trains_predicts_clean_and_round_trips(kind, method, tmp_path):
-    target, model = _model(kind)
-    backbone = model.backbone if kind == "classifier" else target
+def test_a_method_on_a_keras_hub_backbone_trains_predicts_clean_and_round_trips(method, tmp_path):
+    """A backbone converted from keras-hub, the method enabled before the
+    first fit (the other kinds enable it after one: the test below)."""
+    kind = "keras_hub"
+    backbone, model = _model(kind)
     plain = _predict(model, kind)
-    METHODS[method](target)
+    METHODS[method](backbone)
     enabled = _predict(model, kind)
     if method in INFERENCE_IDENTITY:
         np.testing.assert_allclose(enabled, plain, atol=1e-5)
@@ -105,25 +106,23 @@ def test_a_method_trains_predicts_clean_and_round_trips(kind, method, tmp_path):
         assert np.abs(enabled - plain).max() > 1e-6
 
     trainer = model
-    if method == "asa" and kind != "classifier":
+    if method == "asa":
         trainer = ASATrainer(model)  # a user's own head: the backbone holds the setting
     trainer.compile(
         optimizer=keras.optimizers.SGD(0.5),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         # On TensorFlow a tf.function without XLA (an XLA compile costs more
         # than these steps; each method's XLA step is tested with the method:
-        # tests/methods/test_drop_token.py, test_asa.py, test_fl_tuning.py),
-        # but LoRA's, which is tested here. On JAX, without XLA the step runs
-        # op by op, slower than its XLA compile.
-        jit_compile=keras.config.backend() == "jax" or (method == "lora" and kind != "keras_hub"),
+        # tests/methods/test_drop_token.py, test_asa.py, test_fl_tuning.py).
+        # On JAX, without XLA the step runs op by op, slower than its XLA compile.
+        jit_compile=keras.config.backend() == "jax",
     )
     build_optimizer(trainer)  # your own model: its first step traced once on TensorFlow
     variables = {id(v): (v, np.array(v.numpy())) for v in model.weights}
-    data = TEXTS if kind == "classifier" else _features(kind)
-    history = trainer.fit(data, LABELS, batch_size=4, epochs=1, verbose=0)
+    history = trainer.fit(_features(kind), LABELS, batch_size=4, epochs=1, verbose=0)
     moved = {id(v) for v, before in variables.values() if not np.array_equal(v.numpy(), before)}
 
-    head = model.output_dense if kind == "classifier" else model.get_layer("head")
+    head = model.get_layer("head")
     assert {id(v) for v in head.weights} <= moved
     embedding = backbone.token_embedding.embeddings
     assert (id(embedding) in moved) == (method not in FROZEN_BASE)
@@ -139,7 +138,7 @@ def test_a_method_trains_predicts_clean_and_round_trips(kind, method, tmp_path):
     model.save(tmp_path / "model.keras")
     loaded = keras.saving.load_model(tmp_path / "model.keras")
     np.testing.assert_allclose(_predict(loaded, kind), expected, atol=1e-5)
-    loaded_backbone = loaded.backbone if kind == "classifier" else loaded.layers[-2]
+    loaded_backbone = loaded.layers[-2]
     for key in ("drop_token", "asa", "add_ffn", "key_value_prefix"):
         assert (loaded_backbone.get_config()[key] is None) == (
             backbone.get_config()[key] is None
@@ -189,11 +188,11 @@ def test_fl_tuning_merges_into_a_plain_classifier_with_the_same_predictions():
     )
 
 
-def _compiled(model, learning_rate=0.5):
+def _compiled(model, learning_rate=0.5, jit_compile=False):
     model.compile(
         optimizer=keras.optimizers.SGD(learning_rate, momentum=0.9),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=False,
+        jit_compile=jit_compile,
     )
     build_optimizer(model)  # your own model: its first step traced once on TensorFlow
     return model
@@ -222,7 +221,10 @@ def _count_calls(layer):
 
 @pytest.mark.parametrize("kind", ("backbone", "classifier"))
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_a_method_enabled_after_a_fit_trains_in_the_next_fit(kind, method):
+def test_a_method_enabled_after_a_fit_trains_in_the_next_fit(kind, method, tmp_path):
+    """Enabled after a first fit: inference stays the fitted model's where the
+    method is training-only, the next fit trains the method's weights (and
+    no frozen ones), and the model round trips through ``model.save``."""
     target, model = _model(kind)
     backbone = model.backbone if kind == "classifier" else target
     data = TEXTS if kind == "classifier" else _features(kind)
@@ -231,13 +233,24 @@ def test_a_method_enabled_after_a_fit_trains_in_the_next_fit(kind, method):
         # A user's own head trains ASA through the trainer: turn it on
         # after the trainer's first fit, with the trainer's own adversaries.
         trainer = ASATrainer(model, tau=0.5, seed=1)
-    _compiled(trainer).fit(data, LABELS, batch_size=4, epochs=1, verbose=0)
+    # Without XLA on TensorFlow (each method's XLA step is tested with the
+    # method: tests/methods/test_drop_token.py, test_asa.py, test_fl_tuning.py),
+    # but LoRA's, which is tested here; on JAX a step without XLA runs op by
+    # op, slower than its XLA compile.
+    jit_compile = keras.config.backend() == "jax" or method == "lora"
+    _compiled(trainer, jit_compile=jit_compile).fit(data, LABELS, batch_size=4, epochs=1, verbose=0)
     iterations = int(trainer.optimizer.iterations.numpy())
 
+    fitted = _predict(model, kind)
     if method == "asa" and kind == "backbone":
         METHODS["drop_token"](backbone)  # the trainer's adversarial pass follows
     else:
         METHODS[method](target)
+    enabled = _predict(model, kind)
+    if method in INFERENCE_IDENTITY:
+        np.testing.assert_allclose(enabled, fitted, atol=1e-5)
+    else:
+        assert np.abs(enabled - fitted).max() > 1e-6
     drop_token_calls = _count_calls(backbone.drop_token) if backbone.drop_token else None
     moved, history = _moved(
         model, lambda: trainer.fit(data, LABELS, batch_size=4, epochs=1, verbose=0)
@@ -246,8 +259,13 @@ def test_a_method_enabled_after_a_fit_trains_in_the_next_fit(kind, method):
     trainable = {v.path for v in model.trainable_weights}
     assert moved and moved <= trainable | {v.path for v in model.non_trainable_weights}
     assert int(trainer.optimizer.iterations.numpy()) == iterations + 1  # the state went on
+    head = model.output_dense if kind == "classifier" else model.get_layer("head")
+    assert {v.path for v in head.weights} <= moved
     embedding = backbone.token_embedding.embeddings.path
     assert (embedding in moved) == (method not in FROZEN_BASE)
+    if method in FROZEN_BASE:
+        assert moved <= trainable
+        assert {v.path for v in backbone.embeddings.weights}.isdisjoint(trainable)
     if method == "fl_tuning":
         branches = [layer.feed_forward_branch for layer in backbone.transformer_layers]
         assert {v.path for b in branches for v in b.weights} <= moved
@@ -260,10 +278,22 @@ def test_a_method_enabled_after_a_fit_trains_in_the_next_fit(kind, method):
         assert not any(v.path.endswith("query/kernel") for v in model.trainable_weights)
     if method == "asa":
         assert {"divergence", "mask_term"} <= set(history.history)
+        if kind == "classifier":  # the trainer's own adversaries are not the model's weights
+            assert {v.path for a in backbone.attention_adversaries for v in a.weights} <= moved
     if method in ("drop_token", "asa") and kind == "backbone":
         assert True in drop_token_calls  # the next fit traced the dropping layer
     if method == "drop_token" and kind == "classifier":
         assert True in drop_token_calls
+
+    expected = _predict(model, kind)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    np.testing.assert_allclose(_predict(loaded, kind), expected, atol=1e-5)
+    loaded_backbone = loaded.backbone if kind == "classifier" else loaded.layers[-2]
+    for key in ("drop_token", "asa", "add_ffn", "key_value_prefix"):
+        assert (loaded_backbone.get_config()[key] is None) == (
+            backbone.get_config()[key] is None
+        ), key
 
 
 def test_lora_composes_with_fl_tuning_and_prefixes_and_survives_saving(tmp_path):
@@ -382,16 +412,26 @@ def test_a_method_enabled_late_keeps_each_variables_own_optimizer_state():
     model.compile(
         optimizer=keras.optimizers.Adam(0.01),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=False,
+        jit_compile=keras.config.backend() == "jax",  # JAX's compiled step donates its buffers
     )
     model.fit(_features("backbone"), LABELS, batch_size=4, epochs=2, verbose=0)
-    before = {v.path: np.array(v.numpy()) for v in model.optimizer.variables}
+    replaced = model.optimizer
+    before = {v.path: np.array(v.numpy()) for v in replaced.variables}
     target.enable_drop_token(0.25, unselectable_token_ids=(CLS, SEP), mode="attention", seed=1)
     after = {v.path: np.array(v.numpy()) for v in model.optimizer.variables}
     moments = [path for path in before if "add_ffn" in path and "momentum" in path]
     assert len(moments) == 8  # two layers' branches, four weights each
     for path in moments:
         np.testing.assert_array_equal(after[path], before[path])
+
+    # The new optimizer holds copies (on JAX the next step would delete
+    # shared buffers), and `model.save` writes it, not the replaced one.
+    model.fit(_features("backbone"), LABELS, batch_size=4, epochs=1, verbose=0)
+    assert replaced.get_config()["learning_rate"] == pytest.approx(0.01)
+    model.optimizer.learning_rate = 0.005
+    assert model.get_compile_config()["optimizer"]["config"]["learning_rate"] == pytest.approx(
+        0.005
+    )
 
 
 def test_lora_adapts_the_pretrained_layers_only_and_merges_with_fl_tuning():

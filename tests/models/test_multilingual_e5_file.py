@@ -23,6 +23,7 @@ from tests.models.e5_testing import TINY_PIECES
 from tests.models.e5_testing import numpy_forward
 from tests.models.e5_testing import quantize_q4_0
 from tests.models.e5_testing import write_e5_file
+from tests.testing import shares_memory
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +120,8 @@ def test_pruning_keeps_the_outputs_of_the_corpus_and_maps_the_rest_to_unk(tiny_f
         pruned(small)["pooled_output"], backbone(full)["pooled_output"], atol=1e-6
     )
     assert pruned_tokenizer.encode("天气") == [pruned_tokenizer.unk_token_id] * 3  # ▁, 天, 气
+    # Copies: training the pruned backbone leaves the full one usable on JAX.
+    assert not any(shares_memory(a, b) for a, b in zip(pruned.weights, backbone.weights))
     with pytest.raises(ValueError, match="empty"):
         prune_token_embeddings(backbone, tokenizer, [])
     with pytest.raises(ValueError, match="pruned already"):
