@@ -188,7 +188,8 @@ def test_fl_tuning_merges_into_a_plain_classifier_with_the_same_predictions():
     )
 
 
-def _compiled(model, learning_rate=0.5, jit_compile=False):
+def _compiled(model, learning_rate=0.5, jit_compile="auto"):
+    """Compiled as a user would: Keras' "auto" is XLA on JAX, none on TensorFlow's CPU."""
     model.compile(
         optimizer=keras.optimizers.SGD(learning_rate, momentum=0.9),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -233,11 +234,10 @@ def test_a_method_enabled_after_a_fit_trains_in_the_next_fit(kind, method, tmp_p
         # A user's own head trains ASA through the trainer: turn it on
         # after the trainer's first fit, with the trainer's own adversaries.
         trainer = ASATrainer(model, tau=0.5, seed=1)
-    # Without XLA on TensorFlow (each method's XLA step is tested with the
+    # Keras' "auto" (each method's XLA step on TensorFlow is tested with the
     # method: tests/methods/test_drop_token.py, test_asa.py, test_fl_tuning.py),
-    # but LoRA's, which is tested here; on JAX a step without XLA runs op by
-    # op, slower than its XLA compile.
-    jit_compile = keras.config.backend() == "jax" or method == "lora"
+    # but XLA for LoRA, whose XLA step is tested here.
+    jit_compile = True if method == "lora" else "auto"
     _compiled(trainer, jit_compile=jit_compile).fit(data, LABELS, batch_size=4, epochs=1, verbose=0)
     iterations = int(trainer.optimizer.iterations.numpy())
 

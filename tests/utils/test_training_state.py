@@ -143,7 +143,7 @@ class TwinDense(keras.Model):
 
 def _twin_dense_model():
     model = TwinDense()
-    model.compile(optimizer=keras.optimizers.Adam(0.1), loss="mse", jit_compile=False)
+    model.compile(optimizer=keras.optimizers.Adam(0.1), loss="mse")  # XLA on JAX, as a user has
     model.fit(np.ones((4, 4)), np.zeros((4, 2)), verbose=0)
     return model, model.first, model.second
 
