@@ -1,4 +1,9 @@
-"""keras_masking.clue.compare and `keras-masking compare`, on a tiny model and FewCLUE EPRSTMT."""
+"""keras_masking.clue.compare and `keras-masking compare`, on a tiny model and FewCLUE EPRSTMT.
+
+`compare` schedules `finetune` runs and scores their records in plain Python:
+it runs once, on TensorFlow (``application``: tests/conftest.py); `finetune`
+itself runs on both backends in tests/clue/test_runner.py.
+"""
 
 import importlib
 import json
@@ -24,16 +29,10 @@ from keras_masking.clue.run_folder import RunFolder
 from tests.clue import fixtures as clue_fixtures
 
 # Large enough a learning rate that the tiny model's dev scores move between
-# epochs. XLA on JAX (its fast path), not on TensorFlow (slower to compile than
-# these tiny runs take).
-SETTINGS = dict(
-    epochs=3,
-    batch_size=4,
-    max_length=24,
-    learning_rate=3e-2,
-    jit_compile=keras.config.backend() != "tensorflow",
-)
+# epochs; no XLA (slower to compile than these tiny runs take).
+SETTINGS = dict(epochs=3, batch_size=4, max_length=24, learning_rate=3e-2, jit_compile=False)
 SEEDS = [0, 1]
+pytestmark = pytest.mark.application
 METHOD = "drop_token=0.5"  # plain is added
 
 
