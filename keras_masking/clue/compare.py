@@ -205,7 +205,7 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
         "split_seed": split_seed,
         **{name: getattr(config, name) for name in COMPARED_SETTINGS},
         "learning_rates": rates,
-        **({"noise": config.dev_noise} if config.dev_noise else {}),
+        **({"dev_noise": config.dev_noise} if config.dev_noise else {}),
         **({"data_parallel": True} if config.data_parallel else {}),
         **({"test_file": os.path.abspath(config.test_file)} if config.test_file else {}),
     }
@@ -256,7 +256,7 @@ def _finish(record, output, task):
     record["notes"] += _notes(runs, seeds) + _zero_spread_notes(rows)
     record["summary"] = rows
     for argument, key, scored, where in (
-        ("noise", "summary_noised", "held_out_noised", "under noise, "),
+        ("dev_noise", "summary_noised", "held_out_noised", "under noise, "),
         ("test_file", "summary_test", "test", "on the test file, "),
     ):
         if arguments.get(argument):
@@ -669,7 +669,7 @@ def _markdown(record, task):
             "",
             *_table(record["summary_test"], f"test {task.metric}"),
         ]
-    noise = arguments.get("noise")
+    noise = arguments.get("dev_noise")
     if noise:
         lines += [
             "",
@@ -779,9 +779,9 @@ def _check_output(output, arguments, halves):
         before, split = earlier["arguments"], earlier["halves"]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(
-            f"{os.fspath(path)}: a corrupt compare record ({error}). Remove the folder to start "
-            "again."
+            f"{os.fspath(path)}: a corrupt compare record ({error}); remove it to start again."
         ) from error
+    before = {"dev_noise" if name == "noise" else name: v for name, v in before.items()}  # < 0.6.0
     changed = sorted(
         name for name in set(before) | set(arguments) if before.get(name) != arguments.get(name)
     )

@@ -446,7 +446,8 @@ def test_noise_scores_half_b_of_the_noised_dev_at_the_epoch_chosen_on_clean_half
 ):
     _, plain_result, plain_record = compared
     output, result, record = noised
-    assert record["arguments"]["noise"] == 0.3 and "noise" not in plain_record["arguments"]
+    # Recorded as RunConfig and run.json name it.
+    assert record["arguments"]["dev_noise"] == 0.3 and "dev_noise" not in plain_record["arguments"]
     gold = {example.id: example.label for example in _dev(data)}
     half_b = record["halves"]["B"]
     for run, clean in zip(record["runs"], plain_record["runs"]):
@@ -623,3 +624,17 @@ def test_the_command_line_reads_each_setting_once_and_whole(monkeypatch, capsys,
     assert "'fl_tuning=64' given twice" in capsys.readouterr().err
     assert main(base + methods + ["--model", "nezha"]) == 1
     assert "a preset carries its own" in capsys.readouterr().err
+
+
+def test_a_compare_recorded_with_the_old_noise_name_resumes(tmp_path):
+    """Before 0.6.0 compare.json named the dev noise ``noise``, where run.json and
+    RunConfig say ``dev_noise``: such a folder still resumes, and still refuses
+    another rate."""
+    from keras_masking.clue.compare import _check_output
+
+    halves = {"A": ["1"], "B": ["2"]}
+    record = {"arguments": {"task": "eprstmt", "noise": 0.3}, "halves": {"split_seed": 0, **halves}}
+    (tmp_path / "compare.json").write_text(json.dumps(record), encoding="utf-8")
+    _check_output(tmp_path, {"task": "eprstmt", "dev_noise": 0.3}, halves)
+    with pytest.raises(ValueError, match="dev_noise: 0.3 there, 0.1 now"):
+        _check_output(tmp_path, {"task": "eprstmt", "dev_noise": 0.1}, halves)
