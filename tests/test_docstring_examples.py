@@ -222,6 +222,16 @@ CONTEXT = {
     "mask": lambda c: _features()["padding_mask"],
 }
 
+# An unpacked Google checkpoint folder with a vocabulary of its size.
+_GOOGLE_FOLDER = (
+    "import json\n"
+    "write_reference_checkpoint('bert', 'chinese_L-12_H-768_A-12')\n"
+    "size = json.load(open('chinese_L-12_H-768_A-12/bert_config.json'))['vocab_size']\n"
+    "tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']\n"
+    "tokens += [f'token{i}' for i in range(size - len(tokens))]\n"
+    "open('chinese_L-12_H-768_A-12/vocab.txt', 'w').write('\\n'.join(tokens))"
+)
+
 # Objects an example expects beyond the plain names (a model of a kind, a file).
 SETUP = {
     "keras_masking.models.backbone_methods.BackboneMethods.save_lora_weights": (
@@ -271,14 +281,8 @@ SETUP = {
     "keras_masking.models.tf_checkpoint.from_tf_checkpoint": (
         "write_reference_checkpoint('bert', 'chinese_L-12_H-768_A-12')"
     ),
-    "keras_masking.clue.model_source.ModelSource": (
-        "import json\n"
-        "write_reference_checkpoint('bert', 'chinese_L-12_H-768_A-12')\n"
-        "size = json.load(open('chinese_L-12_H-768_A-12/bert_config.json'))['vocab_size']\n"
-        "tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']\n"
-        "tokens += [f'token{i}' for i in range(size - len(tokens))]\n"
-        "open('chinese_L-12_H-768_A-12/vocab.txt', 'w').write('\\n'.join(tokens))"
-    ),
+    "keras_masking.clue.model_source.ModelSource": _GOOGLE_FOLDER,
+    "keras_masking.clue.model_source.model_files_sha256": _GOOGLE_FOLDER,
     # The vocabulary file goes where the example reads it (a path in the work folder).
     "keras_masking.data.tokenization.bert_tokenizer": (
         "import re, shutil\n"

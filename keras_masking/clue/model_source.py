@@ -8,6 +8,7 @@ import os
 import pathlib
 
 from keras_masking.utils.arguments import check_choice
+from keras_masking.utils.files import file_sha256
 
 VOCABULARY_NAMES = (
     "vocab.txt",
@@ -296,3 +297,31 @@ def _first_existing(folder, names, what, argument):
         listed = ", ".join(repr(os.fspath(folder / name)) for name in names)
         raise FileNotFoundError(f"No {what} next to the model (tried {listed}); pass {argument}.")
     return found
+
+
+def model_files_sha256(files):
+    """The sha256 of every file a model is read from, ``{path: hex digest}``.
+
+    A resumed or finished run compares these with its record: a parameter-
+    efficient run saves only what it trains, and reads the frozen weights
+    from these files again.
+
+    Args:
+        files: `ModelSource.check`'s dict: ``model`` (a checkpoint prefix,
+            whose index and data files count, or a preset folder, all of
+            whose files count), ``config`` and ``vocabulary``.
+
+    Example:
+    ```python
+    files = ModelSource(checkpoint="chinese_L-12_H-768_A-12/bert_model.ckpt").check()
+    digests = model_files_sha256(files)  # {".../bert_model.ckpt.index": "9f2c...", ...}
+    assert files["vocabulary"] in digests
+    ```
+    """
+    model = pathlib.Path(files["model"])
+    if model.is_dir():
+        paths = sorted(path for path in model.rglob("*") if path.is_file())
+    else:
+        paths = sorted(model.parent.glob(f"{model.name}.*"))
+    paths += [pathlib.Path(files[name]) for name in ("config", "vocabulary") if files.get(name)]
+    return {os.fspath(path): file_sha256(path) for path in dict.fromkeys(paths)}

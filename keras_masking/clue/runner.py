@@ -28,6 +28,7 @@ from keras_masking.clue.heads import build_task_model
 from keras_masking.clue.heads import task_loss
 from keras_masking.clue.model_source import ModelSource
 from keras_masking.clue.model_source import check_max_length
+from keras_masking.clue.model_source import model_files_sha256
 from keras_masking.clue.noise import DEV_NOISE_SEED
 from keras_masking.clue.noise import add_character_noise
 from keras_masking.clue.optimization import fine_tuning_optimizer
@@ -191,8 +192,12 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
         splits["test_file"] = read_labelled_file(config.test_file, task, benchmark)
         check_held_out(splits["test_file"], splits)
     data = {name: _split_record(split) for name, split in splits.items()}
+    model_files = model_files_sha256(files)
     if earlier is not None:
         _check_same_data(folder, earlier.get("data", {}), data)
+        _check_same_model(folder, earlier.get("model", {}).get("files"), model_files)
+        if earlier.get("status") != "finished":
+            _check_same_setup(folder, earlier, jit_compile)
     logger.info(_data_line(task, benchmark, splits))
 
     if plan.drop_token:
@@ -221,6 +226,7 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
             "trainable_parameters": run.evidence.trainable.trainable,
             "total_parameters": run.evidence.trainable.total,
             "embedding_correction": applied.correction,
+            "files": model_files,
         },
         "methods": plan.active(),
         "schedule": _schedule_record(len(encoded["train"]), settings),
@@ -233,6 +239,7 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
     if earlier is not None and earlier.get("status") == "finished":
         folder.load_best(run.task_model.trainable_variables)
         logger.info("%s: finished earlier; nothing to redo.", os.fspath(folder.path))
+        _write_submissions(run, earlier, missing_only=True)
         return _result(earlier, run, folder)
     failure = _train(run, record, earlier if resumed else None, applied.callbacks, callbacks)
     return _finish(run, record, failure)
@@ -399,12 +406,7 @@ def _finish(run, record, failure):
     folder = run.folder
     if record["best"] is not None:
         folder.load_best(run.task_model.trainable_variables)
-        # CLUE 1.0's test file too, where the data has it, as CLUE's baselines.
-        for key, name in (("submission", "test"), ("submission_1.0", "test1.0")):
-            if name in run.splits:
-                path = write_submission(folder.path, run.task, run.benchmark, run.predict(name),
-                                        run.splits[name])  # fmt: skip
-                record[key] = path.name
+        _write_submissions(run, record)
         if "test_public" in run.splits:
             record["test_public"] = run.evaluate("test_public")
     record["status"] = "failed" if failure else "finished"
@@ -413,6 +415,22 @@ def _finish(run, record, failure):
     if failure:
         logger.warning("%s: %s", os.fspath(folder.path), failure)
     return _result(record, run, folder)
+
+
+def _write_submissions(run, record, missing_only=False):
+    """The submission files of the loaded weights, named in ``record``; CLUE 1.0's
+    test file too, where the data has it, as CLUE's baselines. ``missing_only``:
+    a finished run's files that were removed since, written again."""
+    for key, name in (("submission", "test"), ("submission_1.0", "test1.0")):
+        if name not in run.splits:
+            continue
+        if missing_only and (not record.get(key) or (run.folder.path / record[key]).exists()):
+            continue
+        path = write_submission(run.folder.path, run.task, run.benchmark, run.predict(name),
+                                run.splits[name])  # fmt: skip
+        record[key] = path.name
+        if missing_only:
+            logger.info("%s: wrote the removed %s again.", os.fspath(run.folder.path), path.name)
 
 
 def _result(record, run, folder):
@@ -471,10 +489,23 @@ def _noised_dev(splits, rate):
 
 
 def _check_same_data(folder, earlier, now):
+    """Refuses data other than the run's record: other splits, other files, other bytes."""
+    where = os.fspath(folder.path)
+    if earlier and set(earlier) != set(now):
+        raise ValueError(
+            f"The data has the splits {sorted(now)}; the run in {where!r} began with "
+            f"{sorted(earlier)}. Resuming would mix two data sets. Use another --output-dir."
+        )
     for name, split in now.items():
         before = {
             entry["path"]: entry["sha256"] for entry in earlier.get(name, {}).get("files", [])
         }
+        paths = [entry["path"] for entry in split["files"]]
+        if name in earlier and set(paths) != set(before):
+            raise ValueError(
+                f"{name} is read from {sorted(paths)}; the run in {where!r} read it from "
+                f"{sorted(before)}. Resuming would mix two data sets. Use another --output-dir."
+            )
         for entry in split["files"]:
             if before.get(entry["path"], entry["sha256"]) != entry["sha256"]:
                 raise ValueError(
@@ -482,6 +513,43 @@ def _check_same_data(folder, earlier, now):
                     "(its sha256 differs); resuming would mix two data sets. Use another "
                     "--output-dir."
                 )
+
+
+def _check_same_model(folder, earlier, now):
+    """Refuses model files whose bytes differ from the run's record (None: not recorded)."""
+    changed = sorted(path for path in set(earlier or {}) | set(now)
+                     if earlier is not None and (earlier.get(path) != now.get(path)))  # fmt: skip
+    if changed:
+        raise ValueError(
+            f"The model files changed since the run in {os.fspath(folder.path)!r} began "
+            f"({', '.join(changed)}: another sha256, or missing); a resumed or finished run "
+            "reads its frozen weights from them. Use another --output-dir."
+        )
+
+
+def _check_same_setup(folder, earlier, jit_compile):
+    """Refuses to resume under another package version, backend, compile or
+    distribution: the epochs run so far ran under the recorded ones."""
+    recorded = {
+        "keras_masking": earlier.get("keras_masking"),
+        "backend": earlier.get("versions", {}).get("backend"),
+        "jit_compile": earlier.get("compile", {}).get("jit_compile"),
+        "distribution": earlier.get("distribution"),
+    }
+    now = {
+        "keras_masking": __version__,
+        "backend": keras.config.backend(),
+        "jit_compile": jit_compile,
+        "distribution": _distribution_record(),
+    }
+    changed = [f"{name}: {recorded[name]!r} there, {now[name]!r} now" for name in recorded
+               if recorded[name] is not None and recorded[name] != now[name]]  # fmt: skip
+    if changed:
+        raise ValueError(
+            f"{os.fspath(folder.path)!r} holds a run begun under another set-up "
+            f"({'; '.join(changed)}); its next epochs would not continue those it ran. Resume "
+            "it as it began, or use another --output-dir."
+        )
 
 
 def _data_line(task, benchmark, splits):

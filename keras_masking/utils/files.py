@@ -9,6 +9,7 @@ to the same destination.
 """
 
 import errno
+import hashlib
 import json
 import os
 import pathlib
@@ -88,6 +89,26 @@ def read_json_object(path, expected):
             f"{path}: expected a JSON object. Received: a JSON {type(value).__name__}."
         )
     return value
+
+
+def file_sha256(path):
+    """The sha256 hex digest of a file's bytes, read in 1 MiB pieces.
+
+    Args:
+        path: a file path.
+
+    Example:
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile(delete=False) as file:
+    ...     _ = file.write(b"abc")
+    >>> file_sha256(file.name)[:16]
+    'ba7816bf8f01cfea'
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for piece in iter(lambda: file.read(1 << 20), b""):
+            digest.update(piece)
+    return digest.hexdigest()
 
 
 def write_atomically(path, write, mode="w"):

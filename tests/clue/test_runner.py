@@ -267,6 +267,56 @@ def test_a_finished_run_is_not_redone_and_other_arguments_are_refused(plain_run,
     assert first.record_path.stat().st_mtime_ns == modified
 
 
+def test_a_resume_under_another_set_up_is_refused(interrupted, data, preset, tmp_path):
+    """A resume without XLA, on another backend, another package version or
+    another data-parallel engine was accepted, and run.json then named only
+    the new set-up (resumed without XLA, the weights ended 0.1 from either
+    uninterrupted run's)."""
+    kwargs = dict(preset=preset, verbose=0, **RESUMED)
+    folder = tmp_path / "jit"
+    shutil.copytree(interrupted, folder)
+    with pytest.raises(ValueError, match=r"another set-up \(jit_compile: True there, False now\)"):
+        finetune("eprstmt", data, folder, **dict(kwargs, jit_compile=False))
+    folder = tmp_path / "backend"
+    shutil.copytree(interrupted, folder)
+    record = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    record["keras_masking"], record["versions"]["backend"] = "0.0.1", "other"
+    record["distribution"]["replicas"] = 8
+    (folder / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    with pytest.raises(ValueError) as refused:
+        finetune("eprstmt", data, folder, **kwargs)
+    for name, value in (("keras_masking", "'0.0.1'"), ("backend", "'other'"), ("distribution", "")):
+        assert f"{name}: {value}" in str(refused.value)
+    assert json.loads((folder / "run.json").read_text(encoding="utf-8")) == record  # untouched
+
+
+def test_a_finished_run_checks_its_files_and_writes_a_removed_submission_again(tmp_path):
+    """Other data files that the reader now prefers, or model files with other
+    bytes (a parameter-efficient run reads its frozen weights from them again),
+    were accepted; a removed submission file was reported but never written."""
+    clue_fixtures.eprstmt(tmp_path, train=8, dev=4)
+    data, preset = tmp_path / "eprstmt", tmp_path / "preset"  # the task's files at the top
+    clue_fixtures.tiny_preset(preset, max_sequence_length=64)
+    folder = tmp_path / "run"
+    kwargs = dict(preset=preset, verbose=0, **dict(SETTINGS, epochs=1, fl_tuning=4))
+    first = finetune("eprstmt", data, folder, **kwargs)
+    written = first.submission_path.read_bytes()
+    first.submission_path.unlink()
+    again = finetune("eprstmt", data, folder, **kwargs)
+    assert again.submission_path.read_bytes() == written
+
+    config = preset / "config.json"
+    original = config.read_bytes()
+    config.write_bytes(original + b"\n")
+    with pytest.raises(ValueError, match=r"model files changed since .*config\.json"):
+        finetune("eprstmt", data, folder, **kwargs)
+    config.write_bytes(original)
+    shutil.copytree(data, tmp_path / "copy")
+    shutil.move(tmp_path / "copy", data / "eprstmt")  # a task folder: read first
+    with pytest.raises(ValueError, match=r"train is read from .*eprstmt.*; the run in"):
+        finetune("eprstmt", data, folder, **kwargs)
+
+
 def test_corrupt_or_foreign_run_folders_are_errors_never_a_fresh_start(
     interrupted, data, preset, tmp_path
 ):
