@@ -11,6 +11,7 @@ from keras_masking.utils.arguments import check_int
 from keras_masking.utils.arguments import check_int_list
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import concrete_value
+from keras_masking.utils.training_state import outermost_caller
 
 
 def plain_position_ids(token_ids, padding_mask=None):
@@ -127,7 +128,11 @@ class ExLMModel(ConcreteInputChecks, keras.Model):
 
     def checked_inputs(self, inputs):
         """Checks ``inputs`` and the backbone's methods; returns int32
-        ``(token_ids, padding_mask, segment_ids)``."""
+        ``(token_ids, padding_mask, segment_ids)``. Records the model this call
+        runs in with the backbone (its ``callers``), as the backbone's own call
+        would: a method enabled on the backbone later refreshes that model's
+        steps and optimizer (`refresh_training`)."""
+        self.backbone.callers.add(outermost_caller(default=self))
         self.check_backbone_methods()
         self.check_inputs(inputs)
         token_ids = ops.cast(inputs["token_ids"], "int32")

@@ -224,12 +224,15 @@ def refresh_training(model):
     # variable, and those slots start afresh rather than take another's.
     previous, shared = _by_unique_path(optimizer.variables, _slot_key(optimizer))
     current, shared_now = _by_unique_path(fresh.variables, _slot_key(fresh))
+    carried = set()
     for path, variable in current.items():
         source = previous.get(path)
         if source is not None and tuple(source.shape) == tuple(variable.shape):
             # A copy: on JAX an assigned array is shared, and the next compiled
             # step donates (deletes) the buffers of the optimizer it trains.
             variable.assign(np.array(source.numpy()))
+            carried.add(id(variable))
+    _start_new_averages(fresh, model.trainable_variables, carried)
     if shared or shared_now:
         counts = collections.Counter(variable.path for variable in model.trainable_variables)
         logger.warning(
@@ -246,6 +249,23 @@ def refresh_training(model):
         model._compiled_trainable_state = {
             layer: layer.trainable for layer in model._flatten_layers()
         }
+
+
+def _start_new_averages(optimizer, variables, carried):
+    """Starts the moving averages (``use_ema``) of the variables that had none at
+    the variables' values.
+
+    Keras sets an average to its variable at the first step only; a fresh
+    optimizer that carries a later step count would start a new variable's
+    average at zero, and the fit's end would write that shrunk average into
+    the variable (2% of its value after two steps at momentum 0.99). Keras
+    keeps the averages in build order, in no public attribute.
+    """
+    inner = getattr(optimizer, "inner_optimizer", optimizer)  # LossScaleOptimizer
+    averages = getattr(inner, "_model_variables_moving_average", None) or ()
+    for variable, average in zip(variables, averages):
+        if id(average) not in carried:
+            average.assign(np.array(variable.numpy()))
 
 
 def _compile_with(model, previous, fresh):

@@ -22,6 +22,7 @@ from keras_masking.models import TransformerBackbone
 from keras_masking.models import TransformerTextClassifier
 from keras_masking.models import TransformerTextClassifierPreprocessor
 from keras_masking.utils import build_optimizer
+from tests.models import exlm_testing
 from tests.testing import HUB_SIZES
 
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("今天很好坏我喜欢讨厌电影音乐真")
@@ -294,6 +295,41 @@ def test_a_method_enabled_after_a_fit_trains_in_the_next_fit(kind, method, tmp_p
         assert (loaded_backbone.get_config()[key] is None) == (
             backbone.get_config()[key] is None
         ), key
+
+
+@pytest.mark.parametrize("kind", ["pretrainer", "encoder"])
+def test_a_method_enabled_after_a_fit_trains_an_exlm_model_in_the_next_fit(kind):
+    """ExLM's models run the backbone's stages, not its call, and were never
+    refreshed: after `enable_lora`, TensorFlow's next fit trained the frozen
+    weights and not LoRA, and JAX's failed on the optimizer's variable count.
+    A method they would leave out is refused at the next fit."""
+    backbone = exlm_testing.rotary2d_backbone()
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 60, size=(8, exlm_testing.LENGTH))
+    ids[:, 0], ids[:, -1] = exlm_testing.CLS, exlm_testing.SEP
+    data = exlm_testing.exlm_inputs(ids)
+    if kind == "pretrainer":
+        model, labels = exlm_testing.make_pretrainer(backbone), None
+        model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    else:
+        length = exlm_testing.LENGTH
+        inputs = {name: keras.Input((length,), dtype="int32", name=name) for name in data}
+        encoded = exlm_testing.make_encoder(backbone)(inputs)["pooled_output"]
+        model, labels = keras.Model(inputs, keras.layers.Dense(2)(encoded)), LABELS.repeat(2)
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-2),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    model.fit(data, labels, batch_size=4, epochs=1, verbose=0)
+    backbone.enable_lora(2)
+    moved, _ = _moved(model, lambda: model.fit(data, labels, batch_size=4, epochs=1, verbose=0))
+    lora = {v.path for v in model.weights if "lora_kernel" in v.path}
+    assert len(lora) == 4 * backbone.num_layers and lora <= moved
+    assert backbone.token_embedding.embeddings.path not in moved
+
+    backbone.enable_drop_token(0.5, unselectable_token_ids=(exlm_testing.CLS, exlm_testing.SEP))
+    with pytest.raises(ValueError, match="leaves out DropToken"):
+        model.fit(data, labels, batch_size=4, epochs=1, verbose=0)
 
 
 def test_lora_composes_with_fl_tuning_and_prefixes_and_survives_saving(tmp_path):

@@ -2,6 +2,7 @@
 
 import keras
 import numpy as np
+import pytest
 
 import keras_masking
 from tests.testing import count_train_step_traces
@@ -203,3 +204,26 @@ def test_refresh_training_carries_the_moments_of_a_loss_scale_optimizer():
     for name, value in before.items():
         np.testing.assert_array_equal(after[name], value)
     assert int(model.optimizer.iterations) == 2
+
+
+@pytest.mark.parametrize("loss_scale", [False, True])
+def test_refresh_training_starts_a_new_variables_moving_average_at_its_value(loss_scale):
+    """With ``use_ema``, a variable that trains only after the refresh had its
+    average start at zero under the carried step count, and the fit's end
+    wrote that average into it: 1 - 0.99**2, 2% of its value, after two steps."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(3, name="hidden")
+    model = keras.Model(inputs, keras.layers.Dense(2, name="head")(hidden(inputs)))
+    hidden.trainable = False
+    optimizer = keras.optimizers.Adam(1e-6, use_ema=True, ema_momentum=0.99)
+    if loss_scale:
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    model.compile(optimizer=optimizer, loss="mse")
+    x, y = np.random.default_rng(0).normal(size=(8, 4)), np.zeros((8, 2))
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    hidden.trainable = True
+    keras_masking.utils.refresh_training(model)
+    before = keras.ops.convert_to_numpy(hidden.kernel)
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(hidden.kernel), before, atol=1e-4)
