@@ -124,6 +124,23 @@ class AdamW(keras.optimizers.AdamW):
             )
         super().exclude_from_weight_decay(var_list=var_list, var_names=var_names)
 
+    def finalize_variable_values(self, var_list):
+        """Keras' ``finalize_variable_values``, writing copies of the moving averages.
+
+        With ``use_ema``, Keras assigns each average itself to its variable at
+        the end of ``fit``; on JAX the two then hold one buffer, which the next
+        compiled step donates twice, so a second ``fit`` failed ("'NoneType'
+        object is not callable").
+
+        Args:
+            var_list: the model's trainable variables, in the optimizer's order.
+        """
+        if not self.use_ema:
+            return super().finalize_variable_values(var_list)
+        for variable, average in zip(var_list, self._model_variables_moving_average):
+            if average is not None:
+                variable.assign(keras.ops.copy(average))
+
     def apply(self, grads, trainable_variables=None):
         _check_tf_distribute(self)
         variables = trainable_variables

@@ -359,3 +359,20 @@ def test_what_cannot_run_under_a_tf_distribute_strategy_is_refused_clearly():
         variable = keras.Variable(np.ones(2, "float32"))
         with pytest.raises(ValueError, match="made outside the tf.distribute strategy"):
             outside.apply([np.ones(2, "float32")], [variable])
+
+
+def test_a_moving_average_fit_writes_its_averages_and_fits_again():
+    """Keras assigns each average itself to its variable at the end of a fit
+    with ``use_ema``; on JAX the next compiled step then donated one buffer
+    twice and the second ``fit`` failed."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer=AdamW(1e-2, use_ema=True, ema_momentum=0.9), loss="mse")
+    x, y = np.random.default_rng(0).normal(size=(8, 4)), np.ones((8, 2))
+    for _ in range(2):
+        model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+        averages = model.optimizer._model_variables_moving_average
+        for variable, average in zip(model.trainable_variables, averages):
+            np.testing.assert_array_equal(
+                keras.ops.convert_to_numpy(variable), keras.ops.convert_to_numpy(average)
+            )
