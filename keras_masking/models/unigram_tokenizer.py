@@ -139,6 +139,20 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         self._check_model()
         return list(self.vocabulary)
 
+    @property
+    def special_token_ids(self):
+        """The ids of ``<s>``, ``</s>``, ``<pad>`` and ``<mask>``, sorted: the
+        tokens that are never text, as keras-hub's BERT tokenizer lists its
+        [CLS], [SEP], [PAD] and [MASK] (``<unk>``, like [UNK], stands for text).
+        MLM masking and the embedding correction leave them out."""
+        self._check_model()
+        return sorted({self.cls_token_id, self.sep_token_id, self.pad_token_id, self.mask_token_id})
+
+    @property
+    def special_tokens(self):
+        """The pieces of `special_token_ids`."""
+        return [self.vocabulary[i] for i in self.special_token_ids]
+
     def id_to_token(self, id):  # noqa: A002 (keras-hub's name)
         self._check_model()
         if not 0 <= int(id) < len(self.vocabulary):

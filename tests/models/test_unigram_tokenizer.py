@@ -244,6 +244,17 @@ def test_special_piece_text_matches_its_piece(toy):
     assert toy.encode("<unk>") == [SPACE] + [UNK] * 5
 
 
+def test_the_special_ids_are_those_masking_and_the_correction_leave_out(toy):
+    """They were empty (keras-hub lists only tokens it registered), so the MLM
+    embedding correction, given ``unselectable_token_ids=special_token_ids`` as
+    docs/embedding_correction.md and the CLUE runner pass it, corrected the rows
+    of <s>, </s>, <pad> and <mask>, which masking never selects."""
+    assert toy.special_token_ids == [BOS, PAD, EOS, MASK]  # <unk> stands for text, as [UNK]
+    assert toy.special_tokens == ["<s>", "<pad>", "</s>", "<mask>"]
+    pruned, _ = toy.prune(["ab"])
+    assert pruned.special_token_ids == [0, 1, 2, 4]
+
+
 def test_detokenize_joins_the_pieces(toy):
     assert toy.detokenize([SPACE_AB, SPACE, B, EOS, PAD]) == "ab b"
     assert toy.detokenize([[SPACE_F, IX], [BOS, SPACE_AB]]) == ["fix", "ab"]
