@@ -23,5 +23,5 @@ def masked_mean(hidden, padding_mask=None):
         return ops.mean(hidden, axis=1)
     weights = ops.cast(ops.cast(padding_mask, "bool"), hidden.dtype)[:, :, None]  # nonzero: real
     total = ops.sum(hidden * weights, axis=1)
-    count = ops.maximum(ops.sum(weights, axis=1), ops.cast(1, hidden.dtype))
+    count = ops.maximum(ops.sum(weights, axis=1), 1.0)
     return total / count

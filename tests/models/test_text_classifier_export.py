@@ -274,9 +274,12 @@ def test_onnx_export_serves_predict_with_onnxruntime(tmp_path):
     The first layer's projections keep the all-zero biases of a fresh model:
     tf2onnx's optimizer drops such a bias, and the file then asked
     onnxruntime for a (tokens, hidden, heads, size) reshape on every input.
+    Mean pooling (multilingual-e5's): its count's floor of 1 became a fourth,
+    undocumented input that every call had to feed.
     """
     backbone = randomize_weights(
-        TransformerBackbone(**tiny_backbone_kwargs("relative", num_layers=2)), seed=4
+        TransformerBackbone(**tiny_backbone_kwargs("relative", num_layers=2, pooling="mean")),
+        seed=4,
     )
     classifier = TransformerTextClassifier(backbone, num_classes=2)
     classifier.enable_fl_tuning(units=4)
@@ -290,6 +293,8 @@ def test_onnx_export_serves_predict_with_onnxruntime(tmp_path):
     pytest.importorskip("tf2onnx", reason="the .[export] extra")
     classifier.export(path, format="onnx", verbose=False)
     session = onnxruntime.InferenceSession(str(path))
+    names = sorted(entry.name for entry in session.get_inputs())
+    assert names == ["args_0_padding_mask", "args_0_segment_ids", "args_0_token_ids"]
     for batch, length in ((2, 10), (3, 7)):  # any batch, any length
         features = random_features(batch=batch, length=length)
         feeds = {
