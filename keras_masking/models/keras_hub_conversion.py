@@ -220,8 +220,8 @@ def to_keras_hub(backbone):
     A model with a pooler (over the first token) and segments becomes a
     `BertBackbone`, one with neither a `RobertaBackbone` (absolute positions
     only). keras-hub fixes the activation and LayerNorm epsilon per class: a
-    model with others converts with a warning that its outputs change
-    slightly.
+    model with the other GELU form or another epsilon converts with a warning
+    that its outputs change slightly; one with another activation is refused.
 
     Args:
         backbone: a `keras_masking.models.TransformerBackbone`.
@@ -269,7 +269,13 @@ def to_keras_hub(backbone):
             "A backbone without a pooler converts to RobertaBackbone, which has "
             f"no segments; this one has num_segments={backbone.num_segments}."
         )
-    for key in ("activation", "layer_norm_epsilon"):
+    if backbone.activation not in ("gelu", "gelu_approximate"):
+        raise ValueError(
+            f"keras-hub's {kind} computes {settings['activation']}; this backbone's "
+            f"activation={backbone.activation!r} is another function, so every output would "
+            "change. Expected activation='gelu' or 'gelu_approximate'."
+        )
+    for key in ("activation", "layer_norm_epsilon"):  # GELU's two forms, epsilon: 1e-4 or less
         if getattr(backbone, key) != settings[key]:
             logger.warning(
                 "keras-hub's %s fixes %s=%r; this backbone has %r, so the "

@@ -19,6 +19,8 @@ import tempfile
 
 import keras
 
+from keras_masking.utils.layer_walk import walk_layers
+
 
 def export_onnx(model, filepath, verbose=False):
     """Writes ``model`` (a dict of ``(batch, sequence)`` ids in) as an ONNX file.
@@ -31,8 +33,9 @@ def export_onnx(model, filepath, verbose=False):
 
     Raises:
         ValueError: onnx or tf2onnx missing (``pip install
-            "keras-masking[export]"``), or the TensorFlow process failed
-            (with the end of its error output).
+            "keras-masking[export]"``), a layer computing in 16 bits (a
+            mixed-precision model: ONNX Runtime refuses tf2onnx's file), or the
+            TensorFlow process failed (with the end of its error output).
 
     Example:
     ```python
@@ -46,6 +49,15 @@ def export_onnx(model, filepath, verbose=False):
     if missing:
         raise ValueError(
             f'ONNX export needs {", ".join(missing)}: pip install "keras-masking[export]".'
+        )
+    mixed = sorted({layer.dtype_policy.name for layer in (model, *walk_layers(model))
+                    if layer.dtype_policy.compute_dtype != "float32"})  # fmt: skip
+    if mixed:
+        raise ValueError(
+            f"The model computes under {', '.join(mixed)}: tf2onnx writes such a graph with "
+            "16-bit and float32 inputs to one op, which ONNX Runtime refuses to load. Export "
+            "the SavedModel (format='tf_saved_model'), or build the model under float32, load "
+            "these weights (model.get_weights()) and export that."
         )
     filepath = os.fspath(filepath)
     if keras.config.backend() == "tensorflow":

@@ -304,3 +304,14 @@ def test_onnx_export_serves_predict_with_onnxruntime(tmp_path):
         np.testing.assert_allclose(
             session.run(None, feeds)[0], eager_predict(classifier, features), atol=1e-5
         )
+
+
+def test_onnx_export_of_a_mixed_precision_model_is_refused_before_writing(restore_policy, tmp_path):
+    """tf2onnx wrote a file that ONNX Runtime refused to load (a Sub of float16
+    and bfloat16 inputs), and the export raised nothing."""
+    pytest.importorskip("tf2onnx", reason="the .[export] extra")
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    classifier = TransformerTextClassifier(TransformerBackbone(**tiny_backbone_kwargs()), 2)
+    with pytest.raises(ValueError, match="computes under mixed_bfloat16.*tf_saved_model"):
+        classifier.export(tmp_path / "classifier.onnx", format="onnx")
+    assert not (tmp_path / "classifier.onnx").exists()
