@@ -517,8 +517,9 @@ def _check_same_data(folder, earlier, now):
 
 def _check_same_model(folder, earlier, now):
     """Refuses model files whose bytes differ from the run's record (None: not recorded)."""
-    changed = sorted(path for path in set(earlier or {}) | set(now)
-                     if earlier is not None and (earlier.get(path) != now.get(path)))  # fmt: skip
+    if earlier is None:
+        return
+    changed = sorted(path for path in set(earlier) | set(now) if earlier.get(path) != now.get(path))
     if changed:
         raise ValueError(
             f"The model files changed since the run in {os.fspath(folder.path)!r} began "
