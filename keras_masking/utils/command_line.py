@@ -4,7 +4,7 @@ import argparse
 import sys
 
 # argparse's actions that take a flag more than once on purpose (it exposes
-# them only as these classes), and ours.
+# them only as these classes); `CollectPairs` below is one too.
 _REPEATABLE = (
     argparse._AppendAction,
     argparse._AppendConstAction,
