@@ -96,7 +96,9 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
     staging = output.with_name(f".{output.name}.partial")
     backbones = [layer for layer in model.layers if hasattr(layer, "serving_copy")]
     if format == "transformers":
-        _write(backbones[0], staging, format, verbose, tokenizer=result.tokenizer)
+        # The tokenizer's model_max_length: the run's length, as the other exports cut.
+        length = arguments.get("max_length")
+        _write(backbones[0], staging, format, verbose, tokenizer=result.tokenizer, length=length)
     else:
         _write(model, staging, format, verbose)
     write_atomically(
@@ -213,7 +215,7 @@ def _check_output(output):
         raise ValueError(f"Expected a new or empty folder for output. Received: {output}.")
 
 
-def _write(model, staging, format, verbose, tokenizer=None, labels=None):  # noqa: A002
+def _write(model, staging, format, verbose, tokenizer=None, labels=None, length=None):  # noqa: A002
     """Writes ``model`` (a serving model; for transformers, a backbone or classifier)."""
     import keras
 
@@ -224,7 +226,9 @@ def _write(model, staging, format, verbose, tokenizer=None, labels=None):  # noq
     if staging.exists():
         shutil.rmtree(staging)  # what an interrupted export left
     if format == "transformers":
-        export_to_transformers(model, staging, tokenizer=tokenizer, labels=labels)
+        export_to_transformers(
+            model, staging, tokenizer=tokenizer, labels=labels, sequence_length=length
+        )
     elif format == "onnx":
         staging.mkdir(parents=True)
         export_onnx(model, staging / "model.onnx", verbose=verbose)

@@ -23,6 +23,7 @@ from keras_masking.models.google_config import google_config_from_backbone
 from keras_masking.models.mlm_embedding_correction_record import write_correction_record
 from keras_masking.models.serving_copy import serving_backbone
 from keras_masking.models.xlm_roberta_tokenizer_files import xlm_roberta_tokenizer_files
+from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import non_finite_variables
 from keras_masking.utils.files import remove_stale_partials
 from keras_masking.utils.files import write_folder_atomically
@@ -62,7 +63,9 @@ _REFUSED_POSITIONS = {
 }
 
 
-def export_to_transformers(model, folder, tokenizer=None, labels=None, overwrite=False):
+def export_to_transformers(
+    model, folder, tokenizer=None, labels=None, overwrite=False, sequence_length=None
+):
     """Writes a backbone or classifier as a Hugging Face folder for PyTorch.
 
     What is written:
@@ -114,6 +117,10 @@ def export_to_transformers(model, folder, tokenizer=None, labels=None, overwrite
         labels: None (``LABEL_0``...) or the class names, one per class, for
             a classifier's ``id2label``.
         overwrite: bool. Whether to replace an existing non-empty ``folder``.
+        sequence_length: None or the token count the model was trained on,
+            written as the tokenizer's ``model_max_length`` (what
+            ``truncation=True`` cuts to). None: the preprocessor's
+            ``sequence_length``, else ``max_position_embeddings``.
 
     Returns:
         The folder's absolute path, a `pathlib.Path`.
@@ -155,6 +162,10 @@ def export_to_transformers(model, folder, tokenizer=None, labels=None, overwrite
             f"labels={labels!r}."
         )
     _check_backbone(backbone)
+    if sequence_length is not None:
+        sequence_length = check_int(
+            "sequence_length", sequence_length, 2, backbone.max_sequence_length
+        )
     if tokenizer is None and head is not None:
         tokenizer = getattr(model, "preprocessor", None)
     head = _exportable_head(backbone, head)
@@ -164,7 +175,7 @@ def export_to_transformers(model, folder, tokenizer=None, labels=None, overwrite
     config, tensors = _backbone_folder(serving)
     if head is not None:
         config, tensors = _with_classifier_head(config, tensors, head, labels)
-    tokenizer_files = _tokenizer_files(tokenizer, config)
+    tokenizer_files = _tokenizer_files(tokenizer, config, sequence_length)
     for name, value in tensors.items():
         if not np.all(np.isfinite(value)):
             raise ValueError(f"The exported tensor {name!r} holds NaN or infinite values.")
@@ -379,11 +390,12 @@ def _with_classifier_head(config, tensors, head, labels):
 
 
 # === Tokenizer files ===
-def _tokenizer_files(tokenizer, config):
+def _tokenizer_files(tokenizer, config, sequence_length=None):
     """``{file name: text or JSON value}`` of the tokenizer (or preprocessor) given."""
     if tokenizer is None:
         return {}
-    sequence_length = getattr(tokenizer, "sequence_length", None)
+    if sequence_length is None:
+        sequence_length = getattr(tokenizer, "sequence_length", None)
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a preprocessor's
     if type(tokenizer).__name__ == "UnigramTokenizer":
         return _unigram_files(tokenizer, sequence_length, config)

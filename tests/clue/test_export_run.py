@@ -154,6 +154,9 @@ def test_a_hugging_face_folder_holds_the_runs_encoder_and_tokenizer(finished):
     backbone = next(layer for layer in result.model.layers if hasattr(layer, "serving_copy"))
     assert config["intermediate_size"] == backbone.intermediate_dim + 4
     assert (root / "hf2" / "vocab.txt").read_text(encoding="utf-8").split() == VOCABULARY
+    # transformers' truncation=True cuts where the run's inputs were cut (24), not at 32 positions.
+    tokenizer_config = json.loads((root / "hf2" / "tokenizer_config.json").read_text("utf-8"))
+    assert tokenizer_config["model_max_length"] == 24
     # The package reads the folder back: the run's encoder, equal.
     loaded = TransformerBackbone.from_preset(str(root / "hf2"))
     features = _features()

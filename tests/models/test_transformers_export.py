@@ -306,7 +306,22 @@ def test_other_models_and_mismatched_tokenizers_are_refused(tmp_path):
     tokenizer = bert_tokenizer(SPECIAL + ["a"])
     with pytest.raises(ValueError, match="6 tokens but the model 64"):
         export_to_transformers(_backbone(), tmp_path / "hf", tokenizer=tokenizer)
+    for length in (1, 25, 8.0):
+        with pytest.raises(ValueError, match="sequence_length"):
+            export_to_transformers(_backbone(), tmp_path / "hf", sequence_length=length)
     assert not (tmp_path / "hf").exists()
+
+
+def test_sequence_length_is_the_tokenizers_model_max_length(tmp_path):
+    vocabulary = SPECIAL + [f"t{i}" for i in range(64 - len(SPECIAL))]
+    tokenizer = bert_tokenizer(vocabulary)
+    backbone = _backbone()
+    for length, expected in ((None, 24), (16, 16)):
+        folder = export_to_transformers(
+            backbone, tmp_path / f"hf{length}", tokenizer=tokenizer, sequence_length=length
+        )
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        assert config["model_max_length"] == expected
 
 
 # === multilingual-e5's tokenizer as XLMRobertaTokenizer files ===
