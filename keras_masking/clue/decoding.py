@@ -254,7 +254,7 @@ def _decode_spans(outputs, encoded, examples, max_answer_length):
 
 def _best_span(logits, offsets, max_answer_length, allowed_starts=None):
     """``(score, start, end)`` of the best span starting in ``allowed_starts``, or None."""
-    valid = offsets[:, 0] >= 0
+    valid = _holds_text(offsets)
     start_valid = valid if allowed_starts is None else valid & np.asarray(allowed_starts, bool)
     if not start_valid.any():
         return None
@@ -271,6 +271,12 @@ def _best_span(logits, offsets, max_answer_length, allowed_starts=None):
         return None
     _, i, j = best
     return best[0], int(offsets[i, 0]), int(offsets[j, 1])
+
+
+def _holds_text(offsets):
+    """Tokens that cover characters: not [CLS], [SEP], padding (offsets -1), nor
+    a zero-width piece (SentencePiece's leading "▁", offsets ``(0, 0)``)."""
+    return (offsets[..., 0] >= 0) & (offsets[..., 1] > offsets[..., 0])
 
 
 def _decode_entities(outputs, encoded, rows):
@@ -290,7 +296,7 @@ def _decode_entities(outputs, encoded, rows):
         for scores in batch:
             if row >= rows:
                 raise ValueError(f"outputs has more rows than the encoded split's {rows}.")
-            text = offsets[row, :, 0] >= 0
+            text = _holds_text(offsets[row])
             found = [
                 (types[kind], int(offsets[row, i, 0]), int(offsets[row, j, 1]) - 1)
                 for kind, i, j in np.argwhere(scores > 0)

@@ -178,6 +178,38 @@ def test_entity_decoding_reads_positive_scores_as_character_spans():
         decode_predictions("cluener", scores[:, :3], encoded, examples)
 
 
+def test_a_zero_width_piece_is_no_entity_and_no_answer():
+    """multilingual-e5's tokenizer puts a "▁" piece before the text, at offsets
+    (0, 0): a score there is neither an entity (it decoded as ``(type, 0, -1)``)
+    nor an answer's start or end (it decoded as the empty answer)."""
+    from keras_masking.models import UnigramTokenizer
+    from tests.models.unigram_testing import unigram_model
+
+    pieces = [(" ", -2.0), ("张", -3.0), ("三", -3.0), ("在", -3.0), ("北京", -3.0)]
+    e5_like = UnigramTokenizer(unigram_model(pieces))
+    text = "张三在北京"
+    examples = [EntityExample("s1", text, (("name", 0, 1),))]
+    encoded = encode_examples("cluener", examples, e5_like, 10)
+    assert encoded.meta["offsets"][0, 1].tolist() == [0, 0]  # [CLS], then "▁"
+    scores = np.full((1, 10, 10, 10), -1.0, "float32")
+    name = encoded.meta["entity_types"].index("name")
+    scores[0, name, 2, 3] = 1.0  # 张三
+    scores[0, name, 1, 1] = 5.0  # the "▁" piece alone
+    scores[0, name, 1, 3] = 5.0  # from "▁" to 三: the entity starts at 张
+    predictions = decode_predictions("cluener", scores, encoded, examples)
+    assert predictions == {"s1": [("name", 0, 1)]}
+
+    examples = [SpanExample("q1", text, "谁", (("张三", 0),))]
+    encoded = encode_examples("cmrc2018", examples, e5_like, 16)
+    offsets = encoded.meta["offsets"][0]
+    first = int(np.flatnonzero(offsets[:, 0] >= 0)[0])
+    assert offsets[first].tolist() == [0, 0]
+    outputs = np.zeros((1, 16, 2), "float32")
+    outputs[0, first] = 9.0  # the best logits on "▁"
+    outputs[0, first + 1, 0], outputs[0, first + 2, 1] = 2.0, 2.0  # 张 ... 三
+    assert decode_predictions("cmrc2018", outputs, encoded, examples) == {"q1": "张三"}
+
+
 def _official_cluener(pre_lines, gold_lines):
     """A naive transcription of CLUENER2020's score.py (get_f1_score), with the
     zero divisions it would raise read as 0 for a type with entities on one
