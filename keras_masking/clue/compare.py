@@ -657,7 +657,7 @@ def _markdown(record, task):
         )
         + ").",
         "",
-        *_table(rows, f"held-out {task.metric}"),
+        *_table(rows, f"held-out {task.metric}", arguments["seeds"]),
     ]
     if arguments.get("test_file"):
         count = record.get("test_examples")
@@ -667,18 +667,18 @@ def _markdown(record, task):
             "",
             "The same runs at the same epochs (chosen on half A); the test file chose nothing.",
             "",
-            *_table(record["summary_test"], f"test {task.metric}"),
+            *_table(record["summary_test"], f"test {task.metric}", arguments["seeds"]),
         ]
     noise = arguments.get("dev_noise")
     if noise:
         lines += [
             "",
-            f"## Under character noise ({noise:.0%} of dev's characters replaced)",
+            f"## Under character noise ({noise * 100:g}% of dev's characters replaced)",
             "",
             f"The same runs at the same epochs (chosen on the clean half A), scored on half B "
-            f"with {noise:.0%} of its letters and digits replaced by others (seed 0).",
+            f"with {noise * 100:g}% of its letters and digits replaced by others (seed 0).",
             "",
-            *_table(record["summary_noised"], f"noised held-out {task.metric}"),
+            *_table(record["summary_noised"], f"noised held-out {task.metric}", arguments["seeds"]),
         ]
     lines += [
         "",
@@ -692,19 +692,19 @@ def _markdown(record, task):
     return "\n".join(lines) + "\n"
 
 
-def _table(rows, scored):
-    """The markdown table of summary rows."""
+def _table(rows, scored, seeds):
+    """The markdown table of summary rows; a mean over fewer ``seeds`` names its own."""
     lines = [
         f"| method | trainable parameters | {scored}, mean ± sd | difference from "
         f"{BASELINE}, mean [95% interval] | resolves ± | verdict |",
         "|---|---:|---:|---:|---:|---|",
     ]
-    every_seed = sorted({seed for row in rows for seed in row["seeds"]})
+    every_seed = sorted(seeds)
     for row in rows:
         parameters = row["trainable_parameters"]
         parameters = "–" if parameters is None else f"{parameters:,}"
         held = "–" if row["mean"] is None else f"{_number(row['mean'])} ± {_number(row['sd'])}"
-        if row["mean"] is not None and row["seeds"] != every_seed:
+        if row["mean"] is not None and sorted(row["seeds"]) != every_seed:
             held += f" (seeds {', '.join(map(str, row['seeds']))})"  # a run failed
         difference = row["difference"]
         resolves = "–" if not difference else _number(difference["half_width"])
@@ -719,7 +719,7 @@ def _table(rows, scored):
         else:
             low, high = _number(difference["low"], True), _number(difference["high"], True)
             shown = f"{_number(difference['mean'], True)} [{low}, {high}]"
-        if difference and difference["seeds"] != every_seed:
+        if difference and sorted(difference["seeds"]) != every_seed:
             shown += f" (seeds {', '.join(map(str, difference['seeds']))})"
         lines.append(
             f"| {row['method']} | {parameters} | {held} | {shown} | {resolves} | {row['verdict']} |"
