@@ -115,7 +115,9 @@ def check_correction_settings(mask_token_id, vocabulary_size=None, **settings):
     }
 
 
-def correct_embedding_table(table, embedding="embeddings", mask_token_id=None, **settings):
+def correct_embedding_table(
+    table, embedding="embeddings", mask_token_id=None, random_token_mean=None, **settings
+):
     """The corrected copy of a bare ``(vocabulary_size, dim)`` table, and its record.
 
     The one computation behind the correction of models and of files.
@@ -124,6 +126,7 @@ def correct_embedding_table(table, embedding="embeddings", mask_token_id=None, *
         table: the token embedding table (numpy).
         embedding: the table's name, for the record and the messages.
         mask_token_id, **settings: see `check_correction_settings`.
+        random_token_mean: see `correction_coefficients` (a pruned table's).
 
     Returns:
         ``(corrected, record)``: a new table with the dtype of ``table`` and
@@ -138,7 +141,9 @@ def correct_embedding_table(table, embedding="embeddings", mask_token_id=None, *
     settings = check_correction_settings(mask_token_id, len(table), **settings)
     rates = [settings[name] for name in ("mask_rate", "mask_token_rate", "random_token_rate")]
     checked = check_embedding_table(table, embedding)
-    scale, shift = correction_coefficients(checked, settings["mask_token_id"], *rates)
+    scale, shift = correction_coefficients(
+        checked, settings["mask_token_id"], *rates, random_token_mean=random_token_mean
+    )
     rows = selectable_rows(len(table), settings["unselectable_token_ids"])
     record = MLMEmbeddingCorrectionRecord(
         **settings,
@@ -159,7 +164,9 @@ def _plan_correction(model, embedding, mask_token_id, **settings):
     if correction_record(model, layer) is not None:
         return layer, None, None, None
     table = keras.ops.convert_to_numpy(layer.embeddings)
-    corrected, record = correct_embedding_table(table, layer.name, mask_token_id, **settings)
+    # A pruned table's random tokens were drawn from the vocabulary it was cut from.
+    mean = (getattr(layer, "pruned_from", None) or {}).get("token_embedding_mean")
+    corrected, record = correct_embedding_table(table, layer.name, mask_token_id, mean, **settings)
     heads = find_tied_heads(model, layer) if record.tied_output == "keep" else []
     for head in heads:
         if not hasattr(head, "keep_original_output_rows"):
@@ -357,7 +364,8 @@ def _masker(mask_generator):
 def check_random_token_range(model, drawn, embedding=None):
     """Raises unless random tokens were drawn from exactly the embedding's rows.
 
-    ``mean E`` is the mean over the table's rows: it is the mean of the
+    ``mean E`` is the mean over the table's rows (a pruned table's: over the
+    table it was cut from, `prune_token_embeddings`): it is the mean of the
     random-replacement distribution only when the masker drew from
     ``[0, rows)``.
 
@@ -376,10 +384,11 @@ def check_random_token_range(model, drawn, embedding=None):
     ```
     """
     layer = find_token_embedding(model, embedding)
-    if drawn is not None and drawn != layer.input_dim:
+    rows = (getattr(layer, "pruned_from", None) or {}).get("vocabulary_size", layer.input_dim)
+    if drawn is not None and drawn != rows:
         raise ValueError(
             f"The masker drew random tokens from {drawn} ids, and {layer.name!r} has "
-            f"{layer.input_dim} rows: the correction's mean E, over the table's rows, would not "
+            f"{rows} rows: the correction's mean E, over the table's rows, would not "
             "be the mean of the tokens pretraining drew. Correct a table with the masker's "
             "vocabulary size (a masker over the same ids as the table)."
         )

@@ -132,7 +132,31 @@ def checked_backbone_arguments(arguments):
             f"Expected an even head size (hidden_dim // num_heads) divisible by {multiple} for "
             f"position={position!r}. Received: hidden_dim={hidden_dim}, num_heads={num_heads}."
         )
+    checked["pruned_from"] = _checked_pruned_from(
+        arguments["pruned_from"], checked["vocabulary_size"], hidden_dim
+    )
     return checked
+
+
+def _checked_pruned_from(value, vocabulary_size, hidden_dim):
+    """``{"vocabulary_size": N, "token_embedding_mean": [hidden_dim floats]}``
+    of the table a pruned one was cut from (N above ``vocabulary_size``), or None."""
+    if value is None:
+        return None
+    keys = ("vocabulary_size", "token_embedding_mean")
+    mean = value.get("token_embedding_mean") if isinstance(value, dict) else None
+    try:
+        mean = [float(number) for number in mean]
+    except (TypeError, ValueError):
+        mean = None
+    if sorted(value) != sorted(keys) or mean is None or len(mean) != hidden_dim:
+        raise ValueError(
+            f"Expected pruned_from to be None or a dict of {list(keys)} (an int and "
+            f"hidden_dim={hidden_dim} floats), as prune_token_embeddings writes it. "
+            f"Received: pruned_from={value!r:.200}."
+        )
+    size = check_int("pruned_from vocabulary_size", value["vocabulary_size"], vocabulary_size)
+    return {"vocabulary_size": size, "token_embedding_mean": mean}
 
 
 def per_layer(value, num_layers, name, shared=True):

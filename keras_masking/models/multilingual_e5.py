@@ -32,6 +32,8 @@ from keras_masking.models.multilingual_e5_file import MultilingualE5File
 from keras_masking.models.multilingual_e5_file import read_multilingual_e5_file
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.models.unigram_tokenizer import UnigramTokenizer
+from keras_masking.ops.embedding_correction import invert_expected_input_embeddings
+from keras_masking.ops.embedding_correction import selectable_rows
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.files import text_lines
 from keras_masking.utils.files import write_folder_atomically
@@ -156,7 +158,11 @@ def prune_token_embeddings(backbone, tokenizer, texts, keep_ids=()):
 
     Returns:
         ``(backbone, tokenizer)``: a new backbone (same config but
-        ``vocabulary_size``, same weights) and the pruned tokenizer.
+        ``vocabulary_size``, same weights) and the pruned tokenizer. The
+        backbone's ``pruned_from`` keeps the full table's size and row mean,
+        the ``mean E`` of a later MLM embedding correction; a correction
+        already applied stays recorded (on the new ids), so it is not
+        applied twice.
 
     Raises:
         ValueError: an empty corpus, an already pruned tokenizer, or a
@@ -174,10 +180,29 @@ def prune_token_embeddings(backbone, tokenizer, texts, keep_ids=()):
             f"{tokenizer.vocabulary_size()} ids; prune the pair that belongs together."
         )
     pruned_tokenizer, kept = tokenizer.prune(texts, keep_ids)
-    config = backbone.get_config() | {"vocabulary_size": len(kept)}
-    config.pop("mlm_embedding_correction", None)
-    pruned = TransformerBackbone.from_config(config)
     table = backbone.token_embedding.embeddings
+    full = np.asarray(table.numpy(), "float64")
+    record = backbone.mlm_embedding_correction
+    new_ids = {int(old): new for new, old in enumerate(kept)}
+    if record:  # the mean of the uncorrected table; the record on the new ids
+        rows = selectable_rows(len(full), record["unselectable_token_ids"])
+        full = invert_expected_input_embeddings(full, record["scale"], record["shift"], rows)
+        unselectable = record["unselectable_token_ids"]
+        record = dict(
+            record, vocabulary_size=len(kept), mask_token_id=new_ids[record["mask_token_id"]]
+        )
+        if unselectable is not None:
+            record["unselectable_token_ids"] = sorted(
+                new_ids[i] for i in unselectable if i in new_ids
+            )
+            record["corrected_rows"] = len(kept) - len(record["unselectable_token_ids"])
+        else:
+            record["corrected_rows"] = len(kept)
+    pruned_from = backbone.get_config()["pruned_from"] or {
+        "vocabulary_size": len(full), "token_embedding_mean": full.mean(axis=0).tolist()
+    }  # fmt: skip
+    config = backbone.get_config() | {"vocabulary_size": len(kept), "pruned_from": pruned_from}
+    pruned = TransformerBackbone.from_config(config | {"mlm_embedding_correction": record})
     for source, target in zip(backbone.weights, pruned.weights):
         if source is table:
             target.assign(np.take(np.asarray(source.numpy()), kept, axis=0))

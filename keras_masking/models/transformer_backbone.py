@@ -99,6 +99,9 @@ class TransformerBackbone(
         mlm_embedding_correction: dict or None. The record of an MLM
             embedding correction applied to the token embedding (written by
             `keras_masking.correct_mlm_embeddings`; a second one is refused).
+        pruned_from: dict or None. A table cut by `prune_token_embeddings`:
+            the vocabulary size and row mean of the table it was cut from
+            (the ``mean E`` an MLM embedding correction uses).
         custom_position_ids: bool. Adds a ``position_ids`` input ``(batch,
             sequence)`` so a shortened or expanded sequence keeps its
             original positions in every scheme; when False positions are
@@ -153,6 +156,7 @@ class TransformerBackbone(
         pooling="first",
         custom_position_ids=False,
         mlm_embedding_correction=None,
+        pruned_from=None,
         add_ffn=None,
         key_value_prefix=None,
         add_attention_units=None,
@@ -240,6 +244,7 @@ class TransformerBackbone(
 
         # === Config ===
         self.mlm_embedding_correction = mlm_embedding_correction
+        self.token_embedding.pruned_from = checked["pruned_from"]
         self.merged_add_ffn = plain_record(merged_add_ffn)
         self.cls_token_index = 0
         self.frozen_base = False
@@ -472,6 +477,7 @@ class TransformerBackbone(
         records += ("asa", "lora")
         config.update({name: plain_record(getattr(self, name)) for name in records})
         config.update(frozen_base=self.frozen_base, drop_token=drop_token_record(self.drop_token))
+        config.update(pruned_from=plain_record(self.token_embedding.pruned_from))
         return config
 
 

@@ -177,7 +177,12 @@ def correction_scale(mask_rate, mask_token_rate, random_token_rate):
 
 
 def correction_coefficients(
-    embeddings, mask_token_id, mask_rate=0.15, mask_token_rate=0.8, random_token_rate=0.1
+    embeddings,
+    mask_token_id,
+    mask_rate=0.15,
+    mask_token_rate=0.8,
+    random_token_rate=0.1,
+    random_token_mean=None,
 ):
     """The affine map ``E_i -> a E_i + c`` of selectable rows.
 
@@ -185,6 +190,9 @@ def correction_coefficients(
         embeddings: ``(vocabulary_size, dim)`` array (the original table).
         mask_token_id: int. Row of [MASK].
         mask_rate, mask_token_rate, random_token_rate: the masker's rates.
+        random_token_mean: None (the mean of ``embeddings``' rows) or the
+            ``(dim,)`` mean of the rows random tokens were drawn from (those
+            of a pruned table's full vocabulary).
 
     Returns:
         ``(a, c)``: a float and a float64 ``(dim,)`` vector.
@@ -201,9 +209,12 @@ def correction_coefficients(
     scale = correction_scale(mask_rate, mask_token_rate, random_token_rate)
     table = check_embedding_table(embeddings)
     mask_token_id = check_token_id("mask_token_id", mask_token_id, table.shape[0])
-    shift = mask_rate * (
-        mask_token_rate * table[mask_token_id] + random_token_rate * table.mean(axis=0)
-    )
+    mean = table.mean(axis=0) if random_token_mean is None else np.asarray(random_token_mean)
+    if mean.shape != table.shape[1:]:
+        raise ValueError(
+            f"Expected random_token_mean of shape {table.shape[1:]}. Received: {mean.shape}."
+        )
+    shift = mask_rate * (mask_token_rate * table[mask_token_id] + random_token_rate * mean)
     return scale, shift
 
 

@@ -389,6 +389,23 @@ def test_a_masker_over_other_ids_than_the_table_rows_is_refused(drawn):
     assert correction_record(backbone) is None
 
 
+def test_a_pruned_table_is_corrected_with_the_mean_of_the_table_it_was_cut_from():
+    """A masker over the full vocabulary is the pruned table's; its mean E is the
+    full table's (kept in ``pruned_from`` by prune_token_embeddings)."""
+    full_mean = np.linspace(-1.0, 1.0, 32)
+    config = tiny_ours().get_config()
+    pruned_from = {"vocabulary_size": 80, "token_embedding_mean": full_mean.tolist()}
+    backbone = TransformerBackbone.from_config(config | {"pruned_from": pruned_from})
+    table = table_of(backbone).astype("float64")
+    generator = keras_hub.layers.MaskedLMMaskGenerator(
+        vocabulary_size=80, mask_selection_rate=0.15, mask_token_id=MASK
+    )
+    keras_masking.correct_mlm_embeddings.from_mask_generator(backbone, generator)
+    expected = 0.85 * table + 0.15 * (0.8 * table[MASK] + 0.1 * table + 0.1 * full_mean)
+    expected[0] = table[0]  # keras-hub's masker never selects id 0
+    np.testing.assert_allclose(table_of(backbone), expected, atol=1e-6)
+
+
 def test_find_token_embedding_bad_input(unchanged):
     with pytest.raises(TypeError, match="Expected a Keras model or layer for model.*list"):
         find_token_embedding([unchanged])

@@ -130,6 +130,49 @@ def test_pruning_keeps_the_outputs_of_the_corpus_and_maps_the_rest_to_unk(tiny_f
         prune_token_embeddings(pruned, tokenizer, ["好"])
 
 
+def test_the_mlm_correction_and_pruning_commute(tiny_file, tmp_path):
+    """Pruning keeps the full table's mean E (a correction after pruning used the
+    kept rows' mean) and a correction already applied (pruning dropped its record,
+    and a second call corrected again)."""
+    import keras
+
+    from keras_masking import correct_mlm_embeddings
+    from keras_masking import undo_mlm_embedding_correction
+
+    path, _ = tiny_file
+    backbone, tokenizer = load_multilingual_e5(path, dropout=0.0)
+    table = backbone.token_embedding.embeddings
+    table.assign(np.asarray(table.numpy()) + np.linspace(0.0, 3.0, table.shape[0])[:, None])
+    special = tokenizer.special_token_ids
+    mask = tokenizer.mask_token_id
+    first, first_tokenizer = prune_token_embeddings(backbone, tokenizer, ["今天很好"])
+    settings = dict(mask_token_id=4, unselectable_token_ids=first_tokenizer.special_token_ids)
+    assert first_tokenizer.mask_token_id == 4
+    assert correct_mlm_embeddings(first, **settings) is not None  # prune, then correct
+    original = np.asarray(table.numpy())
+    correct_mlm_embeddings(backbone, mask_token_id=mask, unselectable_token_ids=special)
+    second, pruned_tokenizer = prune_token_embeddings(
+        backbone, tokenizer, ["今天很好"]
+    )  # correct, prune
+    kept = pruned_tokenizer.unigram_model["kept_ids"]
+    corrected = np.asarray(backbone.token_embedding.embeddings.numpy())[kept]
+    np.testing.assert_allclose(first.token_embedding.embeddings.numpy(), corrected, atol=1e-6)
+    assert second.get_config()["pruned_from"]["vocabulary_size"] == len(original)
+    np.testing.assert_allclose(
+        second.get_config()["pruned_from"]["token_embedding_mean"], original.mean(0), atol=1e-6
+    )
+    # Corrected once: a second call changes nothing, and the record survives a preset.
+    assert correct_mlm_embeddings(second, **settings) is None
+    second.save_to_preset(str(tmp_path / "preset"))
+    loaded = TransformerBackbone.from_preset(str(tmp_path / "preset"))
+    assert correct_mlm_embeddings(loaded, **settings) is None
+    assert loaded.get_config()["pruned_from"] == second.get_config()["pruned_from"]
+    undo_mlm_embedding_correction(loaded)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loaded.token_embedding.embeddings), original[kept], atol=1e-5
+    )
+
+
 def test_converting_with_a_corpus_writes_the_pruned_preset(tiny_file, tmp_path):
     path, _ = tiny_file
     corpus = tmp_path / "corpus.json"

@@ -169,6 +169,15 @@ BAD_CONSTRUCTOR_ARGUMENTS = [
     ),
     ({"key_value_prefix": {"length": -1}}, "length=-1"),
     ({"add_attention_units": {"units_per_head": 0}}, "units_per_head=0"),
+    ({"pruned_from": {"vocabulary_size": 80}}, "pruned_from to be None or a dict"),
+    (
+        {"pruned_from": {"vocabulary_size": 80, "token_embedding_mean": [0.0] * 8}},
+        "hidden_dim=32 floats",
+    ),
+    (
+        {"pruned_from": {"vocabulary_size": 60, "token_embedding_mean": [0.0] * 32}},
+        r">= 64 for pruned_from vocabulary_size",
+    ),
 ]
 
 
