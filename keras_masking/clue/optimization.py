@@ -102,7 +102,8 @@ def fine_tuning_optimizer(
     weight_decay = check_float("weight_decay", weight_decay, minimum=0.0)
     accumulation = check_int("accumulation", accumulation, minimum=1)
     total_steps = check_int("total_steps", total_steps, minimum=1)
-    warmup_steps = min(int(warmup_proportion * total_steps), total_steps - 1)
+    # round(..., 9): 0.57 * 100 is 56.99999999999999 in floats, and 57 warmup steps.
+    warmup_steps = min(int(round(warmup_proportion * total_steps, 9)), total_steps - 1)
     schedule = WarmupLinearDecay(learning_rate, total_steps, warmup_steps)
     optimizer = AdamW(
         learning_rate=schedule,

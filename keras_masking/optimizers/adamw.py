@@ -47,7 +47,9 @@ class AdamW(keras.optimizers.AdamW):
         ema_overwrite_frequency: None or an int >= 1.
         loss_scale_factor: None or a float > 0.
         gradient_accumulation_steps: None or an int >= 1 (1 is None: no
-            accumulation).
+            accumulation). Refused under the ``mixed_float16`` policy, whose
+            loss scaling skips overflowing micro-batches uncounted
+            (``mixed_bfloat16`` has none).
         name: the optimizer's name, or None.
         **kwargs: ``clipnorm`` to ``name`` above, and the other
             `keras.optimizers.Optimizer` arguments.
@@ -78,6 +80,11 @@ class AdamW(keras.optimizers.AdamW):
             amsgrad=check_bool("amsgrad", amsgrad),
             **_check_optimizer_arguments(kwargs),
         )
+        _check_loss_scaled_accumulation(self)
+
+    def build(self, var_list):
+        _check_loss_scaled_accumulation(self)  # the policy may have changed since
+        super().build(var_list)
 
     def _get_current_learning_rate(self):
         if isinstance(self._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
@@ -177,6 +184,25 @@ def _check_tf_distribute(optimizer):
         raise ValueError(
             "This optimizer was made outside the tf.distribute strategy it now runs under. "
             "Make it inside `with strategy.scope():`, as the model."
+        )
+
+
+def _check_loss_scaled_accumulation(optimizer):
+    """Refuses gradient accumulation under the mixed_float16 policy.
+
+    Keras' `LossScaleOptimizer` (which `compile` adds under that policy)
+    skips a micro-batch whose scaled gradients overflow without counting it:
+    every later group of micro-batches then shifts by one, an update is lost
+    and a micro-batch's gradients are left over.
+    """
+    steps = optimizer.gradient_accumulation_steps
+    if steps and keras.config.dtype_policy().name == "mixed_float16":
+        raise ValueError(
+            f"gradient_accumulation_steps={steps} cannot run under the mixed_float16 dtype "
+            "policy: Keras' LossScaleOptimizer skips a micro-batch whose gradients overflow "
+            "without counting it, which shifts every later accumulation group (an update lost, "
+            "a micro-batch's gradients left over). Use mixed_bfloat16 (no loss scaling) or a "
+            "batch that many times larger."
         )
 
 

@@ -58,6 +58,13 @@ def test_the_schedule_warms_up_then_decays_linearly(accumulation, warmup):
         WarmupLinearDecay(1.0, total_steps=4, warmup_steps=4)
 
 
+@pytest.mark.parametrize("proportion, steps", [(0.57, 57), (0.29, 29), (0.125, 12), (0.1, 10)])
+def test_the_warmup_is_the_proportion_of_the_updates(proportion, steps):
+    # 0.57 * 100 is 56.99999999999999 in floats: one warmup step was missing.
+    optimizer = fine_tuning_optimizer(1e-3, total_steps=100, warmup_proportion=proportion)
+    assert optimizer.get_config()["learning_rate"]["config"]["warmup_steps"] == steps
+
+
 def test_weight_decay_skips_biases_and_layer_norm():
     layer_norm = keras.layers.LayerNormalization()
     dense = keras.layers.Dense(2)

@@ -162,6 +162,25 @@ def test_adamw_is_exact_under_every_option_where_keras_adamw_is_not(option):
         assert gap < 2e-6, gap
 
 
+def test_accumulation_under_loss_scaling_is_refused(restore_policy):
+    """Keras' LossScaleOptimizer skips an overflowing micro-batch without counting
+    it: every later accumulation group shifts by one batch."""
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    with pytest.raises(ValueError, match="gradient_accumulation_steps=2 cannot run under the"):
+        AdamW(1e-3, gradient_accumulation_steps=2)
+    AdamW(1e-3)  # no accumulation
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    AdamW(1e-3, gradient_accumulation_steps=2)  # no loss scaling
+    # Made before the policy changed: refused when the first fit builds it.
+    keras.mixed_precision.set_global_policy("float32")
+    optimizer = AdamW(1e-3, gradient_accumulation_steps=2)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer=optimizer, loss="mse")
+    with pytest.raises(ValueError, match="mixed_bfloat16"):
+        model.fit(np.ones((4, 3)), np.ones((4, 1)), batch_size=2, verbose=0)
+
+
 def test_keras_adamw_on_tensorflow_moves_a_row_looked_up_k_times_sqrt_k_too_far():
     """Row 2 looked up k = 4 times with the same gradient: the exact first
     Adam step moves it by the learning rate; Keras' AdamW on TensorFlow
