@@ -285,8 +285,9 @@ def _declared_settings(preset):
     """`from_keras_hub` overrides from what a Hugging Face folder declares.
 
     keras-hub's converters keep their own activation and LayerNorm epsilon,
-    and read no ``position_embedding_type``: the folder's own ones are used,
-    and relative positions (weights keras-hub would leave unused) refused.
+    and read no ``position_embedding_type``: the folder's own ones are used
+    (transformers' defaults, ``"gelu"`` and 1e-12, where it names none), and
+    relative positions (weights keras-hub would leave unused) refused.
     """
     config = _hugging_face_config(preset)
     if config is None:
@@ -298,10 +299,11 @@ def _declared_settings(preset):
             f"{position_type!r} (relative attention, with weights of its own) is not "
             "supported; expected 'absolute'."
         )
-    declared = {"activation": config.get("hidden_act")}
-    if "layer_norm_eps" in config:
-        declared["layer_norm_epsilon"] = float(config["layer_norm_eps"])
-    return declared
+    # transformers' own defaults (BERT, RoBERTa, XLM-R) where the folder leaves them out.
+    return {
+        "activation": config.get("hidden_act", "gelu"),
+        "layer_norm_epsilon": float(config.get("layer_norm_eps", 1e-12)),
+    }
 
 
 def _fold_roberta_token_type(backbone, preset):

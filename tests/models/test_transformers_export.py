@@ -64,6 +64,11 @@ def test_a_hugging_face_folder_loads_with_its_own_epsilon_and_absolute_positions
     # keras-hub's BERT converter fixed 1e-12 (outputs 0.016 off at 1e-3).
     (folder / "config.json").write_text(json.dumps({**config, "layer_norm_eps": 1e-3}))
     assert TransformerBackbone.from_preset(folder).layer_norm_epsilon == 1e-3
+    # Left out: transformers' defaults, not keras-hub's (a tanh GELU, 1e-12 or 1e-5).
+    left_out = {k: v for k, v in config.items() if k not in ("hidden_act", "layer_norm_eps")}
+    (folder / "config.json").write_text(json.dumps(left_out))
+    loaded = TransformerBackbone.from_preset(folder)
+    assert (loaded.activation, loaded.layer_norm_epsilon) == ("gelu", 1e-12)
     # Relative attention's own weights were left unused, without a word.
     relative = {**config, "position_embedding_type": "relative_key"}
     (folder / "config.json").write_text(json.dumps(relative))
