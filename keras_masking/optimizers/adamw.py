@@ -22,7 +22,9 @@ class AdamW(keras.optimizers.AdamW):
     so a row looked up ``k`` times moves up to ``sqrt(k)`` times too far.
     And a `LearningRateSchedule` is evaluated at the number of updates
     applied (``optimizer.iterations``), not at Keras' batch counter, which
-    runs ``k`` times faster under ``gradient_accumulation_steps=k``. Every
+    runs ``k`` times faster under ``gradient_accumulation_steps=k``; so are
+    the moving averages of ``use_ema`` (Keras averages after every batch,
+    which made the momentum ``m**k`` per update). Every
     argument is checked before anything is built (``epsilon`` > 0: with 0,
     an embedding row no example looked up would become NaN).
     docs/distributed.md measures both defects.
@@ -147,6 +149,20 @@ class AdamW(keras.optimizers.AdamW):
         for variable, average in zip(var_list, self._model_variables_moving_average):
             if average is not None:
                 variable.assign(keras.ops.copy(average))
+
+    def _update_model_variables_moving_average(self, trainable_variables):
+        # Keras averages after every micro-batch, but the weights move once per
+        # update: k averagings of the same weights made the momentum m**k.
+        steps = self.gradient_accumulation_steps
+        if not (self.use_ema and steps):
+            return super()._update_model_variables_moving_average(trainable_variables)
+        update = keras.ops.cast(keras.ops.equal((self._iterations + 1) % steps, 0), "float32")
+        later = keras.ops.cast(keras.ops.not_equal(self.iterations, 0), "float32")
+        momentum = 1.0 - update * (1.0 - later * self.ema_momentum)  # 1 between updates
+        for variable, average in zip(trainable_variables, self._model_variables_moving_average):
+            if average is not None:
+                kept = keras.ops.cast(momentum, variable.dtype)
+                average.assign(kept * average + (1.0 - kept) * variable)
 
     def apply(self, grads, trainable_variables=None):
         _check_tf_distribute(self)

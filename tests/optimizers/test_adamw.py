@@ -380,6 +380,28 @@ def test_what_cannot_run_under_a_tf_distribute_strategy_is_refused_clearly():
             outside.apply([np.ones(2, "float32")], [variable])
 
 
+def test_the_moving_average_steps_once_per_update_under_accumulation():
+    """Keras averages after every micro-batch, though the weights move once per
+    update: with 3 micro-batches the momentum was 0.9**3 per update."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    optimizer = AdamW(1e-1, use_ema=True, ema_momentum=0.9, gradient_accumulation_steps=3)
+    model.compile(optimizer=optimizer, loss="mse")
+    x, y = np.random.default_rng(0).normal(size=(9, 4)), np.ones((9, 2))
+    updates = []
+    for batch in range(9):
+        model.train_on_batch(x[batch : batch + 1], y[batch : batch + 1])
+        if batch % 3 == 2:  # the weights after each of the three updates
+            updates.append([keras.ops.convert_to_numpy(v).copy() for v in model.weights])
+    assert not np.allclose(updates[1][0], updates[2][0])
+    optimizer.finalize_variable_values(model.trainable_variables)  # fit's end: the averages
+    for index, variable in enumerate(model.trainable_variables):
+        expected = updates[0][index]
+        for weights in updates[1:]:
+            expected = 0.9 * expected + 0.1 * weights[index]
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(variable), expected, atol=1e-6)
+
+
 def test_a_moving_average_fit_writes_its_averages_and_fits_again():
     """Keras assigns each average itself to its variable at the end of a fit
     with ``use_ema``; on JAX the next compiled step then donated one buffer
