@@ -78,7 +78,8 @@ def fine_tune(task, name, switches, learning_rate, epochs, preset, data_dir, out
 
     Returns:
         A dict: the dev score at the best epoch, the test score, the
-        trainable parameters, the median step time, the seconds per epoch,
+        trainable parameters, the median step time, the mean seconds of
+        the epochs after the first (which compiles; None for one epoch),
         the per-epoch dev scores and losses, the methods' evidence, the
         embedding correction's record (None without it), and the encoder's
         ``num_layers`` and ``vocabulary_size`` as the run recorded them.
@@ -109,7 +110,7 @@ def fine_tune(task, name, switches, learning_rate, epochs, preset, data_dir, out
         test = result.test_public["score"]
     else:
         test = held_out_score(task, result.model, held_out, tokenizer, max_length, 64)
-    later = result.history[1:] or result.history  # the first epoch compiles
+    later = result.history[1:]  # the first epoch compiles
     backbone = result.record["model"]["backbone"]
     return {
         "task": task,
@@ -123,7 +124,7 @@ def fine_tune(task, name, switches, learning_rate, epochs, preset, data_dir, out
         "trainable": result.record["model"]["trainable_parameters"],
         "total": result.record["model"]["total_parameters"],
         "step_seconds": timer.median(),
-        "epoch_seconds": float(np.mean([entry["seconds"] for entry in later])),
+        "epoch_seconds": float(np.mean([entry["seconds"] for entry in later])) if later else None,
         "curve": [entry["dev"]["score"] for entry in result.history],
         "losses": [entry["loss"] for entry in result.history],
         "evidence": [entry["methods"] for entry in result.history],
