@@ -58,6 +58,7 @@ from keras_masking.utils.arguments import check_int
 from keras_masking.utils.arguments import check_int_list
 from keras_masking.utils.command_line import CollectPairs
 from keras_masking.utils.command_line import CommandLineParser
+from keras_masking.utils.command_line import DeprecatedSpelling
 from keras_masking.utils.files import write_folder_atomically
 from keras_masking.version import __version__
 
@@ -233,6 +234,8 @@ def _correct_embeddings(args):
         unselectable_token_ids=args.unselectable_token_ids,
     )
     if files.is_preset_folder(args.input):
+        if args.drop_mlm_head:
+            raise ValueError("--drop-mlm-head is for a TF checkpoint; a preset keeps its model.")
         output = _check_output_folder(args.output, [args.input])
         records = []
 
@@ -339,14 +342,7 @@ def _kept_run(output_dir):
 
 def _compare(args):
     from keras_masking import clue
-    from keras_masking.clue.run_config import RunConfig
 
-    if args.old_noise is not None:
-        if args.dev_noise != RunConfig.dev_noise:
-            raise ValueError("The dev noise given twice: as --dev-noise and --noise. Pass it once.")
-        print(f"{PROG} compare: --noise is deprecated and goes in the next release; pass "
-              "--dev-noise, as clue takes it.", file=sys.stderr)  # fmt: skip
-        args.dev_noise = args.old_noise
     try:
         result = clue.compare(
             args.task, args.data_dir, args.output_dir, args.methods, args.seeds,
@@ -723,7 +719,7 @@ def _add_compare_parser(commands):
     )  # fmt: skip
     # The spelling of 0.5, kept for one release (a warning says so).
     compare.add_argument(
-        "--noise", dest="old_noise", help=argparse.SUPPRESS,
+        "--noise", dest="dev_noise", action=DeprecatedSpelling, replacement="--dev-noise",
         type=_flag(check_float, "noise", minimum=0.0, maximum=1.0),
     )  # fmt: skip
 

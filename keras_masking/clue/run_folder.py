@@ -76,13 +76,15 @@ class RunFolder:
                 (each named with both values).
         """
         if self.path.exists() and not self.path.is_dir():
-            raise ValueError(f"--output-dir {os.fspath(self.path)!r} is a file; expected a folder.")
+            raise ValueError(
+                f"The output folder {os.fspath(self.path)!r} is a file; expected a folder."
+            )
         if not self.path.is_dir() or not any(self.path.iterdir()):
             return None
         if not self.record_path.is_file():
             raise ValueError(
-                f"--output-dir {os.fspath(self.path)!r} holds files but no {RECORD}: it is not a "
-                "fine-tuning run's folder. Choose a new or empty folder."
+                f"The output folder {os.fspath(self.path)!r} holds files but no {RECORD}: it is "
+                "not a fine-tuning run's folder. Choose a new or empty folder."
             )
         try:
             record = json.loads(self.record_path.read_text(encoding="utf-8"))
@@ -106,7 +108,7 @@ class RunFolder:
             )
             raise ValueError(
                 f"{os.fspath(self.path)!r} holds a run with other arguments ({listed}). Use "
-                "another --output-dir, or the same arguments to resume it."
+                "another output folder, or the same arguments to resume it."
             )
         return record
 
@@ -205,7 +207,7 @@ class RunFolder:
                 f"{os.fspath(self.path)!r}: its {RECORD} records {finished} finished epoch(s) "
                 f"but {' and '.join(missing)} is missing, so the run can neither resume nor use "
                 "its best weights (it would silently start again from epoch 0). Restore the "
-                "file, or remove the folder (or use another --output-dir) to start again."
+                "file, or remove the folder (or use another output folder) to start again."
             )
 
 

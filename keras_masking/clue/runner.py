@@ -494,7 +494,7 @@ def _check_same_data(folder, earlier, now):
     if earlier and set(earlier) != set(now):
         raise ValueError(
             f"The data has the splits {sorted(now)}; the run in {where!r} began with "
-            f"{sorted(earlier)}. Resuming would mix two data sets. Use another --output-dir."
+            f"{sorted(earlier)}. Resuming would mix two data sets. Use another output folder."
         )
     for name, split in now.items():
         before = {
@@ -504,14 +504,14 @@ def _check_same_data(folder, earlier, now):
         if name in earlier and set(paths) != set(before):
             raise ValueError(
                 f"{name} is read from {sorted(paths)}; the run in {where!r} read it from "
-                f"{sorted(before)}. Resuming would mix two data sets. Use another --output-dir."
+                f"{sorted(before)}. Resuming would mix two data sets. Use another output folder."
             )
         for entry in split["files"]:
             if before.get(entry["path"], entry["sha256"]) != entry["sha256"]:
                 raise ValueError(
                     f"{entry['path']} changed since the run in {os.fspath(folder.path)!r} began "
                     "(its sha256 differs); resuming would mix two data sets. Use another "
-                    "--output-dir."
+                    "output folder."
                 )
 
 
@@ -524,7 +524,7 @@ def _check_same_model(folder, earlier, now):
         raise ValueError(
             f"The model files changed since the run in {os.fspath(folder.path)!r} began "
             f"({', '.join(changed)}: another sha256, or missing); a resumed or finished run "
-            "reads its frozen weights from them. Use another --output-dir."
+            "reads its frozen weights from them. Use another output folder."
         )
 
 
@@ -549,7 +549,7 @@ def _check_same_setup(folder, earlier, jit_compile):
         raise ValueError(
             f"{os.fspath(folder.path)!r} holds a run begun under another set-up "
             f"({'; '.join(changed)}); its next epochs would not continue those it ran. Resume "
-            "it as it began, or use another --output-dir."
+            "it as it began, or use another output folder."
         )
 
 

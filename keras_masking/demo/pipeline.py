@@ -415,7 +415,10 @@ def build_parser():
 
 def main(argv=None):
     """``keras-masking demo [--quick] [--output-dir DIR] ...``; returns 0."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.entity_epochs is not None and not args.entities:
+        parser.error("--entity-epochs sets the entity task's epochs: pass --entities too")
     overrides = {"seed": args.seed}
     if args.entities:
         overrides["entities"] = True

@@ -20,10 +20,12 @@ class CommandLineParser(argparse.ArgumentParser):
     ``--seeds 3``) and keeps the last value of a flag given twice
     (``--methods asa --methods drop_token`` runs DropToken alone): both run
     something other than what was typed. Here a prefix is an unknown flag and
-    a second use of a flag (``--x 1`` or ``--x=1``) is a usage error (exit
-    code 2), except for flags whose action collects every use
-    (``action="append"``, ``"extend"``, ``"count"``, `CollectPairs`). Sub-command parsers made
-    by `add_subparsers` are of this class too.
+    a second use of a setting (``--x 1`` or ``--x=1``, or another flag of the
+    same destination: ``--jit-compile`` and ``--no-jit-compile``, an old
+    spelling, `DeprecatedSpelling`) is a usage error (exit code 2), except for
+    flags whose action collects every use (``action="append"``, ``"extend"``,
+    ``"count"``, `CollectPairs`). Sub-command parsers made by `add_subparsers`
+    are of this class too.
 
     Args:
         *args: as `argparse.ArgumentParser`.
@@ -61,10 +63,43 @@ class CommandLineParser(argparse.ArgumentParser):
             action = once.get(text.split("=", 1)[0])
             if action is None:
                 continue
-            if action in seen:
-                self.error(f"{action.option_strings[-1]} given twice: give each flag once")
-            seen[action] = text
+            if action.dest in seen:
+                first = seen[action.dest].split("=", 1)[0]
+                also = (
+                    "" if action.option_strings == once[first].option_strings else f" and {first}"
+                )
+                self.error(f"{action.option_strings[-1]}{also} given twice: give each setting once")
+            seen[action.dest] = text
         return super().parse_known_args(args, namespace)
+
+
+class DeprecatedSpelling(argparse.Action):
+    """An old flag that sets another flag's destination, with a warning that it goes.
+
+    Give it the same ``dest`` (and ``type``) as the flag it stands for: the
+    two together are one setting given twice, a usage error.
+
+    Example:
+    >>> parser = CommandLineParser(prog="tool")
+    >>> _ = parser.add_argument("--dev-noise", type=float, default=0.0)
+    >>> _ = parser.add_argument("--noise", dest="dev_noise", type=float,
+    ...                         action=DeprecatedSpelling, replacement="--dev-noise")
+    >>> parser.parse_args(["--noise", "0.2"]).dev_noise  # and a warning on stderr
+    0.2
+    """
+
+    def __init__(self, option_strings, dest, replacement, **kwargs):
+        kwargs.setdefault("help", argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
+        self.replacement = replacement
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(
+            f"{parser.prog}: {option_string} is deprecated and goes in the next release; pass "
+            f"{self.replacement}.",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
 
 
 class CollectPairs(argparse.Action):

@@ -24,7 +24,10 @@ from keras_masking.clue.compare import parse_method
 from keras_masking.clue.compare import split_halves
 from keras_masking.clue.compare import summarize
 from keras_masking.clue.compare import t_quantile_975
+from keras_masking.clue.compare_report import markdown_report
+from keras_masking.clue.compare_report import markdown_table
 from keras_masking.clue.examples import TextExample
+from keras_masking.clue.run_config import RunConfig
 from keras_masking.clue.run_folder import RunFolder
 from keras_masking.clue.tasks import get_task
 from tests.clue import fixtures as clue_fixtures
@@ -180,7 +183,7 @@ def test_the_same_difference_on_every_seed_proves_nothing():
     compare_module = importlib.import_module("keras_masking.clue.compare")
     (note,) = compare_module._zero_spread_notes(rows)
     assert note.startswith("fl: the same difference (+6.25) on every seed")
-    table = "\n".join(compare_module._table(rows, "held-out accuracy", [0, 1, 2]))
+    table = "\n".join(markdown_table(rows, "held-out accuracy", [0, 1, 2]))
     assert "| fl | 1 | 56.25 ± 6.25 | +6.25 [+6.25, +6.25] | unknown | cannot tell |" in table
 
 
@@ -202,7 +205,7 @@ def test_a_failed_run_is_named_and_each_row_says_which_seeds_it_holds():
         "plain seed 1 failed (nan loss); left out of its mean and of the differences at seed 1.",
         "fl seed 3 failed (nan loss); left out of its mean and of the differences at seed 3.",
     ]
-    table = "\n".join(compare_module._table(rows, "held-out accuracy", [0, 1, 2, 3]))
+    table = "\n".join(markdown_table(rows, "held-out accuracy", [0, 1, 2, 3]))
     assert "| plain | 1 | 57.92 ± 2.60 (seeds 0, 2, 3) | (baseline) |" in table
     assert "| fl | 1 | 61.25 ± 3.75 (seeds 0, 1, 2) | +3.75 [" in table
     assert "] (seeds 0, 2) |" in table
@@ -211,25 +214,23 @@ def test_a_failed_run_is_named_and_each_row_says_which_seeds_it_holds():
 def test_the_table_names_seeds_only_where_a_mean_misses_some_of_those_run():
     """Seeds given out of order are every seed (the note said "(seeds 2, 0, 1)" on
     each row); a seed failed by every method is missing from every mean (no row said so)."""
-    compare_module = importlib.import_module("keras_masking.clue.compare")
     scores = {"plain": (60.0, 55.0, 58.75), "fl": (65.0, 61.25, 57.5)}
     runs = [
         {"method": m, "seed": s, "held_out": v, "trainable_parameters": 1, "status": "finished"}
         for m, values in scores.items() for s, v in zip((2, 0, 1), values)
     ]  # fmt: skip
     rows = summarize(runs, ["plain", "fl"], [2, 0, 1])
-    assert "(seeds" not in "\n".join(compare_module._table(rows, "held-out accuracy", [2, 0, 1]))
+    assert "(seeds" not in "\n".join(markdown_table(rows, "held-out accuracy", [2, 0, 1]))
     for run in runs:
         if run["seed"] == 1:
             run.update(held_out=None, status="failed", failure="nan loss")
     rows = summarize(runs, ["plain", "fl"], [2, 0, 1])
-    table = "\n".join(compare_module._table(rows, "held-out accuracy", [2, 0, 1]))
+    table = "\n".join(markdown_table(rows, "held-out accuracy", [2, 0, 1]))
     assert "| plain | 1 | 57.50 ± 3.54 (seeds 2, 0) | (baseline) |" in table
     assert "| fl | 1 | 63.12 ± 2.65 (seeds 2, 0) | +5.62 [" in table and "] (seeds 2, 0) |" in table
 
 
 def test_the_noise_heading_keeps_a_rate_below_one_percent():
-    compare_module = importlib.import_module("keras_masking.clue.compare")
     runs = [
         {"method": "plain", "seed": 0, "held_out": 50.0, "trainable_parameters": 1,
          "status": "finished"}
@@ -238,7 +239,7 @@ def test_the_noise_heading_keeps_a_rate_below_one_percent():
     arguments = {"checkpoint": None, "preset": "p", "benchmark": "fewclue", "seeds": [0]}
     record = {"arguments": {**arguments, "dev_noise": 0.005}, "halves": {"A": [1], "B": [2]},
               "summary": rows, "summary_noised": rows, "notes": []}  # fmt: skip
-    text = compare_module._markdown(record, get_task("eprstmt"))
+    text = markdown_report(record, get_task("eprstmt"))
     assert "## Under character noise (0.5% of dev's characters replaced)" in text
     assert "with 0.5% of its letters and digits replaced" in text
 
@@ -511,6 +512,11 @@ def test_noise_scores_half_b_of_the_noised_dev_at_the_epoch_chosen_on_clean_half
     markdown = result.markdown_path.read_text(encoding="utf-8")
     assert "## Under character noise (30% of dev's characters replaced)" in markdown
     assert "## Under character noise" not in plain_result.markdown_path.read_text(encoding="utf-8")
+    # The two spellings together, or a seed in run_config (compare runs its seeds), refused.
+    with pytest.raises(ValueError, match="dev noise given twice"):
+        compare("eprstmt", data, output, [METHOD], SEEDS, preset=preset, noise=0.3, dev_noise=0.3)
+    with pytest.raises(ValueError, match="seed 9"):
+        compare("eprstmt", data, output, [METHOD], SEEDS, RunConfig(preset=str(preset), seed=9))
     # Resumed with the same noise (0.5's spelling, with a warning), nothing reruns.
     with pytest.warns(DeprecationWarning, match=r"compare\(noise=...\) is deprecated"):
         again = compare(
@@ -647,8 +653,15 @@ def test_the_command_line_reads_each_setting_once_and_whole(monkeypatch, capsys,
     methods = ["--methods", "plain", "fl_tuning=64", "fl_tuning=160"]
     assert main(base + methods + ["--seed", "3"]) == 2
     assert "unrecognized arguments: --seed 3" in capsys.readouterr().err
-    assert main(base + methods + ["--dev-noise", "0.1", "--noise", "0.3"]) == 1
-    assert "given twice: as --dev-noise and --noise" in capsys.readouterr().err
+    for noises in (
+        ["--dev-noise", "0.1", "--noise", "0.3"],
+        ["--noise", "0.3", "--dev-noise", "0"],
+    ):
+        assert main(base + methods + noises) == 2  # an explicit 0 was replaced, without a word
+        assert "given twice: give each setting once" in capsys.readouterr().err
+    assert main(base + methods + ["--noise", "0.3"]) == 1
+    assert received["args"][5].dev_noise == 0.3
+    assert "--noise is deprecated" in capsys.readouterr().err
     assert main(base + methods + ["--learning-rate-for", "fl_tuning=64=5e-3"]) == 1
     assert received["kwargs"]["learning_rates"] == {"fl_tuning=64": 5e-3}
     assert "stub" in capsys.readouterr().err

@@ -131,6 +131,10 @@ def test_preset_folder_correction(tmp_path):
     )
     assert correction_record(corrected).mask_token_id == 3
     assert (tmp_path / "out" / "mlm_embedding_correction.json").exists()
+    # --drop-mlm-head is the checkpoints' (a preset keeps its model): it was ignored.
+    argv = ["correct-embeddings", str(tmp_path / "in"), str(tmp_path / "out2"), "--mask-token-id"]
+    assert main([*argv, "3", "--drop-mlm-head"]) == 1
+    assert not (tmp_path / "out2").exists()
 
 
 def test_corrected_checkpoint_loads_as_corrected_and_is_not_corrected_twice(tmp_path):

@@ -8,6 +8,7 @@ from keras_masking import cli
 from keras_masking.demo import pipeline
 from keras_masking.utils.command_line import CollectPairs
 from keras_masking.utils.command_line import CommandLineParser
+from keras_masking.utils.command_line import DeprecatedSpelling
 
 
 def _parser():
@@ -45,6 +46,41 @@ def test_a_flag_given_twice_or_cut_short_is_a_usage_error(argv, message, capsys)
         _parser().parse_args(argv)
     assert exit_request.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_old_spelling_sets_the_new_flag_and_both_together_are_one_setting_twice(capsys):
+    parser = CommandLineParser(prog="tool")
+    parser.add_argument("--dev-noise", type=float, default=0.0)
+    parser.add_argument(
+        "--noise",
+        dest="dev_noise",
+        type=float,
+        action=DeprecatedSpelling,
+        replacement="--dev-noise",
+    )
+    parser.add_argument("--jit-compile", dest="jit", action="store_true", default=True)
+    parser.add_argument("--no-jit-compile", dest="jit", action="store_false")
+    assert parser.parse_args(["--noise", "0.2"]).dev_noise == 0.2
+    assert "tool: --noise is deprecated and goes in the next release; pass --dev-noise." in (
+        capsys.readouterr().err
+    )
+    for argv, message in (
+        (["--noise", "0.2", "--dev-noise", "0"], "--dev-noise and --noise given twice"),
+        (["--jit-compile", "--no-jit-compile"], "--no-jit-compile and --jit-compile given twice"),
+    ):
+        with pytest.raises(SystemExit) as exit_request:
+            parser.parse_args(argv)  # argparse kept the last one
+        assert exit_request.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+def test_the_demo_refuses_entity_epochs_without_the_entity_task(capsys):
+    with pytest.raises(SystemExit) as exit_request:
+        pipeline.main(["--quick", "--entity-epochs", "5"])  # no entity run: ignored before
+    assert exit_request.value.code == 2
+    assert "--entity-epochs sets the entity task's epochs: pass --entities" in (
+        capsys.readouterr().err
+    )
 
 
 def _parsers(parser):
