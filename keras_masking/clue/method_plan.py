@@ -233,6 +233,7 @@ class MethodPlan:
                 mask_token_id=tokenizer.mask_token_id,
                 unselectable_token_ids=special,
                 max_expanded_tokens=max([1, *counts]),
+                objective="exlm",  # [CLS]/[SEP] at (index, 1..k), as pretraining saw them, k=1 too
             )
         task_model = build_head(encoder)
         trainer = task_model

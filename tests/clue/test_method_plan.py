@@ -89,6 +89,26 @@ def test_apply_puts_every_method_in_its_place():
     assert isinstance(callback, MLMEmbeddingCorrection) and later.correction is None
 
 
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_exlm_encoder_reads_the_positions_exlm_pretraining_gave(k):
+    """[CLS] and [SEP] at (index, 1..k), as ExLMPretrainer's fine_tuning_encoder gives
+    them; with k=1 the encoder defaulted to MLM's (index, 0)."""
+    from keras_masking.models import ExLMPretrainer
+
+    keras.utils.set_random_seed(0)
+    backbone = TransformerBackbone(
+        vocabulary_size=len(VOCABULARY), num_layers=1, num_heads=2, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=LENGTH, position="rotary2d",
+        custom_position_ids=True,
+    )  # fmt: skip
+    words = tokenizer()
+    special = (words.cls_token_id, words.sep_token_id)
+    pretrained = ExLMPretrainer(backbone, k=k, mask_token_id=words.mask_token_id,
+                                unselectable_token_ids=special)  # fmt: skip
+    applied = MethodPlan(exlm_k=k).apply(backbone, "eprstmt", words, _head)
+    assert applied.encoder.objective == pretrained.fine_tuning_encoder().objective == "exlm"
+
+
 def test_exlm_fits_an_exlm_preset_and_no_other(tmp_path):
     from keras_masking.clue.model_source import ModelSource
     from tests.clue import fixtures as clue_fixtures
