@@ -1,6 +1,10 @@
 """TransformerTextClassifier: a keras-hub TextClassifier on a TransformerBackbone."""
 
 import contextlib
+import json
+import logging
+import os
+import pathlib
 
 import keras
 import keras_hub
@@ -25,6 +29,8 @@ from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import concrete_value
 from keras_masking.utils.training_state import refresh_training
+
+logger = logging.getLogger(__name__)
 
 
 def _sparse_loss(loss):
@@ -404,6 +410,13 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         0.0 loss on JAX. One-hot labels ``(batch, num_classes)`` pass when the
         compiled loss takes them (not the default sparse cross-entropy).
         """
+        if getattr(self, "loss", None) is None and not _default_loss_fits(self.activation):
+            raise ValueError(
+                f"This classifier's outputs go through activation={self.activation!r}, which the "
+                "default loss (sparse categorical cross-entropy on logits or softmax) does not "
+                "read: compile it with a loss for them, e.g. "
+                "compile(loss=keras.losses.BinaryCrossentropy()) on multi-hot labels."
+            )
         if labels is None or isinstance(labels, dict):
             return
         values = concrete_value(labels)
@@ -432,6 +445,30 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
                 f"{self.num_classes} classes. Received: labels with the values "
                 f"{sorted(set(bad.tolist()))[:5]}."
             )
+
+    def compile(self, optimizer="auto", loss="auto", **kwargs):
+        """keras-hub's `TextClassifier.compile`, whose default loss fits logits or softmax only.
+
+        The default, sparse categorical cross-entropy, reads logits
+        (``activation=None``) or softmax probabilities. For another activation
+        (``"sigmoid"``: multi-label) it would read probabilities as logits,
+        differently on each backend; there is none then, and ``fit`` and
+        ``evaluate`` refuse until you pass a loss.
+
+        Args:
+            optimizer, loss, **kwargs: as `keras_hub.models.TextClassifier.compile`.
+
+        Example:
+        ```python
+        multi_label = keras_masking.models.TransformerTextClassifier(
+            encoder, num_classes=3, activation="sigmoid"
+        )
+        multi_label.compile(loss=keras.losses.BinaryCrossentropy())  # multi-hot labels
+        ```
+        """
+        if loss == "auto" and not _default_loss_fits(self.activation):
+            loss = None
+        super().compile(optimizer=optimizer, loss=loss, **kwargs)
 
     def compile_from_config(self, config):
         """Compiles as the saved model was compiled (`keras.saving.load_model`).
@@ -478,6 +515,54 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         # keras-hub's Task.from_config writes the deserialized backbone and
         # preprocessor into the dict it is given: keep the caller's as it was.
         return super().from_config(dict(config))
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, sequence_length=None, **kwargs):
+        """keras-hub's `Task.from_preset`, keeping a classifier preset's own head.
+
+        keras-hub builds a fresh head whenever ``num_classes`` is given; here a
+        classifier preset's ``num_classes`` keeps its trained head, and another
+        builds a fresh one with a warning. From a backbone preset, the
+        preprocessor packs ``sequence_length`` tokens (default: 512, or the
+        backbone's ``max_sequence_length`` if smaller).
+
+        Args:
+            preset: a preset folder (a classifier's or a backbone's).
+            load_weights: bool, as keras-hub's.
+            sequence_length: None or an int, for a backbone preset's preprocessor.
+            **kwargs: ``num_classes`` and the other constructor arguments.
+
+        Example:
+        ```python
+        classifier = TransformerTextClassifier.from_preset("e5_small", num_classes=2)
+        ```
+        """
+        path = pathlib.Path(os.fspath(preset))
+        task_file = path / "task.json"
+        if task_file.is_file() and "num_classes" in kwargs:
+            saved = json.loads(task_file.read_text(encoding="utf-8"))["config"].get("num_classes")
+            if kwargs["num_classes"] == saved:
+                del kwargs["num_classes"]  # keras-hub would skip the trained head
+            else:
+                logger.warning("%s: a fresh head of %s classes; the preset's head of %s classes "
+                               "is not loaded.", path, kwargs["num_classes"], saved)  # fmt: skip
+        if (
+            "preprocessor" not in kwargs
+            and not task_file.is_file()
+            and not (path / "preprocessor.json").is_file()
+            and (path / "tokenizer.json").is_file()
+        ):
+            config = json.loads((path / "config.json").read_text(encoding="utf-8"))["config"]
+            length = sequence_length or min(512, config.get("max_sequence_length", 512))
+            kwargs["preprocessor"] = cls.preprocessor_cls.from_preset(
+                os.fspath(preset), sequence_length=length
+            )
+        elif sequence_length is not None:
+            raise ValueError(
+                "sequence_length sets the preprocessor of a preset that has none (a backbone's); "
+                f"{path} has its own. Pass preprocessor= to change it."
+            )
+        return super().from_preset(preset, load_weights=load_weights, **kwargs)
 
 
 def _check_backbone(backbone):
@@ -531,3 +616,9 @@ def _check_preprocessor(preprocessor, backbone):
             f"table). Build the preprocessor with sequence_length <= "
             f"{backbone.max_sequence_length}."
         )
+
+
+def _default_loss_fits(activation):
+    """Whether keras-hub's default loss reads outputs of ``activation`` (logits or softmax)."""
+    activation = keras.activations.get(activation)
+    return activation in (keras.activations.linear, keras.activations.softmax)

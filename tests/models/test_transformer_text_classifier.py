@@ -280,13 +280,28 @@ def test_save_load_and_preset_round_trips_give_equal_predictions(vocab_file, tmp
         assert tokenizer.get_vocabulary() == VOCABULARY
         assert np.asarray(tokenizer("今天很好")).tolist() == _ids(list("今天很好"))
         assert _settings_ids(tokenizer) == settings_ids
-    # num_classes= builds a new head on the preset's backbone.
+    # num_classes= builds a new head on the preset's backbone (with a warning); the
+    # preset's own num_classes keeps its trained head (keras-hub built a fresh one).
     fresh = TransformerTextClassifier.from_preset(preset, num_classes=5)
     assert fresh.output_dense.kernel.shape == (32, 5)
     np.testing.assert_array_equal(
         np.asarray(fresh.backbone.token_embedding.embeddings),
         np.asarray(classifier.backbone.token_embedding.embeddings),
     )
+    same = TransformerTextClassifier.from_preset(preset, num_classes=3)
+    np.testing.assert_allclose(_logits(same, TEXTS + SETTINGS_TEXTS), expected, atol=1e-6)
+    # A backbone preset with its tokenizer: the preprocessor fits the backbone's 16
+    # positions (its default 512 was refused), or packs the sequence_length given.
+    backbone_preset = tmp_path / "backbone_preset"
+    classifier.backbone.save_to_preset(str(backbone_preset))
+    preprocessor.tokenizer.save_to_preset(str(backbone_preset))
+    for length, expected_length in ((None, LENGTH), (8, 8)):
+        new = TransformerTextClassifier.from_preset(
+            str(backbone_preset), num_classes=2, sequence_length=length
+        )
+        assert new.preprocessor.sequence_length == expected_length
+    with pytest.raises(ValueError, match="sequence_length sets the preprocessor of a preset"):
+        TransformerTextClassifier.from_preset(preset, sequence_length=12)
 
 
 # === The package's methods ===
@@ -499,6 +514,25 @@ def test_pairs_the_data_would_misread_are_refused_by_name():
         model.predict(list(zip(first, second)), verbose=0)
     with pytest.raises(ValueError, match="not as a list of pairs"):
         model.predict(tf.constant(list(zip(first, second))), verbose=0)
+
+
+def test_an_activation_the_default_loss_cannot_read_needs_a_loss(preprocessor):
+    """keras-hub's default loss read sigmoid outputs as logits (on JAX: a softmax
+    cross-entropy of the sigmoids, 0.83 nats off the TensorFlow value)."""
+    classifier = _classifier(preprocessor, activation="sigmoid")
+    labels = np.array([0, 2, 1])
+    with pytest.raises(ValueError, match=r"activation=.*sigmoid.*BinaryCrossentropy"):
+        classifier.evaluate(TEXTS[:3], labels, verbose=0)
+    classifier.compile(loss=keras.losses.BinaryCrossentropy(), metrics=[])
+    multi_hot = np.eye(3, dtype="float32")[labels]
+    probabilities = classifier.predict(TEXTS[:3], verbose=0).astype("float64")
+    expected = -np.mean(
+        multi_hot * np.log(probabilities) + (1 - multi_hot) * np.log(1 - probabilities)
+    )
+    loss = classifier.evaluate(TEXTS[:3], multi_hot, verbose=0, return_dict=True)["loss"]
+    assert loss == pytest.approx(expected, rel=1e-5)
+    for activation in (None, "softmax"):  # the default loss reads these
+        _classifier(preprocessor, activation=activation).evaluate(TEXTS[:3], labels, verbose=0)
 
 
 def test_labels_the_loss_cannot_read_are_refused_by_name():
