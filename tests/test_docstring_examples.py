@@ -260,6 +260,15 @@ SETUP = {
         "    preprocessor=keras_masking.models.TransformerTextClassifierPreprocessor(\n"
         "        bert_tokenizer(tokens), sequence_length=8))"
     ),
+    # A backbone preset with its tokenizer (the classifier builds a head and a preprocessor).
+    "keras_masking.models.transformer_text_classifier.TransformerTextClassifier.from_preset": (
+        "from keras_masking.data import bert_tokenizer\n"
+        "from keras_masking.models import TransformerTextClassifier\n"
+        "tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']\n"
+        "tokens += [f't{i}' for i in range(123)]\n"
+        "_backbone().save_to_preset('my_bert_preset')\n"
+        "bert_tokenizer(tokens).save_to_preset('my_bert_preset')"
+    ),
     "keras_masking.models.exlm_encoder.ExLMEncoder": "backbone = _exlm_backbone()",
     "keras_masking.models.exlm_encoder.ExLMModel.check_backbone_methods": (
         "backbone = _exlm_backbone()"

@@ -461,7 +461,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         Example:
         ```python
         multi_label = keras_masking.models.TransformerTextClassifier(
-            encoder, num_classes=3, activation="sigmoid"
+            backbone, num_classes=3, activation="sigmoid"
         )
         multi_label.compile(loss=keras.losses.BinaryCrossentropy())  # multi-hot labels
         ```
@@ -534,7 +534,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
 
         Example:
         ```python
-        classifier = TransformerTextClassifier.from_preset("e5_small", num_classes=2)
+        classifier = TransformerTextClassifier.from_preset("my_bert_preset", num_classes=2)
         ```
         """
         path = pathlib.Path(os.fspath(preset))
