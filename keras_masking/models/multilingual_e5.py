@@ -198,11 +198,15 @@ def prune_token_embeddings(backbone, tokenizer, texts, keep_ids=()):
             record["corrected_rows"] = len(kept) - len(record["unselectable_token_ids"])
         else:
             record["corrected_rows"] = len(kept)
-    pruned_from = backbone.get_config()["pruned_from"] or {
+    config = backbone.get_config()
+    pruned_from = config["pruned_from"] or {
         "vocabulary_size": len(full), "token_embedding_mean": full.mean(axis=0).tolist()
     }  # fmt: skip
-    config = backbone.get_config() | {"vocabulary_size": len(kept), "pruned_from": pruned_from}
-    pruned = TransformerBackbone.from_config(config | {"mlm_embedding_correction": record})
+    pruned = TransformerBackbone.from_config(
+        config
+        | {"vocabulary_size": len(kept), "pruned_from": pruned_from}
+        | {"mlm_embedding_correction": record}
+    )
     for source, target in zip(backbone.weights, pruned.weights):
         if source is table:
             target.assign(np.take(np.asarray(source.numpy()), kept, axis=0))
