@@ -16,6 +16,8 @@ from keras_masking.clue.method_plan import MethodPlan
 from keras_masking.clue.model_source import FAMILIES
 from keras_masking.clue.noise import check_noise_rate
 from keras_masking.clue.tasks import get_task
+from keras_masking.distribution import data_parallel_engine
+from keras_masking.distribution import replicas_in_sync
 from keras_masking.utils.arguments import MAX_SEED
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_float
@@ -204,6 +206,14 @@ class RunConfig:
             name: task.defaults[name] for name in TASK_SETTINGS if getattr(self, name) is None
         }
         resolved = dataclasses.replace(self, **filled)
+        # The replicas split every global batch; an uneven split is another step.
+        replicas = replicas_in_sync(data_parallel_engine() if resolved.data_parallel else None)
+        if resolved.batch_size % replicas:
+            raise ValueError(
+                f"Expected a batch_size that the {replicas} data-parallel replicas divide (each "
+                f"takes an equal share of every global batch). Received: batch_size="
+                f"{resolved.batch_size} for task {task.name!r}."
+            )
         if resolved.data_parallel and keras.backend.backend() == "tensorflow":
             if resolved.accumulation > 1:
                 raise ValueError(

@@ -13,7 +13,9 @@ Two remedies, by cost:
   per token: DropToken, ExLM's masking, ASA's noise): each replica draws
   the values of the GLOBAL batch and keeps its own rows. A step on ``n``
   replicas then draws exactly what one device draws on the same global
-  batch, on both engines, whatever ``n``.
+  batch, on both engines, whatever ``n``, when the replicas split the
+  global batch evenly (as every data-parallel step here must: see
+  docs/distributed.md).
 * `replica_dropout` (dropout on hidden states, whose draws are as large as
   the activations): each replica folds its index into the seed, a
   different stream per replica from the same seed.

@@ -145,3 +145,17 @@ def test_a_bad_flag_value_is_a_usage_error_with_the_configs_message(command, cap
     code = cli.main([command, "tnews", "d", "o", "--preset", "p", "--epochs", "0", *extra])
     assert code == 2
     assert "Expected an integer >= 1 for epochs. Received: epochs=0" in capsys.readouterr().err
+
+
+def test_a_batch_size_the_replicas_do_not_divide_is_refused(monkeypatch):
+    # Two replicas in scope (the two-device run: tests/distribution/test_distribution.py).
+    from keras_masking.clue import run_config
+
+    monkeypatch.setattr(run_config, "replicas_in_sync", lambda engine=None: 2)
+    with pytest.raises(ValueError, match=r"batch_size that the 2 data-parallel replicas divide"):
+        RunConfig(batch_size=3).resolved("tnews")
+    assert RunConfig(batch_size=4).resolved("tnews").batch_size == 4
+    # The task's default batch size is checked too (CMRC2018's is 4).
+    monkeypatch.setattr(run_config, "replicas_in_sync", lambda engine=None: 3)
+    with pytest.raises(ValueError, match=r"Received: batch_size=4 for task 'cmrc2018'"):
+        RunConfig().resolved("cmrc2018")

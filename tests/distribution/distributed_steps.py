@@ -263,12 +263,20 @@ def clue_runs(tasks=(("cluener", {"drop_token": 0.2}),)):
                 run.pop("weights")
                 run.pop("paths")
             worst = max(gaps, key=gaps.get)
+            # A batch the two replicas cannot split evenly: refused, nothing written.
+            odd = os.path.join(root, f"{task}_odd_batch")
+            try:
+                finetune(task, data, odd, preset=preset, batch_size=3, data_parallel=True)
+                refused = None
+            except ValueError as error:
+                refused = str(error)
             results.append(
                 {
                     "task": task,
                     "methods": methods,
                     "weight_gap": gaps[worst],
                     "worst": worst,
+                    "odd_batch": {"refused": refused, "written": os.path.exists(odd)},
                     **runs,
                 }
             )

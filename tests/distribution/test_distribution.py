@@ -165,6 +165,9 @@ def test_the_clue_runner_trains_data_parallel(two_devices):
     assert run["weight_gap"] <= 1e-5, run
     assert parallel["losses"] == pytest.approx(single["losses"], rel=1e-5)
     assert parallel["dev"] == pytest.approx(single["dev"])
+    # An odd global batch cannot split across two replicas: refused before anything is written.
+    assert "batch_size that the 2 data-parallel replicas divide" in run["odd_batch"]["refused"]
+    assert not run["odd_batch"]["written"]
 
 
 # === The functions, on one device (no replicas: each is the plain call) ===
