@@ -276,6 +276,12 @@ def correct_mlm_embeddings(
 def masking_configuration(mask_generator):
     """Reads a keras-hub masker's configuration as keyword arguments.
 
+    These are the masker's settings, not the share it picked: keras-hub picks
+    each token with ``mask_selection_rate``, then keeps at most
+    ``mask_selection_length`` per row. Where that cap binds (at ``0.15 *
+    sequence_length`` it cut a fifth of the demo's rows, which then had 14.0%
+    picked), pass the share your masker picked as ``mask_rate`` instead.
+
     Args:
         mask_generator: a `keras_hub.layers.MaskedLMMaskGenerator`, or a
             keras-hub masked-LM preprocessor (its ``masker``).
