@@ -283,12 +283,18 @@ def _encode_classification(task, examples, tokenizer, max_length, labels=None):
     label_ids = {label: index for index, label in enumerate(label_names)}
     labelled = _labelled(examples, "label")
     targets = np.zeros(len(examples), "int32") if labelled else None
-    rows, truncated = [], 0
+    rows, truncated, unmarked = [], 0, []
     for index, example in enumerate(examples):
         texts = [example.text_a] + ([example.text_b] if example.text_b is not None else [])
         budget = max_length - 1 - len(texts)
-        pieces, cut = _truncate_longest_first([_ids(tokenizer, text) for text in texts], budget)
+        (ids, offsets), *others = [_tokenized(tokenizer, text) for text in texts]
+        pieces, cut = _truncate_longest_first([ids] + [other[0] for other in others], budget)
         truncated += cut
+        if cut and task.name == "cluewsc":  # the cut end took a span's closing mark?
+            last_mark = max(example.text_a.rfind("_"), example.text_a.rfind("]"))
+            kept = len(pieces[0])
+            if kept < len(ids) and (not kept or offsets[kept - 1][1] <= last_mark):
+                unmarked.append(example.id)
         rows.append(tuple(pieces))
         if labelled:
             if example.label not in label_ids:
@@ -299,6 +305,15 @@ def _encode_classification(task, examples, tokenizer, max_length, labels=None):
                     f"Expected one of them. Received: label={example.label!r}."
                 )
             targets[index] = label_ids[example.label]
+    if unmarked:
+        logger.warning(
+            "%s: %d examples lost a span mark (_x_ or [y]) to max_length=%d, and train and score "
+            "without it (bert4keras cuts so too): ids %s.",
+            task.name,
+            len(unmarked),
+            max_length,
+            unmarked[:10] + (["..."] if len(unmarked) > 10 else []),
+        )
     meta = _meta(task, examples, label_names=label_names, truncated=truncated)
     return EncodedSplit(_pack(tokenizer, rows, max_length), targets, meta)
 

@@ -159,7 +159,9 @@ def mlm_model_average(
     optimal: average the model's predictions over maskings drawn from the
     pretraining distribution (`sample_mlm_maskings`), in one batched
     ``predict`` call. A model with a preprocessor (a keras-hub task) is fed
-    the token features as they are (its preprocessor is not run).
+    the token features as they are (its preprocessor is not run). On a
+    pruned backbone (`prune_token_embeddings`) the random tokens come from
+    the rows it kept, where pretraining drew them from the whole vocabulary.
 
     Args:
         model: a Keras model taking a dict with ``token_ids`` (and usually

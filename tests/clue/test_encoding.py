@@ -129,6 +129,22 @@ def test_classification_pairs_cut_the_longer_text_first():
     assert {v.dtype for v in split.features.values()} == {np.dtype("int32")}
 
 
+def test_a_cluewsc_text_cut_through_its_span_marks_is_warned(caplog):
+    examples = [
+        TextExample("kept", "_小明_说[他]今天很好", None, "true"),  # the marks end at token 8
+        TextExample("lost", "_小明_今天天气很好[他]", None, "false"),  # "]" is token 13
+    ]
+    with caplog.at_level(logging.WARNING, logger="keras_masking"):
+        split = encode_examples("cluewsc", examples, tokenizer(), max_length=11)  # 9 tokens
+    assert split.meta["truncated"] == 2
+    assert "cluewsc: 1 examples lost a span mark" in caplog.text
+    assert "['lost']" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="keras_masking"):
+        encode_examples("cluewsc", examples, tokenizer(), max_length=16)
+    assert "span mark" not in caplog.text
+
+
 def test_texts_with_pieces_a_pruned_vocabulary_dropped_are_counted_and_warned(caplog):
     """A pruned e5 tokenizer reads such pieces as <unk> (CLUEWSC's span marks
     were, pruned to the files' own strings): said, not silent."""
