@@ -11,6 +11,7 @@ from keras_masking.methods.mlm_embedding_correction import check_random_token_ra
 from keras_masking.methods.mlm_embedding_correction import correct_mlm_embeddings
 from keras_masking.methods.mlm_embedding_correction import masker_vocabulary_size
 from keras_masking.methods.mlm_embedding_correction import masking_configuration
+from keras_masking.methods.mlm_embedding_correction import stale_average_steps
 from keras_masking.utils.arguments import check_choice
 
 WHEN_CHOICES = ("train_begin", "train_end")
@@ -40,6 +41,17 @@ class MLMEmbeddingCorrection(keras.callbacks.Callback):
     corrected is left as it is, so calling `fit` again does not correct
     twice. Arguments are checked here, and against the model when `fit`
     starts, so a bad setting fails before the first training step.
+
+    Keras runs callbacks in list order, and some write the weights. List
+    this one before `keras.callbacks.BackupAndRestore`: a resumed run's
+    restored weights are corrected already but carry no record (a weights
+    file holds the table only), so a correction after the restore corrects
+    twice. With ``when="train_end"``, list it after
+    `keras.callbacks.EarlyStopping` with ``restore_best_weights=True``, whose
+    restore would otherwise write the uncorrected table back under the
+    record. With ``when="train_begin"`` an optimizer with ``use_ema=True``
+    that has already stepped is refused: Keras writes its averages of the
+    uncorrected table into the weights when `fit` ends.
 
     Args:
         mask_token_id: int. The [MASK] id; optional with ``mask_generator``.
@@ -106,10 +118,19 @@ class MLMEmbeddingCorrection(keras.callbacks.Callback):
         # Both paths check the ids, the embedding, the table and tied heads
         # against the model before the first step.
         check_random_token_range(self.model, self.masker_vocabulary_size, self.embedding)
-        if self.when == "train_begin":
-            self.record = correct_mlm_embeddings(self.model, **self._arguments()) or self.record
-        else:
+        if self.when == "train_end":
             check_mlm_correction(self.model, **self._arguments())
+            return
+        steps = stale_average_steps(self.model)
+        if steps and check_mlm_correction(self.model, **self._arguments()):
+            raise ValueError(
+                "Expected an optimizer that keeps no moving averages of the weights, or one that "
+                "has not stepped yet, for a correction when fit begins: Keras writes the averages "
+                "of the uncorrected table into the weights at the end of fit. Received: "
+                f"use_ema=True after {steps} steps. Compile with a fresh optimizer, or correct "
+                "with when='train_end'."
+            )
+        self.record = correct_mlm_embeddings(self.model, **self._arguments()) or self.record
 
     def on_train_end(self, logs=None):
         if self.when == "train_end":

@@ -178,6 +178,32 @@ def _plan_correction(model, embedding, mask_token_id, **settings):
     return layer, corrected, record, heads
 
 
+def stale_average_steps(model):
+    """The steps the moving averages of ``model``'s optimizer have taken, else 0.
+
+    An optimizer with ``use_ema=True`` that has stepped holds averages of the
+    weights, and Keras writes them into the weights at the end of each `fit`:
+    a correction made in between is then mostly undone (all but ``1 -
+    ema_momentum ** steps`` of it after ``steps`` more steps).
+
+    Args:
+        model: a Keras model (compiled or not) or layer.
+
+    Returns:
+        int >= 0.
+
+    Example:
+
+    >>> stale_average_steps(keras.Sequential())
+    0
+    """
+    optimizer = getattr(model, "optimizer", None)
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # under loss scaling
+    if not getattr(optimizer, "use_ema", False) or not getattr(optimizer, "built", False):
+        return 0
+    return int(keras.ops.convert_to_numpy(optimizer.iterations))
+
+
 def check_mlm_correction(model, mask_token_id, *, embedding=None, **settings):
     """Runs every check of `correct_mlm_embeddings` without changing anything.
 
@@ -258,6 +284,14 @@ def correct_mlm_embeddings(
     if record is None:
         logger.info("%s is already MLM-corrected; nothing changed.", layer.name)
         return None
+    if stale_average_steps(model):
+        logger.warning(
+            "%s's optimizer keeps moving averages of the weights (use_ema) from %d steps "
+            "before this correction: a further fit with it ends by writing them back, undoing "
+            "most of it. Compile with a fresh optimizer before fitting again.",
+            model.name,
+            stale_average_steps(model),
+        )
     original = keras.ops.convert_to_numpy(layer.embeddings)
     layer.embeddings.assign(corrected)
     rows = selectable_rows(record.vocabulary_size, record.unselectable_token_ids)

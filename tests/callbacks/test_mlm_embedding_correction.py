@@ -304,3 +304,35 @@ def test_callback_accepts_numpy_scalars():
     )
     assert callback.settings["mask_rate"] == pytest.approx(0.2)
     assert callback.settings["unselectable_token_ids"] == [0, 1]
+
+
+def test_a_train_begin_correction_under_stepped_moving_averages_is_refused(caplog):
+    """Keras writes use_ema's averages into the weights when fit ends: averages of the
+    uncorrected table would undo the correction (all but 1 - 0.99**steps of it)."""
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    model = _classifier(backbone)
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.0, use_ema=True, ema_momentum=0.99),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    features, labels = random_features(batch=4), np.array([0, 1, 0, 1])
+    model.fit(features, labels, batch_size=2, verbose=0)  # two steps: averages of this table
+    table = table_of(backbone)
+    callback = MLMEmbeddingCorrection(mask_token_id=MASK, unselectable_token_ids=SPECIAL)
+    with pytest.raises(ValueError, match=r"use_ema=True after 2 steps"):
+        model.fit(features, labels, verbose=0, callbacks=[callback])
+    np.testing.assert_array_equal(table_of(backbone), table)
+    assert correction_record(backbone) is None and int(model.optimizer.iterations) == 2
+    # Called directly, it corrects and warns (a further fit would undo it).
+    with caplog.at_level("WARNING", logger="keras_masking"):
+        keras_masking.correct_mlm_embeddings(model, MASK, unselectable_token_ids=SPECIAL)
+    assert "keeps moving averages of the weights (use_ema) from 2 steps" in caplog.text
+    keras_masking.methods.undo_mlm_embedding_correction(model)
+    # A fresh optimizer: its averages start from the corrected table, which fit keeps.
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.0, use_ema=True, ema_momentum=0.99),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    model.fit(features, labels, batch_size=2, verbose=0, callbacks=[callback])
+    expected = numpy_formula(table, MASK, unselectable=SPECIAL)
+    np.testing.assert_allclose(table_of(backbone), expected, atol=1e-6)
