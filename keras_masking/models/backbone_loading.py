@@ -17,6 +17,7 @@ from keras_masking.models.model_card import model_card
 from keras_masking.models.model_card import write_model_card
 from keras_masking.utils.eager_checks import non_finite_variables
 from keras_masking.utils.files import read_json_object
+from keras_masking.utils.files import replace_folder_atomically
 
 
 class BackboneLoading:
@@ -158,10 +159,12 @@ class BackboneLoading:
             raise ValueError(self._layout_mismatch)
 
     def save_to_preset(self, preset_dir, max_shard_size=10):
-        """keras-hub's ``save_to_preset``, plus a model card (``README.md``).
+        """keras-hub's ``save_to_preset``, plus a model card (``README.md``), whole or not at all.
 
         The card says what the model is and which methods are on
-        (`keras_masking.models.model_card.model_card`).
+        (`keras_masking.models.model_card.model_card`). The preset is written
+        in a temporary folder, then swapped in: a failure (a full disk) leaves
+        an existing preset as it was. Other files of the folder are kept.
 
         Args:
             preset_dir: the preset folder.
@@ -172,8 +175,13 @@ class BackboneLoading:
         backbone.save_to_preset("my_preset")  # config, weights, README.md
         ```
         """
-        super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
-        write_model_card(preset_dir, model_card(self))
+        save = super().save_to_preset
+
+        def write(folder):
+            save(folder, max_shard_size=max_shard_size)
+            write_model_card(folder, model_card(self))
+
+        replace_folder_atomically(preset_dir, write, keep_other_files=True)
 
 
 def load_backbone_preset(cls, preset, load_weights=True, **kwargs):

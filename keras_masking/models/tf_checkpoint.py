@@ -7,6 +7,7 @@ first variable is assigned.
 """
 
 import collections
+import glob
 import logging
 import math
 import os
@@ -549,7 +550,8 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
     Raises:
         TypeError: ``model`` is not a keras-masking model, or a path is not
             a path.
-        ValueError: a `TransformerMaskedLM` corrected with
+        ValueError: a folder that holds a checkpoint or a ``bert_config.json``
+            already (nothing is overwritten), a `TransformerMaskedLM` corrected with
             ``tied_output="keep"`` (the Google layout cannot hold the head's
             compensation: save ``model.backbone``), or a backbone with
             addFFN branches, prefixes or attention units (save its
@@ -579,12 +581,23 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
             "out. Save backbone.serving_copy() (FL-tuning merged into wider FFNs), or keep the "
             "methods with model.save() or save_to_preset()."
         )
+    folder = os.path.dirname(os.path.abspath(checkpoint_prefix))
+    config_path = config_path or os.path.join(folder, "bert_config.json")
+    # A folder's bert_config.json and correction record describe one checkpoint.
+    held = sorted(glob.glob(os.path.join(glob.escape(folder), "*.index")))
+    if held or os.path.exists(config_path):
+        raise ValueError(
+            "Expected a folder without a checkpoint and a config_path that does not exist (its "
+            "bert_config.json and MLM-correction record describe one checkpoint), so that "
+            "nothing is overwritten. Received: "
+            + (f"{folder!r} holding {[os.path.basename(path) for path in held]}." if held
+               else f"config_path {config_path!r}, which exists.")
+        )  # fmt: skip
+    config = google_config_from_backbone(backbone)
     variables = layout.model_variables_by_name(model)
     values = {name: keras.ops.convert_to_numpy(variable) for name, variable in variables.items()}
     write_tf_checkpoint(values, checkpoint_prefix)
-    folder = os.path.dirname(os.path.abspath(checkpoint_prefix))
-    config_path = config_path or os.path.join(folder, "bert_config.json")
-    write_json_atomically(config_path, google_config_from_backbone(backbone))
+    write_json_atomically(config_path, config)
     write_correction_record(folder, record, "save_tf_checkpoint")
     return checkpoint_prefix
 
@@ -598,7 +611,8 @@ def write_tf_checkpoint(values, checkpoint_prefix):
 
     Raises:
         ValueError: ``values`` is not a non-empty dict of str names to
-            numeric or string arrays.
+            numeric or string arrays, or a checkpoint with that prefix
+            exists (nothing is overwritten).
 
     Example:
     ```python
@@ -628,6 +642,14 @@ def write_tf_checkpoint(values, checkpoint_prefix):
             raise ValueError(f"Expected an array for values[{name!r}]. Received: {error}") from None
     folder = os.path.dirname(os.path.abspath(checkpoint_prefix))
     base = os.path.basename(checkpoint_prefix)
+    prefix = glob.escape(os.path.abspath(checkpoint_prefix))
+    existing = glob.glob(prefix + ".index") + glob.glob(prefix + ".data-*")
+    if existing:
+        raise ValueError(
+            "Expected a checkpoint_prefix with no checkpoint yet (one is written file by file, "
+            f"so overwriting could leave it half old). Received: {checkpoint_prefix!r}, which "
+            f"has {sorted(os.path.basename(path) for path in existing)}."
+        )
     os.makedirs(folder, exist_ok=True)
     temporary = os.path.join(folder, f".{base}.partial-{uuid.uuid4().hex[:8]}")
     os.makedirs(temporary)

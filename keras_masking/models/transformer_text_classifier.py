@@ -28,6 +28,7 @@ from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import concrete_value
+from keras_masking.utils.files import replace_folder_atomically
 from keras_masking.utils.training_state import refresh_training
 
 logger = logging.getLogger(__name__)
@@ -280,6 +281,8 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
     def save_to_preset(self, preset_dir, max_shard_size=10):
         """keras-hub's ``save_to_preset``, plus a model card (``README.md``) of backbone and head.
 
+        Whole or not at all, as `TransformerBackbone.save_to_preset`.
+
         Args:
             preset_dir: the preset folder.
             max_shard_size: keras-hub's shard size in GB.
@@ -290,9 +293,14 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         classifier.save_to_preset("my_classifier")
         ```
         """
-        super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
+        save = super().save_to_preset
         head = f"sentence (pair) classification into {self.num_classes} classes"
-        write_model_card(preset_dir, model_card(self.backbone, self.name, head=head))
+
+        def write(folder):
+            save(folder, max_shard_size=max_shard_size)
+            write_model_card(folder, model_card(self.backbone, self.name, head=head))
+
+        replace_folder_atomically(preset_dir, write, keep_other_files=True)
 
     def merge_lora(self):
         """A new classifier whose backbone has LoRA merged (`TransformerBackbone.merge_lora`).

@@ -12,8 +12,6 @@ LoRA merged, DropToken and ASA gone.
 import logging
 import os
 import pathlib
-import shutil
-import uuid
 
 import keras
 import numpy as np
@@ -25,7 +23,7 @@ from keras_masking.models.serving_copy import serving_backbone
 from keras_masking.models.xlm_roberta_tokenizer_files import xlm_roberta_tokenizer_files
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import non_finite_variables
-from keras_masking.utils.files import remove_stale_partials
+from keras_masking.utils.files import replace_folder_atomically
 from keras_masking.utils.files import write_folder_atomically
 from keras_masking.utils.files import write_json_atomically
 
@@ -465,23 +463,7 @@ def _unigram_files(tokenizer, sequence_length, config):
 # === Writing ===
 def _write(output, write, needed_bytes, overwrite):
     """Writes the folder through a temporary one; with ``overwrite``, swaps it in at the end."""
-    if not (overwrite and output.is_dir() and any(output.iterdir())):
+    if overwrite:
+        replace_folder_atomically(output, write, needed_bytes=needed_bytes)
+    else:
         write_folder_atomically(output, write, needed_bytes=needed_bytes)
-        return
-    remove_stale_partials(output)
-    token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    staged = output.with_name(f".{output.name}.partial-{token}")
-    old = output.with_name(f".{output.name}.partial-{token}-old")
-    write_folder_atomically(staged, write, needed_bytes=needed_bytes)
-    try:
-        os.rename(output, old)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
-    try:
-        os.rename(staged, output)
-    except BaseException:
-        os.rename(old, output)
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
-    shutil.rmtree(old, ignore_errors=True)

@@ -224,12 +224,78 @@ def write_folder_atomically(output, write, needed_bytes=None):
     return output
 
 
+def replace_folder_atomically(output, write, needed_bytes=None, keep_other_files=False):
+    """`write_folder_atomically` that may replace a non-empty ``output``.
+
+    The new folder is written whole next to ``output``, then swapped in: the
+    old one is renamed aside, the new one into place, and the old one
+    removed. A process that dies between the two renames leaves the old
+    folder aside, and the next write to ``output`` (`remove_stale_partials`)
+    puts it back.
+
+    Args:
+        output: the final folder.
+        write: a callable taking the temporary folder's path (a str).
+        needed_bytes: see `write_folder_atomically`.
+        keep_other_files: copy the old folder's files and folders that the
+            new one does not hold into it (a write into the folder, as
+            keras-hub's ``save_to_preset`` makes, whole or not at all).
+
+    Returns:
+        ``output``, as a `pathlib.Path`.
+
+    Example:
+    >>> import tempfile
+    >>> target = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (target / "old.txt").write_text("old")
+    >>> def write(folder):
+    ...     pathlib.Path(folder, "new.txt").write_text("new")
+    >>> sorted(p.name for p in replace_folder_atomically(target, write).iterdir())
+    ['new.txt']
+    """
+    output = pathlib.Path(os.path.abspath(output))
+    if not (output.is_dir() and any(output.iterdir())):
+        return write_folder_atomically(output, write, needed_bytes=needed_bytes)
+    remove_stale_partials(output)
+    staged = _temporary_name(output)
+
+    def write_and_keep(folder):
+        write(folder)
+        for entry in output.iterdir() if keep_other_files else ():
+            target = pathlib.Path(folder, entry.name)
+            if not target.exists() and not entry.name.startswith(f".{output.name}.partial-"):
+                copy = shutil.copytree if entry.is_dir() else shutil.copy2
+                copy(entry, target)
+
+    write_folder_atomically(staged, write_and_keep, needed_bytes=needed_bytes)
+    aside = staged.with_name(staged.name + _ASIDE)
+    try:
+        os.rename(output, aside)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    try:
+        os.rename(staged, output)
+    except BaseException:
+        os.rename(aside, output)
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+    return output
+
+
+# The suffix of a folder `replace_folder_atomically` moved aside.
+_ASIDE = "-old"
+
+
 def remove_stale_partials(output):
     """Removes the temporary files and folders of ``output`` whose process died.
 
     A process killed while writing (h5py segfaults when the disk fills up)
     cannot clean up; its ``.NAME.partial-PID-XXXX`` goes with the next write
-    to the same output.
+    to the same output. A folder `replace_folder_atomically` moved aside
+    goes back to ``output`` when ``output`` is missing (the process died
+    between its renames), and is removed otherwise.
 
     Args:
         output: the destination whose leftovers to clear.
@@ -248,7 +314,9 @@ def remove_stale_partials(output):
         pid = entry[len(prefix) :].split("-")[0]
         if pid.isdigit() and not _process_alive(int(pid)):
             stale = os.path.join(parent, entry)
-            if os.path.isdir(stale):
+            if entry.endswith(_ASIDE) and not os.path.lexists(output):
+                os.rename(stale, output)  # the folder a swap had moved aside
+            elif os.path.isdir(stale):
                 shutil.rmtree(stale, ignore_errors=True)
             else:
                 pathlib.Path(stale).unlink(missing_ok=True)

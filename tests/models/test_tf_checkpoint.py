@@ -262,6 +262,31 @@ def test_a_failed_write_leaves_no_checkpoint(tmp_path, monkeypatch):
     assert files_in(tmp_path / "out") == []
 
 
+def test_a_checkpoint_already_there_is_never_overwritten(tmp_path):
+    """A checkpoint is written file by file, and its folder's bert_config.json and MLM
+    record describe one checkpoint: a second write there is refused, nothing touched."""
+    prefix = str(tmp_path / "bert" / "bert_model.ckpt")
+    save_tf_checkpoint(tiny_ours(), prefix)
+    before = [
+        (path, (tmp_path / "bert" / path).read_bytes()) for path, _ in files_in(tmp_path / "bert")
+    ]
+    with pytest.raises(ValueError, match=r"Received: .* holding \['bert_model.ckpt.index'\]"):
+        save_tf_checkpoint(tiny_ours(), str(tmp_path / "bert" / "corrected.ckpt"))
+    with pytest.raises(ValueError, match=r"has \['bert_model.ckpt.data-00000-of-00001', 'bert"):
+        write_tf_checkpoint({"a": np.ones(3, "float32")}, prefix)
+    # Nor a config file of another checkpoint's, elsewhere.
+    with pytest.raises(ValueError, match=r"config_path '.*bert_config.json', which exists"):
+        save_tf_checkpoint(
+            tiny_ours(),
+            str(tmp_path / "new" / "m.ckpt"),
+            config_path=tmp_path / "bert" / "bert_config.json",
+        )
+    after = [
+        (path, (tmp_path / "bert" / path).read_bytes()) for path, _ in files_in(tmp_path / "bert")
+    ]
+    assert after == before and not (tmp_path / "new").exists()
+
+
 def test_from_tf_checkpoint_bad_input(checkpoint, tmp_path):
     config_path, prefix = checkpoint
     cases = [

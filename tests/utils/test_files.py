@@ -14,6 +14,7 @@ import pytest
 from keras_masking.utils import files
 from keras_masking.utils.files import check_free_space
 from keras_masking.utils.files import remove_stale_partials
+from keras_masking.utils.files import replace_folder_atomically
 from keras_masking.utils.files import write_atomically
 from keras_masking.utils.files import write_folder_atomically
 from keras_masking.utils.files import write_json_atomically
@@ -158,6 +159,44 @@ def test_partials_of_dead_processes_are_removed_and_live_ones_kept(tmp_path):
     stale_folder.mkdir()
     write_folder_atomically(output, lambda folder: None)
     assert _names(tmp_path) == sorted([live.name, other.name, "preset"])
+
+
+def test_a_full_folder_is_replaced_whole_or_kept_as_it_was(tmp_path):
+    output = tmp_path / "preset"
+    output.mkdir()
+    (output / "config.json").write_text("old")
+    (output / "notes.txt").write_text("mine")
+
+    def write(folder):
+        pathlib.Path(folder, "config.json").write_text("new")
+
+    def fail(folder):
+        write(folder)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        replace_folder_atomically(output, fail, keep_other_files=True)
+    assert (output / "config.json").read_text() == "old" and _names(tmp_path) == ["preset"]
+    replace_folder_atomically(output, write, keep_other_files=True)  # a write into the folder
+    assert _names(output) == ["config.json", "notes.txt"] and _names(tmp_path) == ["preset"]
+    assert (output / "config.json").read_text() == "new"
+    replace_folder_atomically(output, write)  # a replacement
+    assert _names(output) == ["config.json"]
+
+
+def test_a_folder_a_dead_swap_moved_aside_comes_back(tmp_path):
+    """A process that died between a swap's two renames left the old folder aside and
+    no output: the next write puts the old folder back (and then replaces it whole)."""
+    output = tmp_path / "export"
+    aside = tmp_path / f".export.partial-{_dead_pid()}-0123abcd-old"
+    aside.mkdir()
+    (aside / "notes.txt").write_text("mine")
+    remove_stale_partials(output)
+    assert _names(tmp_path) == ["export"] and (output / "notes.txt").read_text() == "mine"
+    # Once the output is back in place, a folder left aside is a leftover.
+    aside.mkdir()
+    remove_stale_partials(output)
+    assert _names(tmp_path) == ["export"]
 
 
 def test_a_disk_without_room_is_refused_before_anything_is_written(tmp_path, monkeypatch):
