@@ -145,6 +145,32 @@ def _damaged_preset(tmp_path, name, keep):
     return preset, path
 
 
+def test_a_preset_is_saved_whole_or_the_old_one_stays(tmp_path, monkeypatch):
+    """A failure while writing the weights (a full disk) leaves the preset that was there."""
+    preset = tmp_path / "preset"
+    old = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs()), seed=1)
+    old.save_to_preset(str(preset))
+    (preset / "notes.txt").write_text("mine")
+    new = TransformerBackbone(**tiny_backbone_kwargs(hidden_dim=16, intermediate_dim=32))
+
+    def full_disk(self, path, *args, **kwargs):
+        open(path, "wb").write(b"half")
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(keras.Model, "save_weights", full_disk)
+        with pytest.raises(OSError, match="No space"):
+            new.save_to_preset(str(preset))
+    loaded = TransformerBackbone.from_preset(str(preset))
+    features = random_features()
+    np.testing.assert_array_equal(loaded.predict(features, verbose=0)["sequence_output"],
+                                  old.predict(features, verbose=0)["sequence_output"])  # fmt: skip
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["preset"]
+    new.save_to_preset(str(preset))  # written whole: the new model, the other file kept
+    assert TransformerBackbone.from_preset(str(preset)).hidden_dim == 16
+    assert (preset / "notes.txt").read_text() == "mine"
+
+
 @pytest.mark.parametrize("keep", [0.6, 0.01])
 def test_truncated_preset_weights_name_the_file(keep, tmp_path):
     preset, path = _damaged_preset(tmp_path, "model.weights.h5", keep)
