@@ -62,7 +62,7 @@ class MaskedLMHead(keras.layers.Layer):
     Call arguments:
         hidden: float tensor ``(batch, sequence, hidden)``.
         mask_positions: optional int tensor ``(batch, masks)``; every position
-            when None.
+            when None. A position outside ``[0, sequence)`` gives NaN logits.
 
     Returns:
         float32 logits ``(batch, masks, vocabulary)`` (``masks = sequence``
@@ -167,8 +167,12 @@ class MaskedLMHead(keras.layers.Layer):
 
     def call(self, hidden, mask_positions=None):
         if mask_positions is not None:
-            index = ops.cast(mask_positions, "int32")[..., None]
-            hidden = ops.take_along_axis(hidden, index, axis=1)
+            # A position outside the sequence predicts NaN (as an out-of-range id
+            # does); a gather would wrap -1, clamp or raise, by backend.
+            index = ops.cast(mask_positions, "int32")
+            valid = (index >= 0) & (index < ops.shape(hidden)[1])
+            hidden = ops.take_along_axis(hidden, ops.where(valid, index, 0)[..., None], axis=1)
+            hidden = ops.where(valid[..., None], hidden, ops.cast(float("nan"), hidden.dtype))
         dtype = self._logits_dtype
         hidden = self.transform_layer_norm(self.transform_dense(hidden))
         hidden = ops.cast(hidden, dtype)

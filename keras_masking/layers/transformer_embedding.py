@@ -122,10 +122,12 @@ class TransformerEmbedding(keras.layers.Layer):
             upper = getattr(self, limit)
             check_ids_in_range(ids, upper, name, limit)
             # Compiled calls cannot raise on values: an out-of-range id makes its
-            # embedding NaN (TensorFlow would clamp it silently, JAX fill NaN).
+            # embedding NaN (looked up as id 0: a lookup past the table raises on
+            # TensorFlow's CPU kernels and clamps under XLA and on JAX).
             in_range = (ids >= 0) & (ids < upper)
             valid = in_range if valid is None else valid & in_range
-            embedded = table(ids) if embedded is None else embedded + table(ids)
+            rows = table(ops.where(in_range, ids, 0))
+            embedded = rows if embedded is None else embedded + rows
         embedded = ops.where(valid[..., None], embedded, float("nan"))
         embedded = self.layer_norm(embedded)
         return self.embedding_dropout(embedded, training=training)

@@ -6,9 +6,11 @@ import keras_hub
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.layers.masked_lm_head import MaskedLMHead
 from keras_masking.models.transformer_backbone import TransformerBackbone
+from keras_masking.ops.label_range import nan_for_labels_out_of_range
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import check_ids_in_range
 from keras_masking.utils.eager_checks import check_integer_ids
+from keras_masking.utils.eager_checks import concrete_value
 from keras_masking.utils.eager_checks import static_shape
 
 
@@ -84,6 +86,18 @@ class TransformerMaskedLM(ConcreteInputChecks, keras_hub.models.MaskedLM):
                 from_logits=True, reduction="mean_with_sample_weight"
             )
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
+
+    def check_labels(self, labels):
+        """Labels are token ids in ``[0, vocabulary_size)`` (checked when
+        concrete; a compiled step's loss is NaN for one outside)."""
+        values = None if labels is None or isinstance(labels, dict) else concrete_value(labels)
+        if values is not None and values.size:
+            check_integer_ids("labels", values)
+            check_ids_in_range(values, self.backbone.vocabulary_size, "labels", "vocabulary_size")
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        loss = super().compute_loss(x, y, y_pred, sample_weight, training)
+        return nan_for_labels_out_of_range(loss, y, self.backbone.vocabulary_size)
 
     def check_inputs(self, inputs):
         """The backbone's `check_inputs`, and ``mask_positions``: integers

@@ -24,6 +24,7 @@ from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.models.transformer_text_classifier_preprocessor import (
     TransformerTextClassifierPreprocessor,
 )
+from keras_masking.ops.label_range import nan_for_labels_out_of_range
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import ConcreteInputChecks
@@ -410,8 +411,14 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         required); see `TransformerBackbone.check_inputs` for when it runs."""
         self.backbone.check_inputs(inputs, required=sorted(self.input), allowed=tuple(self.input))
 
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        loss = super().compute_loss(x, y, y_pred, sample_weight, training)
+        return nan_for_labels_out_of_range(loss, y, self.num_classes)
+
     def check_labels(self, labels):
-        """Class labels must be ints in ``[0, num_classes)`` (checked when concrete).
+        """Class labels must be ints in ``[0, num_classes)`` (checked when
+        concrete; a compiled step's loss is NaN for one outside, from
+        `tf.data` for example).
 
         Run by ``fit`` / ``evaluate`` before a step compiles: an out-of-range
         label would reach TensorFlow's loss as an InvalidArgumentError, or a

@@ -461,6 +461,26 @@ def test_labels_outside_the_classes_are_refused_before_a_step(preprocessor):
         classifier.fit(texts, np.eye(3)[[0, 2]], verbose=0, epochs=0)
 
 
+def test_labels_outside_the_classes_in_a_compiled_step_give_a_nan_loss():
+    """From `tf.data` no check can run before the step: its loss is NaN, not a number
+    JAX computed from another class (0.549 for a label 3 of 3 classes)."""
+    import tensorflow as tf
+
+    from tests.testing import random_features
+    from tests.testing import tiny_backbone_kwargs
+
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs()), seed=3)
+    classifier = TransformerTextClassifier(backbone, num_classes=3, dropout=0.0)
+    classifier.compile(optimizer="sgd", jit_compile=True)
+
+    def loss(labels):
+        data = tf.data.Dataset.from_tensor_slices((random_features(), np.array(labels))).batch(2)
+        return classifier.evaluate(data, verbose=0, return_dict=True)["loss"]
+
+    assert np.isfinite(loss([0, 2]))
+    assert np.isnan(loss([0, 3])) and np.isnan(loss([-1, 0]))
+
+
 def test_the_logits_are_computed_in_float32_under_mixed_precision(restore_policy):
     """keras-hub's head runs in the backbone's policy: bfloat16 logits, 0.4% off."""
     from tests.testing import random_features

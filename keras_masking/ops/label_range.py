@@ -1,0 +1,34 @@
+"""A compiled loss that shows labels outside the classes, where no error can be raised."""
+
+import keras
+from keras import ops
+
+
+def nan_for_labels_out_of_range(loss, labels, count):
+    """``loss``, or NaN when an integer label lies outside ``[0, count)``.
+
+    A compiled step cannot raise on values, and a sparse cross-entropy reads
+    such a label as another class (JAX clamps it; TensorFlow's CPU kernels
+    raise, XLA clamps): the step's loss becomes NaN instead, as a row with an
+    out-of-range token id does. Float labels (one-hot, multi-hot, regression
+    targets) are returned as they are.
+
+    Args:
+        loss: the step's loss, a scalar.
+        labels: the step's labels ``y``, or None.
+        count: int, the number of classes.
+
+    Returns:
+        The loss, or NaN of its dtype.
+
+    Example:
+
+    >>> float(nan_for_labels_out_of_range(np.float32(0.5), np.array([0, 2]), 2))
+    nan
+    """
+    if labels is None or isinstance(labels, dict):
+        return loss
+    if "int" not in keras.backend.standardize_dtype(labels.dtype):
+        return loss
+    outside = ops.any((labels < 0) | (labels >= count))
+    return ops.where(outside, ops.cast(float("nan"), ops.dtype(loss)), loss)
