@@ -19,6 +19,7 @@ from keras_masking.losses.dag_loss import dag_loss
 from keras_masking.models.exlm_encoder import ExLMEncoder
 from keras_masking.models.exlm_encoder import ExLMModel
 from keras_masking.models.exlm_encoder import plain_position_ids
+from keras_masking.ops.label_range import nan_for_labels_out_of_range
 from keras_masking.ops.token_dropping import batched_gather
 from keras_masking.ops.token_dropping import kept_indices
 from keras_masking.ops.token_selection import select_tokens
@@ -69,11 +70,13 @@ def _weighted_mean(values, weights):
 def _masked_cross_entropy(y_pred):
     """``(mean cross-entropy over the masked tokens, their count)`` of a batch."""
     weights = ops.cast(y_pred["label_mask"], "float32")
-    losses = keras.losses.sparse_categorical_crossentropy(
-        y_pred["labels"], y_pred["logits"], from_logits=True
-    )
+    labels, vocabulary = y_pred["labels"], ops.shape(y_pred["logits"])[-1]
+    # An out-of-range id picked as a label: NaN, not a kernel error or a clamped read.
+    safe = ops.where((labels >= 0) & (labels < vocabulary), labels, 0)
+    losses = keras.losses.sparse_categorical_crossentropy(safe, y_pred["logits"], from_logits=True)
     count = ops.sum(weights)
-    return ops.sum(losses * weights) / ops.maximum(count, 1.0), count
+    mean = ops.sum(losses * weights) / ops.maximum(count, 1.0)
+    return nan_for_labels_out_of_range(mean, labels, vocabulary), count
 
 
 def prediction_entropy(logits, weights):
@@ -436,11 +439,15 @@ class ExLMPretrainer(ExLMModel):
             raise ValueError(SAMPLE_WEIGHTS_REFUSED)
         if self.objective == "mlm":
             # Under tf.distribute, this replica's share of the global mean.
-            return replica_share(*_masked_cross_entropy(y_pred))
-        arguments = self._dag_arguments(y_pred)
-        log_likelihood = dag_loss(*arguments)
-        lengths = ops.cast(ops.maximum(arguments[3], 1), "float32")
-        return replica_share(-ops.mean(log_likelihood / lengths), ops.shape(lengths)[0])
+            loss = replica_share(*_masked_cross_entropy(y_pred))
+        else:
+            arguments = self._dag_arguments(y_pred)
+            log_likelihood = dag_loss(*arguments)
+            lengths = ops.cast(ops.maximum(arguments[3], 1), "float32")
+            loss = replica_share(-ops.mean(log_likelihood / lengths), ops.shape(lengths)[0])
+        # A picked out-of-range id is masked in the input but read as a target
+        # (a gather that clamps): NaN, as the backbone's row for it.
+        return nan_for_labels_out_of_range(loss, x["token_ids"], self.backbone.vocabulary_size)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         # Each mean is weighted by what it averages over (masked states,

@@ -544,6 +544,25 @@ def test_bad_call_inputs_are_refused_before_anything_changes(call, match):
     refused_without_change(instance, call, match)
 
 
+@pytest.mark.parametrize("objective", ["exlm", "mlm"])
+def test_an_out_of_range_id_from_a_dataset_gives_a_nan_loss(objective):
+    """A picked id is [MASK] in the input but still a target: read from `tf.data` (no
+    check can raise), its loss was a finite number from a clamped gather on JAX."""
+    import tensorflow as tf
+
+    vocabulary = rotary2d_backbone().vocabulary_size
+    ids = pad_rows([[ex.CLS, 5, 6, vocabulary, 8, 9, ex.SEP], [ex.CLS, 10, 11, 12, ex.SEP]])
+    pretrainer = make_pretrainer(rotary2d_backbone(), objective=objective)
+    pretrainer.compile(optimizer=keras.optimizers.SGD(0.0))
+
+    def loss(ids):
+        data = tf.data.Dataset.from_tensor_slices(exlm_inputs(ids)).batch(2)
+        return pretrainer.evaluate(data, verbose=0, return_dict=True)["loss"]
+
+    assert np.isnan(loss(ids))
+    assert np.isfinite(loss(np.where(ids == vocabulary, 7, ids)))
+
+
 def test_example_weights_are_refused_before_anything_runs():
     backbone = rotary2d_backbone()
     pretrainer = ExLMPretrainer(backbone, k=2, mask_token_id=3, unselectable_token_ids=(1, 2))
