@@ -15,6 +15,7 @@ from keras_masking.ops.rotary import apply_interleaved_rotary
 from keras_masking.ops.rotary import apply_rotary_2d
 from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
+from keras_masking.utils.eager_checks import static_shape
 
 POSITION_SCHEMES = ("absolute", "rotary", "relative", "rotary2d")
 _ROTATIONS = {"rotary": apply_interleaved_rotary, "rotary2d": apply_rotary_2d}
@@ -162,6 +163,8 @@ class SelfAttention(keras.layers.Layer):
         training=None,
     ):
         batch, length = ops.shape(hidden)[0], ops.shape(hidden)[1]
+        if padding_mask is not None:
+            _check_mask_shape(padding_mask, hidden)
         if position_ids is None:
             position_ids = ops.arange(length, dtype="int32")[None, :]
         query = self._split_heads(self.query(hidden), batch, length)
@@ -237,3 +240,16 @@ def _einsum_table(equation, tensor, table):
     operands, output = equation.split("->")
     first, second = operands.split(",")
     return ops.einsum(f"{first},{second[1:]}->{output}", tensor, table[0])
+
+
+def _check_mask_shape(padding_mask, hidden):
+    """A padding mask ``(batch, sequence)`` of ``hidden``'s: a static shape check (a
+    mask of another shape would broadcast over the keys without a word)."""
+    mask, expected = static_shape(padding_mask), static_shape(hidden)[:2]
+    if len(mask) != 2 or any(
+        None not in (got, want) and got != want for got, want in zip(mask, expected)
+    ):
+        raise ValueError(
+            f"Expected a padding_mask of shape (batch, sequence) = {expected}. "
+            f"Received: padding_mask.shape={mask}."
+        )

@@ -60,6 +60,15 @@ def test_attention_matches_formula_with_padding(attention_inputs):
     )
 
 
+def test_a_padding_mask_of_another_shape_is_refused_not_broadcast(attention_inputs):
+    layer, hidden, mask = attention_inputs
+    for bad in (mask[:, :1], mask[:1], mask[..., None]):  # each broadcast over the keys
+        with pytest.raises(
+            ValueError, match=r"padding_mask of shape \(batch, sequence\) = \(2, 6\)"
+        ):
+            layer(hidden, padding_mask=bad)
+
+
 def test_attention_bias_is_additive_on_logits(attention_inputs):
     layer, hidden, mask = attention_inputs
     bias = np.random.default_rng(1).normal(size=(2, 2, 6, 6)).astype("float32")
