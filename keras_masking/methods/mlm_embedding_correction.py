@@ -284,13 +284,14 @@ def correct_mlm_embeddings(
     if record is None:
         logger.info("%s is already MLM-corrected; nothing changed.", layer.name)
         return None
-    if stale_average_steps(model):
+    steps = stale_average_steps(model)
+    if steps:
         logger.warning(
             "%s's optimizer keeps moving averages of the weights (use_ema) from %d steps "
             "before this correction: a further fit with it ends by writing them back, undoing "
             "most of it. Compile with a fresh optimizer before fitting again.",
             model.name,
-            stale_average_steps(model),
+            steps,
         )
     original = keras.ops.convert_to_numpy(layer.embeddings)
     layer.embeddings.assign(corrected)

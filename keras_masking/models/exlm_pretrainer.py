@@ -438,13 +438,13 @@ class ExLMPretrainer(ExLMModel):
         if sample_weight is not None:  # a dataset that yields weights
             raise ValueError(SAMPLE_WEIGHTS_REFUSED)
         if self.objective == "mlm":
-            # Under tf.distribute, this replica's share of the global mean.
-            loss = replica_share(*_masked_cross_entropy(y_pred))
-        else:
-            arguments = self._dag_arguments(y_pred)
-            log_likelihood = dag_loss(*arguments)
-            lengths = ops.cast(ops.maximum(arguments[3], 1), "float32")
-            loss = replica_share(-ops.mean(log_likelihood / lengths), ops.shape(lengths)[0])
+            # Under tf.distribute, this replica's share of the global mean
+            # (NaN for an out-of-range label: `_masked_cross_entropy`).
+            return replica_share(*_masked_cross_entropy(y_pred))
+        arguments = self._dag_arguments(y_pred)
+        log_likelihood = dag_loss(*arguments)
+        lengths = ops.cast(ops.maximum(arguments[3], 1), "float32")
+        loss = replica_share(-ops.mean(log_likelihood / lengths), ops.shape(lengths)[0])
         # A picked out-of-range id is masked in the input but read as a target
         # (a gather that clamps): NaN, as the backbone's row for it.
         return nan_for_labels_out_of_range(loss, x["token_ids"], self.backbone.vocabulary_size)
