@@ -34,8 +34,10 @@ OPTIONAL_KEYS = {
     "initializer_range": 0.02,
     "embedding_size": None,
     # Ours, written only for a backbone that does not pool the first token
-    # (multilingual-e5's mean): Google's code has no such setting.
+    # (multilingual-e5's mean), and for a pruned table (the full table's size
+    # and row mean, which the MLM correction reads): Google's code has neither.
     "pooling": "first",
+    "pruned_from": None,
 }
 _SIZE = {"check": check_int, "minimum": 1}
 _RATE = {"check": check_float, "minimum": 0.0, "maximum": 1.0, "open_maximum": True}
@@ -253,6 +255,8 @@ def backbone_kwargs_from_google_config(config, model, source="config"):
     kwargs.update(position=FAMILY_POSITIONS[model], activation=activation)
     if "pooling" in config:
         kwargs["pooling"] = check_choice("pooling", config["pooling"], POOLINGS)
+    if config.get("pruned_from") is not None:
+        kwargs["pruned_from"] = config["pruned_from"]  # checked by TransformerBackbone
     return kwargs
 
 
@@ -282,6 +286,9 @@ def google_config_from_backbone(backbone):
         del config["max_relative_position"]
     if backbone.pooling != "first":
         config["pooling"] = backbone.pooling
+    pruned_from = backbone.get_config()["pruned_from"]
+    if pruned_from is not None:
+        config["pruned_from"] = pruned_from
     return config
 
 

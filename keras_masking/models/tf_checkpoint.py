@@ -252,6 +252,7 @@ def _check_config(config, path, backbone, family=True):
             f"weights' shapes). Expected {argument}={declared!r}. Received: "
             f"{argument}={built!r}."
         )
+    _check_pruned_from(config.get("pruned_from"), path, backbone)
     if not family or backbone.position not in ("rotary", "relative"):
         return  # absolute positions: the position table's presence tells
     built = "roformer" if backbone.position == "rotary" else "nezha"
@@ -266,6 +267,28 @@ def _check_config(config, path, backbone, family=True):
         "holds max_relative_position or use_relative_position). Expected a "
         f"{declared or 'RoFormer'} model. Received: position={backbone.position!r}."
     )
+
+
+def _check_pruned_from(declared, path, backbone):
+    """Refuses a backbone without the pruned table's record the config declares (the
+    MLM correction would average the kept rows, not the full table's)."""
+    if not isinstance(declared, dict):
+        return  # none declared (Google's configs), or a bad one: the reader names it
+    built = backbone.get_config()["pruned_from"] or {}
+    size = declared.get("vocabulary_size")
+    mean = declared.get("token_embedding_mean")
+    same = built.get("vocabulary_size") == size and np.allclose(
+        built.get("token_embedding_mean", np.nan), mean, rtol=1e-6, atol=0
+    )
+    if not same:
+        raise ValueError(
+            f"{path}: the checkpoint's table was pruned from {size} rows (the config's "
+            "pruned_from holds that table's size and row mean, which the MLM correction "
+            "reads), but the model's pruned_from is "
+            f"{'for ' + str(built['vocabulary_size']) + ' rows' if built else 'None'} "
+            "(nothing was loaded). Expected the config's pruned_from: load with "
+            "from_tf_checkpoint, or build the backbone with pruned_from=<the config's>."
+        )
 
 
 def _invisible_settings(config, backbone):
@@ -534,7 +557,9 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
     The result is what `from_tf_checkpoint` and bert4keras-style loaders
     read (``cls/predictions/...`` too for a `TransformerMaskedLM`). A
     corrected model also gets ``mlm_embedding_correction.json`` beside it, so
-    that it loads as corrected. Each file is written atomically.
+    that it loads as corrected, and a pruned one its ``pruned_from`` in the
+    config. Each file is written atomically; a failed config write takes the
+    checkpoint back.
 
     Args:
         model: a `TransformerBackbone` or `TransformerMaskedLM`.
@@ -596,10 +621,41 @@ def save_tf_checkpoint(model, checkpoint_prefix, config_path=None):
     config = google_config_from_backbone(backbone)
     variables = layout.model_variables_by_name(model)
     values = {name: keras.ops.convert_to_numpy(variable) for name, variable in variables.items()}
+    os.makedirs(os.path.dirname(os.path.abspath(config_path)), exist_ok=True)
+    state_file = os.path.join(folder, "checkpoint")
+    state = _read_bytes(state_file)
     write_tf_checkpoint(values, checkpoint_prefix)
-    write_json_atomically(config_path, config)
-    write_correction_record(folder, record, "save_tf_checkpoint")
+    written = []
+    try:
+        written.append(write_json_atomically(config_path, config))
+        write_correction_record(folder, record, "save_tf_checkpoint")
+    except BaseException:
+        # Half a save (a checkpoint without its config) would be refused by the
+        # next call: take it back, so that the same call can be made again.
+        prefix = glob.escape(os.path.abspath(checkpoint_prefix))
+        for path in written + glob.glob(prefix + ".index") + glob.glob(prefix + ".data-*"):
+            os.remove(path)
+        _restore_bytes(state_file, state)
+        raise
     return checkpoint_prefix
+
+
+def _read_bytes(path):
+    """A file's bytes, or None when there is none."""
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except FileNotFoundError:
+        return None
+
+
+def _restore_bytes(path, data):
+    """Puts back what `_read_bytes` read (None: no file)."""
+    if data is None:
+        if os.path.exists(path):
+            os.remove(path)
+    else:
+        write_atomically(path, lambda file: file.write(data), mode="wb")
 
 
 def write_tf_checkpoint(values, checkpoint_prefix):

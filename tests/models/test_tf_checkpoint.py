@@ -445,3 +445,50 @@ def test_mean_pooling_survives_a_checkpoint(position, tmp_path):
         np.asarray(backbone(features)["pooled_output"]),
         atol=1e-6,
     )
+
+
+def test_a_pruned_tables_record_survives_a_checkpoint(tmp_path):
+    """bert_config.json keeps ``pruned_from`` (the full table's size and row mean, which
+    the MLM correction averages): the reloaded model was corrected with the kept rows'
+    mean instead (0.04 apart on a tiny table). A model without the record refuses it."""
+    mean = np.random.default_rng(0).normal(size=32).round(3).tolist()
+    pruned_from = {"vocabulary_size": 500, "token_embedding_mean": mean}
+    backbone = TransformerBackbone(**tiny_backbone_kwargs(pruned_from=pruned_from))
+    randomize_weights(backbone, seed=1)
+    save_tf_checkpoint(backbone, str(tmp_path / "m.ckpt"))
+    loaded = from_tf_checkpoint(tmp_path / "bert_config.json", tmp_path / "m.ckpt")
+    assert loaded.get_config()["pruned_from"] == pruned_from
+    for model in (backbone, loaded):
+        keras_masking.methods.correct_mlm_embeddings(model, mask_token_id=3)
+    np.testing.assert_array_equal(
+        loaded.token_embedding.embeddings.numpy(), backbone.token_embedding.embeddings.numpy()
+    )
+    unpruned = TransformerBackbone(**tiny_backbone_kwargs())
+    before = weights_of(unpruned)
+    with pytest.raises(ValueError, match=r"pruned from 500 rows .* pruned_from is None"):
+        load_tf_checkpoint_weights(unpruned, tmp_path / "m.ckpt")
+    assert_same_weights(unpruned, before)
+
+
+def test_a_failed_config_write_takes_the_checkpoint_back(tmp_path, monkeypatch):
+    """The config is written after the checkpoint: when that fails (a full disk), the
+    checkpoint goes too (a checkpoint without its config was left, and the same call
+    then refused its folder), the folder's own files stay, and the call can be made again."""
+    import keras_masking.models.tf_checkpoint as tf_checkpoint
+
+    prefix = str(tmp_path / "bert" / "bert_model.ckpt")
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "checkpoint").write_text("mine")
+
+    def full_disk(path, value):
+        raise OSError("No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tf_checkpoint, "write_json_atomically", full_disk)
+        with pytest.raises(OSError, match="No space"):
+            save_tf_checkpoint(tiny_ours(), prefix)
+    assert files_in(tmp_path / "bert") == [("checkpoint", 4)]
+    # A config folder that does not exist yet is made before anything is written.
+    config_path = tmp_path / "configs" / "base" / "bert_config.json"
+    save_tf_checkpoint(tiny_ours(), prefix, config_path=config_path)
+    assert config_path.exists() and (tmp_path / "bert" / "bert_model.ckpt.index").exists()
