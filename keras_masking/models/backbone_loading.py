@@ -4,6 +4,7 @@ import inspect
 import json
 import os
 import pathlib
+import re
 
 import keras
 import keras_hub
@@ -164,7 +165,8 @@ class BackboneLoading:
         The card says what the model is and which methods are on
         (`keras_masking.models.model_card.model_card`). The preset is written
         in a temporary folder, then swapped in: a failure (a full disk) leaves
-        an existing preset as it was. Other files of the folder are kept.
+        an existing preset as it was. Other files of the folder are kept, but
+        not old weights files (`kept_across_preset_saves`).
 
         Args:
             preset_dir: the preset folder.
@@ -181,7 +183,24 @@ class BackboneLoading:
             save(folder, max_shard_size=max_shard_size)
             write_model_card(folder, model_card(self))
 
-        replace_folder_atomically(preset_dir, write, keep_other_files=True)
+        replace_folder_atomically(preset_dir, write, keep_other_files=kept_across_preset_saves)
+
+
+def kept_across_preset_saves(name):
+    """Whether a file of a preset folder stays when another preset is saved there.
+
+    The weights are one set: an old ``model.weights.h5`` beside new shards
+    (``model.weights.json``, ``model_00000.weights.h5``, ...) is what keras-hub
+    would load. Every other file stays (a tokenizer saved there, your notes).
+
+    Args:
+        name: a file or folder name in the preset folder.
+
+    Example:
+    >>> kept_across_preset_saves("model.weights.h5"), kept_across_preset_saves("notes.txt")
+    (False, True)
+    """
+    return not re.fullmatch(r"model(_\d+)?\.weights\.(h5|json)", name)
 
 
 def load_backbone_preset(cls, preset, load_weights=True, **kwargs):

@@ -15,6 +15,7 @@ from keras_masking.layers.activations import gelu_as_erf
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.models.asa_objective import ASAObjective
 from keras_masking.models.asa_objective import asa_training_pass
+from keras_masking.models.backbone_loading import kept_across_preset_saves
 from keras_masking.models.model_card import model_card
 from keras_masking.models.model_card import write_model_card
 from keras_masking.models.onnx_export import export_onnx
@@ -301,7 +302,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
             save(folder, max_shard_size=max_shard_size)
             write_model_card(folder, model_card(self.backbone, self.name, head=head))
 
-        replace_folder_atomically(preset_dir, write, keep_other_files=True)
+        replace_folder_atomically(preset_dir, write, keep_other_files=kept_across_preset_saves)
 
     def merge_lora(self):
         """A new classifier whose backbone has LoRA merged (`TransformerBackbone.merge_lora`).

@@ -239,7 +239,9 @@ def replace_folder_atomically(output, write, needed_bytes=None, keep_other_files
         needed_bytes: see `write_folder_atomically`.
         keep_other_files: copy the old folder's files and folders that the
             new one does not hold into it (a write into the folder, as
-            keras-hub's ``save_to_preset`` makes, whole or not at all).
+            keras-hub's ``save_to_preset`` makes, whole or not at all); or a
+            callable ``keep(name)`` choosing which of them to copy (an old
+            file of a set the write replaces as a whole is not).
 
     Returns:
         ``output``, as a `pathlib.Path`.
@@ -261,9 +263,12 @@ def replace_folder_atomically(output, write, needed_bytes=None, keep_other_files
 
     def write_and_keep(folder):
         write(folder)
+        keep = keep_other_files if callable(keep_other_files) else lambda name: True
         for entry in output.iterdir() if keep_other_files else ():
             target = pathlib.Path(folder, entry.name)
-            if not target.exists() and not entry.name.startswith(f".{output.name}.partial-"):
+            if target.exists() or entry.name.startswith(f".{output.name}.partial-"):
+                continue
+            if keep(entry.name):
                 copy = shutil.copytree if entry.is_dir() else shutil.copy2
                 copy(entry, target)
 

@@ -171,6 +171,32 @@ def test_a_preset_is_saved_whole_or_the_old_one_stays(tmp_path, monkeypatch):
     assert (preset / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize("model_kind", ["backbone", "classifier"])
+def test_a_sharded_preset_saved_over_a_whole_one_loads_the_new_weights(model_kind, tmp_path):
+    """The weights files are one set: the old model.weights.h5 stayed beside the new
+    shards, and keras-hub loads it first (the old model came back, 1.8 apart)."""
+    preset = str(tmp_path / "preset")
+
+    def model(seed):
+        backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs()), seed=seed)
+        if model_kind == "backbone":
+            return backbone
+        return randomize_weights(TransformerTextClassifier(backbone, num_classes=3), seed=seed)
+
+    model(1).save_to_preset(preset)
+    new = model(2)
+    new.save_to_preset(preset, max_shard_size=0.00002)
+    loaded = type(new).from_preset(preset)
+    assert not (tmp_path / "preset" / "model.weights.h5").exists()
+    assert (tmp_path / "preset" / "model_00001.weights.h5").exists()
+    for got, want in zip(loaded.weights, new.weights):
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want)
+        )
+    model(3).save_to_preset(preset)  # and back: the old shards go
+    assert not list((tmp_path / "preset").glob("model_*.weights.h5"))
+
+
 @pytest.mark.parametrize("keep", [0.6, 0.01])
 def test_truncated_preset_weights_name_the_file(keep, tmp_path):
     preset, path = _damaged_preset(tmp_path, "model.weights.h5", keep)
