@@ -1,7 +1,6 @@
 """TransformerTextClassifier: a keras-hub TextClassifier on a TransformerBackbone."""
 
 import contextlib
-import json
 import logging
 import os
 import pathlib
@@ -16,6 +15,7 @@ from keras_masking.layers.initializers import bert_initializer
 from keras_masking.models.asa_objective import ASAObjective
 from keras_masking.models.asa_objective import asa_training_pass
 from keras_masking.models.backbone_loading import kept_across_preset_saves
+from keras_masking.models.backbone_loading import read_keras_hub_preset
 from keras_masking.models.model_card import model_card
 from keras_masking.models.model_card import write_model_card
 from keras_masking.models.onnx_export import export_onnx
@@ -30,6 +30,7 @@ from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import concrete_value
+from keras_masking.utils.files import read_json_object
 from keras_masking.utils.files import replace_folder_atomically
 from keras_masking.utils.training_state import refresh_training
 
@@ -555,8 +556,16 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         """
         path = pathlib.Path(os.fspath(preset))
         task_file = path / "task.json"
-        if task_file.is_file() and "num_classes" in kwargs:
-            saved = json.loads(task_file.read_text(encoding="utf-8"))["config"].get("num_classes")
+        task = None
+        if task_file.is_file():
+            task = read_json_object(task_file, "the task.json that save_to_preset wrote")
+        if task is None and "num_classes" not in kwargs and path.is_dir():
+            raise ValueError(
+                f"{path} holds no task.json (a classifier preset's head), so a head is built "
+                "afresh. Expected num_classes=, or the classifier preset's task.json."
+            )
+        if task is not None and "num_classes" in kwargs:
+            saved = task.get("config", {}).get("num_classes")
             if kwargs["num_classes"] == saved:
                 del kwargs["num_classes"]  # keras-hub would skip the trained head
             else:
@@ -568,8 +577,10 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
             and not (path / "preprocessor.json").is_file()
             and (path / "tokenizer.json").is_file()
         ):
-            config = json.loads((path / "config.json").read_text(encoding="utf-8"))["config"]
-            length = sequence_length or min(512, config.get("max_sequence_length", 512))
+            config = read_json_object(path / "config.json", "the preset's config.json")
+            length = sequence_length or min(
+                512, config.get("config", {}).get("max_sequence_length", 512)
+            )
             kwargs["preprocessor"] = cls.preprocessor_cls.from_preset(
                 os.fspath(preset), sequence_length=length
             )
@@ -578,7 +589,20 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
                 "sequence_length sets the preprocessor of a preset that has none (a backbone's); "
                 f"{path} has its own. Pass preprocessor= to change it."
             )
-        return super().from_preset(preset, load_weights=load_weights, **kwargs)
+        if (
+            task is not None
+            and load_weights
+            and "num_classes" not in kwargs
+            and _declares_a_subclass(task, cls)
+            and not (path / "task.weights.h5").is_file()
+        ):  # keras-hub would build the head afresh, without a word
+            raise ValueError(
+                f"{path / 'task.weights.h5'}: not found, so the trained head of {task_file} "
+                "cannot be loaded. Expected the file save_to_preset wrote (copy it again), or "
+                "pass num_classes= for a fresh head."
+            )
+        # Every file checked as a backbone preset's is (JSON, truncated weights, NaN).
+        return read_keras_hub_preset(super(), preset, load_weights=load_weights, **kwargs)
 
 
 def _check_backbone(backbone):
@@ -638,3 +662,10 @@ def _default_loss_fits(activation):
     """Whether keras-hub's default loss reads outputs of ``activation`` (logits or softmax)."""
     activation = keras.activations.get(activation)
     return activation in (keras.activations.linear, keras.activations.softmax)
+
+
+def _declares_a_subclass(task_config, cls):
+    """Whether a preset's ``task.json`` declares ``cls`` or a subclass of it."""
+    name = task_config.get("registered_name")
+    declared = keras.saving.get_registered_object(name) if isinstance(name, str) else None
+    return isinstance(declared, type) and issubclass(declared, cls)

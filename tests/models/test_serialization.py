@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 
 import keras
 import numpy as np
@@ -232,6 +233,54 @@ def test_correcting_a_damaged_preset_names_the_file(name, tmp_path):
     with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: .*truncated"):
         correct_preset_embeddings(str(preset), str(tmp_path / "out"), mask_token_id=4)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def classifier_preset(tmp_path_factory):
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs()), seed=1)
+    preset = tmp_path_factory.mktemp("classifier") / "preset"
+    TransformerTextClassifier(backbone, num_classes=3).save_to_preset(str(preset))
+    return preset
+
+
+def _nan_in_head(path):
+    import h5py
+
+    with h5py.File(path, "r+") as file:
+        kernels = []
+        file.visititems(
+            lambda name, item: kernels.append(name) if isinstance(item, h5py.Dataset) else None
+        )
+        kernel = file[kernels[0]]
+        kernel[...] = np.full(kernel.shape, np.nan, kernel.dtype)
+
+
+def _truncated(path):
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda p: (p / "task.weights.h5").unlink(), r"task.weights.h5: not found, so the trained"),
+        (lambda p: _nan_in_head(p / "task.weights.h5"), r"NaN or infinite value"),
+        (lambda p: _truncated(p / "task.weights.h5"), r"task.weights.h5: cannot read"),
+        (lambda p: (p / "task.json").write_text("{x"), r"task.json: not valid JSON"),
+        (lambda p: (p / "task.json").unlink(), r"holds no task.json .* Expected num_classes="),
+    ],
+    ids=["head missing", "head NaN", "head truncated", "task.json corrupt", "no task.json"],
+)
+def test_a_damaged_classifier_preset_is_refused_by_its_file(
+    classifier_preset, damage, message, tmp_path
+):
+    """keras-hub built a random head without a word for a missing task.weights.h5,
+    loaded NaN heads, and named no file (h5py, JSON) or another (tokenizer.json)."""
+    preset = tmp_path / "preset"
+    shutil.copytree(classifier_preset, preset)
+    TransformerTextClassifier.from_preset(str(preset))  # whole, it loads
+    damage(preset)
+    with pytest.raises(ValueError, match=message):
+        TransformerTextClassifier.from_preset(str(preset))
 
 
 def test_preset_with_nan_weights_is_refused(tmp_path):
