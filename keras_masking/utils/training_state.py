@@ -63,9 +63,8 @@ def build_optimizer(model, x=None, y=None):
     everything is built from the batch's shapes (the batch size left open,
     as in the traced step); otherwise only the optimizer of a built model.
     The package's models call this in ``fit``; it does nothing on other
-    backends, without an optimizer, or when the optimizer is built. An
-    unbuilt optimizer's model first gets `restart_loaded_lora` (on every
-    backend).
+    backends, without an optimizer, or when the optimizer is built. A
+    compiled model first gets `restart_loaded_lora` (on every backend).
 
     Args:
         model: a `keras.Model`, compiled or not.
@@ -80,8 +79,10 @@ def build_optimizer(model, x=None, y=None):
     ```
     """
     optimizer = getattr(model, "optimizer", None)
-    if optimizer is not None and not optimizer.built:
-        restart_loaded_lora(model)  # a loaded model's LoRA trains again
+    if optimizer is not None:
+        # A loaded model's LoRA trains again, its optimizer built (a saved
+        # compiled model) or not.
+        restart_loaded_lora(model)
     if keras.config.backend() != "tensorflow" or optimizer is None or optimizer.built:
         return
     batch = _symbolic_batch(model, x, y)
