@@ -22,6 +22,7 @@ from keras_masking.models.backbone_loading import BackboneLoading
 from keras_masking.models.backbone_methods import BackboneMethods
 from keras_masking.ops.attention_masks import padding_mask_to_bias
 from keras_masking.ops.pooling import masked_mean
+from keras_masking.utils.arguments import check_model_keywords
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import check_encoder_inputs
 from keras_masking.utils.training_state import CallerRecord
@@ -169,6 +170,7 @@ class TransformerBackbone(
         **kwargs,
     ):
         # Everything is checked before the first layer is built.
+        check_model_keywords(type(self), kwargs)
         checked = checked_backbone_arguments(locals())
         for name in CONFIG_NAMES:
             setattr(self, name, checked[name])

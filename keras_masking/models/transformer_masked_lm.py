@@ -7,6 +7,7 @@ from keras_masking.layers.initializers import bert_initializer
 from keras_masking.layers.masked_lm_head import MaskedLMHead
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.ops.label_range import nan_for_labels_out_of_range
+from keras_masking.utils.arguments import check_model_keywords
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import check_ids_in_range
 from keras_masking.utils.eager_checks import check_integer_ids
@@ -55,6 +56,7 @@ class TransformerMaskedLM(ConcreteInputChecks, keras_hub.models.MaskedLM):
     preprocessor_cls = None
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
+        check_model_keywords(type(self), kwargs)
         self.backbone = backbone
         self.preprocessor = preprocessor
         self.masked_lm_head = MaskedLMHead(

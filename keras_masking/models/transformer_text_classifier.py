@@ -28,6 +28,7 @@ from keras_masking.models.transformer_text_classifier_preprocessor import (
 from keras_masking.ops.label_range import nan_for_labels_out_of_range
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_model_keywords
 from keras_masking.utils.eager_checks import ConcreteInputChecks
 from keras_masking.utils.eager_checks import concrete_value
 from keras_masking.utils.files import read_json_object
@@ -120,6 +121,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         **kwargs,
     ):
         # Everything is checked before the first layer is built.
+        check_model_keywords(type(self), kwargs)
         _check_backbone(backbone)
         num_classes = check_int("num_classes", num_classes, minimum=2)
         dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)

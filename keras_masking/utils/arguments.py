@@ -5,6 +5,8 @@ Python and numpy numbers are accepted alike (``np.float32(0.1)`` is a rate,
 silently truncated to an integer (``k=2.5`` is refused, not read as 2).
 """
 
+import difflib
+import inspect
 import numbers
 import os
 
@@ -222,3 +224,48 @@ def check_path(name, value):
         if isinstance(path, str):
             return path
     raise TypeError(f"Expected a path (str or os.PathLike) for {name}. Received: {name}={value!r}.")
+
+
+# What a Keras functional model takes besides its own arguments.
+MODEL_KEYWORDS = ("name", "trainable", "dtype")
+
+
+def check_model_keywords(owner, keywords):
+    """Refuses keyword arguments a functional model would drop without a word.
+
+    Keras' functional models ignore unknown keywords: a misspelled setting
+    (``droptoken=`` for ``drop_token=``, in code or in a preset's
+    ``config.json``) would turn a method off silently.
+
+    Args:
+        owner: the model's class (its constructor's arguments are suggested).
+        keywords: the ``**kwargs`` the constructor received.
+
+    Example:
+
+    >>> class Model:
+    ...     def __init__(self, num_layers, **kwargs):
+    ...         check_model_keywords(type(self), kwargs)
+    >>> _ = Model(2, name="bert")
+    >>> _ = Model(2, num_layer=2)
+    Traceback (most recent call last):
+    ...
+    ValueError: Model got the unknown argument(s) ['num_layer'] (did you mean 'num_layers'?). Expected its own arguments or Keras' ['name', 'trainable', 'dtype'].
+    """  # noqa: E501
+    unknown = sorted(set(keywords) - set(MODEL_KEYWORDS))
+    if not unknown:
+        return
+    arguments = inspect.signature(owner.__init__).parameters
+    known = [name for name in arguments if name not in ("self", "kwargs")] + list(MODEL_KEYWORDS)
+    squashed = {name.replace("_", "").lower(): name for name in known}  # droptoken: drop_token
+
+    def closest(name):
+        match = squashed.get(name.replace("_", "").lower())
+        return [match] if match else difflib.get_close_matches(name, known, n=1)
+
+    hints = [f"{close[0]!r}" for close in map(closest, unknown) if close]
+    raise ValueError(
+        f"{owner.__name__} got the unknown argument(s) {unknown}"
+        + (f" (did you mean {', '.join(hints)}?)" if hints else "")
+        + f". Expected its own arguments or Keras' {list(MODEL_KEYWORDS)}."
+    )

@@ -202,6 +202,23 @@ def test_bad_constructor_arguments(changes, message):
         TransformerBackbone(**tiny_backbone_kwargs(**changes))
 
 
+def test_an_unknown_argument_is_refused_in_code_and_in_a_preset(tmp_path):
+    """Keras' functional models drop unknown keywords: a preset whose config.json
+    spelled `drop_token` as `droptoken` loaded with DropToken off, without a word."""
+    with pytest.raises(ValueError, match=r"unknown argument\(s\) \['num_layer'\] \(did you "
+                                         r"mean 'num_layers'\?\)"):  # fmt: skip
+        TransformerBackbone(**tiny_backbone_kwargs(num_layer=2))
+    backbone = TransformerBackbone(**tiny_backbone_kwargs())
+    backbone.enable_drop_token(0.5)
+    backbone.save_to_preset(str(tmp_path / "preset"))
+    path = tmp_path / "preset" / "config.json"
+    saved = json.loads(path.read_text())
+    saved["config"]["droptoken"] = saved["config"].pop("drop_token")
+    path.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"\['droptoken'\] \(did you mean 'drop_token'\?\)"):
+        TransformerBackbone.from_preset(str(tmp_path / "preset"))
+
+
 def test_numpy_numbers_are_accepted_as_python_ones():
     backbone = TransformerBackbone(
         **tiny_backbone_kwargs(

@@ -396,6 +396,11 @@ def test_bad_arguments_are_refused_with_the_argument_named(preprocessor):
         TransformerTextClassifier(backbone, num_classes=2, preprocessor=preprocessor.tokenizer)
     with pytest.raises(ValueError, match="Expected a keras_masking.models.TransformerBackbone"):
         TransformerTextClassifier(preprocessor, num_classes=2)
+    # Keras' functional models drop unknown keywords without a word.
+    with pytest.raises(ValueError, match=r"\['num_class'\] \(did you mean 'num_classes'\?\)"):
+        TransformerTextClassifier(backbone, num_classes=2, num_class=3)
+    with pytest.raises(ValueError, match=r"TransformerMaskedLM got the unknown argument\(s\)"):
+        keras_masking.models.TransformerMaskedLM(backbone, preprocesor=preprocessor)
     long = TransformerTextClassifierPreprocessor(preprocessor.tokenizer, sequence_length=64)
     with pytest.raises(ValueError, match=f"sequence_length=64.*max_sequence_length={LENGTH}"):
         TransformerTextClassifier(backbone, num_classes=2, preprocessor=long)
