@@ -366,7 +366,7 @@ class BackboneMethods:
         def attention_mask_fn(index, hidden):
             if index not in adversaries:
                 return None
-            masks.append(adversaries[index](hidden, inputs["padding_mask"]))
+            masks.append(adversaries[index](hidden, inputs["padding_mask"], training=training))
             return AttentionAdversary.mask_bias(masks[-1])
 
         outputs = self.forward_stages(inputs, attention_mask_fn, semantics, training=training)

@@ -889,6 +889,29 @@ def test_noise_is_a_named_option():
     assert (first != second).any()
 
 
+def test_noise_draws_in_every_training_pass_of_an_asa_classifier():
+    """The adversaries were called without the training flag: on JAX (whose fit
+    calls the model's `call`, not `__call__`) `noise=True` drew nothing, and the
+    seed changed nothing; `adversarial_forward(training=True)` drew nothing."""
+    backbone = TransformerBackbone(**tiny_backbone_kwargs(dropout=0.0))
+    classifier = keras_masking.models.TransformerTextClassifier(backbone, num_classes=2)
+    classifier.enable_asa(tau=0.5, noise=True, seed=5)
+    features = random_features(batch=4, length=10)
+    first, second = (
+        [np.asarray(mask) for mask in backbone.adversarial_forward(features, training=True)[1]]
+        for _ in range(2)
+    )
+    assert all((a != b).any() for a, b in zip(first, second))
+    counters = lambda: [  # noqa: E731
+        int(np.asarray(adversary.seed_generator.state)[1])
+        for adversary in backbone.attention_adversaries
+    ]
+    before = counters()
+    classifier.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True))
+    classifier.fit(features, np.array([0, 1, 0, 1]), batch_size=2, verbose=0)
+    assert [after - start for after, start in zip(counters(), before)] == [2, 2]  # 2 steps
+
+
 def test_masked_fraction_plot(tmp_path):
     history = {
         "loss": [1.0, 0.5],
