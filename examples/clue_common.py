@@ -111,8 +111,9 @@ def argument_parser(doc, task="tnews", learning_rate=2e-5, tasks=CLASSIFICATION_
         doc: the script's docstring (its first line describes the script,
             the rest is shown after the flags).
         task: the default ``--task``.
-        learning_rate: the default ``--learning-rate`` (the method's; None
-            leaves it None: the task's).
+        learning_rate: the default ``--learning-rate``: the method's, a
+            dict ``{task: rate}`` of the method's per task (the entry
+            ``None``, if any, for the other tasks), or None for the task's.
         tasks: the task names ``--task`` accepts.
 
     Returns:
@@ -156,7 +157,12 @@ def argument_parser(doc, task="tnews", learning_rate=2e-5, tasks=CLASSIFICATION_
         "--output-dir", help="a new or empty folder (default: a new one under ./runs)"
     )
     training = parser.add_argument_group("training (default: the task's settings)")
-    shown_rate = "the task's" if learning_rate is None else learning_rate
+    per_task = learning_rate if isinstance(learning_rate, dict) else {None: learning_rate}
+    others = per_task.get(None) or "the task's"
+    shown_rate = ", ".join(
+        [f"{task} {rate}" for task, rate in per_task.items() if task]
+        + [f"other tasks {others}" if len(per_task) > 1 else str(others)]
+    )
     training.add_argument("--epochs", type=integer_at_least(1))
     training.add_argument("--batch-size", type=integer_at_least(1))
     training.add_argument(
@@ -165,9 +171,9 @@ def argument_parser(doc, task="tnews", learning_rate=2e-5, tasks=CLASSIFICATION_
     training.add_argument(
         "--learning-rate",
         type=positive_float,
-        default=learning_rate,
         help=f"peak learning rate (default: {shown_rate})",
     )
+    parser.set_defaults(method_learning_rates=per_task)
     training.add_argument("--seed", type=integer_at_least(0), default=0)
     return parser
 
@@ -193,7 +199,10 @@ def parse_args(parser, argv, method, new_output_dir=True):
 def check_args(parser, args, method, new_output_dir=True):
     """`parse_args` after parsing: the task's defaults, then the files' checks."""
     defaults = get_task(args.task).defaults
-    for name in ("epochs", "batch_size", "max_length"):
+    if args.learning_rate is None:  # the method's rate (for this task), else the task's
+        rates = args.method_learning_rates
+        args.learning_rate = rates.get(args.task, rates.get(None))
+    for name in ("epochs", "batch_size", "max_length", "learning_rate"):
         if getattr(args, name) is None:
             setattr(args, name, defaults[name])
     try:

@@ -3,8 +3,10 @@
 ``backbone.enable_fl_tuning(units)`` adds ``--units`` hidden units to every
 FFN of the backbone (addFFN) and freezes the rest of it: only those units
 and the task head train (160 units are 2.9% of BERT-base). The recipe is
-the FL-tuning code's: no warmup, linear decay (learning rate 5e-5 for TNEWS,
-2e-4 for AFQMC, 5e-4 for OCNLI). Then:
+the FL-tuning code's: no warmup, linear decay, and its learning rate per
+task (the default of ``--learning-rate``: 5e-5 for TNEWS and IFLYTEK, 2e-4
+for AFQMC, 1e-4 for CMNLI, 5e-4 for OCNLI, 3e-4 for CLUEWSC, 8e-5 for CSL;
+5e-5 for the other tasks). Then:
 
 * `keras_masking.methods.save_adapter` writes only the trained weights
   (``adapter.npz``, a few MB): `load_adapter` puts them on a fresh copy of
@@ -34,9 +36,21 @@ from keras_masking.clue import build_task_model
 from keras_masking.clue import fine_tuning_optimizer
 from keras_masking.clue import task_loss
 
+# The FL-tuning code's learning rate per task (None: the other tasks).
+RECIPE_RATES = {
+    "tnews": 5e-5,
+    "iflytek": 5e-5,
+    "afqmc": 2e-4,
+    "cmnli": 1e-4,
+    "ocnli": 5e-4,
+    "cluewsc": 3e-4,
+    "csl": 8e-5,
+    None: 5e-5,
+}
+
 
 def parse_args(argv=None):
-    parser = clue_common.argument_parser(__doc__, task="tnews", learning_rate=5e-5)
+    parser = clue_common.argument_parser(__doc__, task="tnews", learning_rate=RECIPE_RATES)
     parser.add_argument(
         "--units",
         type=clue_common.integer_at_least(1),

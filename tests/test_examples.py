@@ -352,3 +352,27 @@ def test_the_default_output_dir_is_a_new_folder_under_runs(tmp_path, monkeypatch
     (tmp_path / "runs" / "tnews" / "run.json").write_text("{}", encoding="utf-8")
     assert common.new_run_folder("tnews") == str(pathlib.Path("runs") / "tnews-2")
     assert common.new_run_folder("ocnli_asa") == str(pathlib.Path("runs") / "ocnli_asa")
+
+
+@pytest.mark.parametrize(
+    "script, task, flags, expected",
+    [
+        ("clue_fl_tuning", "ocnli", [], 5e-4),  # the FL-tuning code's rate for the task
+        ("clue_fl_tuning", "eprstmt", [], 5e-5),  # not in its recipe: the script's own
+        ("clue_fl_tuning", "ocnli", ["--learning-rate", "1e-3"], 1e-3),
+        ("clue_asa", "ocnli", [], 1e-5),  # the method's, whatever the task
+        ("clue_common", "eprstmt", [], 2e-5),  # None: the task's (it stayed None)
+    ],
+)
+def test_the_learning_rate_left_out_is_the_methods_for_the_task_or_the_tasks(
+    script, task, flags, expected, tmp_path, preset, data, nothing_loads
+):
+    argv = ["--preset", str(preset), "--data-dir", str(data), "--task", task, *flags]
+    argv += ["--output-dir", str(tmp_path / "o")]
+    if script == "clue_common":
+        common = _script("clue_common")
+        parser = common.argument_parser("A script.\n", learning_rate=None)
+        args = common.parse_args(parser, argv, method=None)
+    else:
+        args = _script(script).parse_args(argv)
+    assert args.learning_rate == expected
