@@ -244,10 +244,12 @@ def to_keras_hub(backbone):
             "to_keras_hub converts a keras_masking.models.TransformerBackbone. "
             f"Received: backbone of type {type(backbone).__name__}"
         )
-    if backbone.attached_methods():
+    attached = backbone.attached_methods()
+    if attached:
         raise ValueError(
-            "This backbone has tuning attachments (addFFN / key-value prefixes / attention "
-            "units) that keras-hub's layers cannot hold. Merge addFFN first (backbone.merge_fl())."
+            f"keras-hub's layers have no place for {' and '.join(attached)}. FL-tuning's "
+            "branches merge into wider FFNs (convert backbone.merge_fl()); prefixes and "
+            "attention units do not merge: keep them with save_to_preset() or model.save()."
         )
     if backbone.position != "absolute":
         raise ValueError(

@@ -172,7 +172,7 @@ def test_model_backbone_refusal_names_the_classmethod():
         model_backbone(task)
 
 
-# === Bad inputs: from_keras_hub 7 cases, to_keras_hub 5 cases ===
+# === Bad inputs: from_keras_hub 7 cases, to_keras_hub 8 cases ===
 def test_from_keras_hub_bad_inputs():
     hub = _hub_bert()
     before = [np.array(w) for w in hub.get_weights()]
@@ -240,7 +240,11 @@ def test_to_keras_hub_bad_inputs():
     ]
     tuned = TransformerBackbone(**tiny_backbone_kwargs())
     tuned.attach_add_ffn(2)
-    cases.append((tuned, ValueError, "merge_fl"))
+    cases.append((tuned, ValueError, "addFFN branches. .*merge_fl"))
+    # Prefixes cannot be merged: the message said "Merge addFFN first".
+    prefixed = TransformerBackbone(**tiny_backbone_kwargs())
+    prefixed.enable_prefix_tuning(2)
+    cases.append((prefixed, ValueError, "prefixes. .*prefixes and attention units do not merge"))
     # BertBackbone pools the first token: a mean-pooled one converted with a
     # pooled_output 0.34 off, without a word.
     mean = TransformerBackbone(**tiny_backbone_kwargs(pooling="mean"))
@@ -249,7 +253,7 @@ def test_to_keras_hub_bad_inputs():
     # that its outputs "differ slightly".
     relu = TransformerBackbone(**tiny_backbone_kwargs(activation="relu"))
     cases.append((relu, ValueError, "computes gelu_approximate.*activation='relu'"))
-    assert len(cases) == 7
+    assert len(cases) == 8
     for backbone, error, message in cases:
         with pytest.raises(error, match=message):
             keras_masking.models.to_keras_hub(backbone)
