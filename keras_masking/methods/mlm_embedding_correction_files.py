@@ -5,7 +5,9 @@ with a ``mlm_embedding_correction.json`` record beside it (a folder holding
 one is refused as input, so files are not corrected twice either).
 """
 
+import logging
 import os
+import re
 import shutil
 
 from keras_masking.methods.mlm_embedding_correction import check_correction_settings
@@ -13,6 +15,7 @@ from keras_masking.methods.mlm_embedding_correction import correct_embedding_tab
 from keras_masking.methods.mlm_embedding_correction import correct_mlm_embeddings
 from keras_masking.models import google_checkpoint_layout as layout
 from keras_masking.models.backbone_loading import read_keras_hub_preset
+from keras_masking.models.google_config import read_google_config
 from keras_masking.models.mlm_embedding_correction_record import RECORD_FILE
 from keras_masking.models.mlm_embedding_correction_record import write_correction_record
 from keras_masking.models.tf_checkpoint import read_tf_checkpoint
@@ -20,9 +23,12 @@ from keras_masking.models.tf_checkpoint import resolve_checkpoint_prefix
 from keras_masking.models.tf_checkpoint import write_tf_checkpoint
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_path
+from keras_masking.utils.files import read_json_object
 from keras_masking.utils.files import write_folder_atomically
 
 WORD_EMBEDDINGS = f"{layout.EMBEDDINGS}/word_embeddings"
+
+logger = logging.getLogger("keras_masking")
 
 
 def _check_folders(input_dir, output_dir):
@@ -31,10 +37,11 @@ def _check_folders(input_dir, output_dir):
     output_dir = os.path.abspath(check_path("output_dir", output_dir))
     if os.path.exists(os.path.join(input_dir, RECORD_FILE)):
         raise ValueError(f"{input_dir} holds {RECORD_FILE}: its embeddings were already corrected.")
-    if input_dir == output_dir:
+    real, source = os.path.realpath(output_dir), os.path.realpath(input_dir)
+    if real == source or real.startswith(source.rstrip(os.sep) + os.sep):
         raise ValueError(
-            "Expected an output folder other than the input: the input is never modified. "
-            f"Received: output_dir={output_dir}."
+            "Expected an output folder outside the input: the input is never modified. "
+            f"Received: output_dir={output_dir}, in the input {input_dir}."
         )
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ValueError(f"output_dir={output_dir} exists and is a file; choose a new folder.")
@@ -107,25 +114,52 @@ def correct_checkpoint_embeddings(
         )
     try:
         values[WORD_EMBEDDINGS], record = correct_embedding_table(
-            values[WORD_EMBEDDINGS], WORD_EMBEDDINGS, **settings
-        )
+            values[WORD_EMBEDDINGS], WORD_EMBEDDINGS, **settings,
+            random_token_mean=_pruned_table_mean(input_dir),
+        )  # fmt: skip
     except ValueError as error:
         raise ValueError(f"{prefix}: {error}") from None
     for name in head if drop_mlm_head else ():
         del values[name]
     base = os.path.basename(prefix)
     checkpoint_files = (base + ".", "checkpoint", RECORD_FILE)
+    # Another checkpoint of the folder (model.ckpt-100 beside model.ckpt-200) is
+    # not corrected: copied, the folder's record would mark it corrected.
+    others = sorted(
+        name for name in os.listdir(input_dir)
+        if not name.startswith(checkpoint_files) and _CHECKPOINT_FILE.fullmatch(name)
+    )  # fmt: skip
+    if others:
+        logger.warning(
+            "%s: left out of %s, the other checkpoint files %s (only %s is corrected).",
+            input_dir, output_dir, others, base,
+        )  # fmt: skip
 
     def write(folder):
         for name in os.listdir(input_dir):
             source = os.path.join(input_dir, name)
-            if os.path.isfile(source) and not name.startswith(checkpoint_files):
+            copied = not name.startswith(checkpoint_files) and name not in others
+            if os.path.isfile(source) and copied:
                 shutil.copy2(source, os.path.join(folder, name))
         write_tf_checkpoint(values, os.path.join(folder, base))
         write_correction_record(folder, record.to_config(), os.path.abspath(prefix))
 
     write_folder_atomically(output_dir, write)
     return os.path.join(output_dir, base)
+
+
+# The files of a TF checkpoint: PREFIX.index, PREFIX.data-00000-of-00001, PREFIX.meta.
+_CHECKPOINT_FILE = re.compile(r".+\.(index|meta|data-\d+-of-\d+)")
+
+
+def _pruned_table_mean(folder):
+    """The full table's row mean a pruned checkpoint's ``bert_config.json`` records
+    (``pruned_from``: its random tokens were drawn from that table), or None."""
+    path = os.path.join(folder, "bert_config.json")
+    if not os.path.isfile(path):
+        return None
+    pruned_from = read_google_config(path).get("pruned_from")
+    return (pruned_from or {}).get("token_embedding_mean")
 
 
 def correct_preset_embeddings(
@@ -157,16 +191,13 @@ def correct_preset_embeddings(
     correct_preset_embeddings("bert_preset", "bert_corrected", mask_token_id=103)
     ```
     """
-    import keras_hub
 
     settings = check_correction_settings(mask_token_id, **settings, tied_output=tied_output)
     preset_dir = check_path("preset_dir", preset_dir)
     if not os.path.exists(os.path.join(preset_dir, "config.json")):
         raise ValueError(f"{preset_dir}: not a preset folder (no config.json).")
     output_dir = _check_folders(preset_dir, output_dir)
-    has_task = os.path.exists(os.path.join(preset_dir, "task.json"))
-    loader = keras_hub.models.Task if has_task else keras_hub.models.Backbone
-    model = read_keras_hub_preset(loader, str(preset_dir))
+    model = read_keras_hub_preset(_preset_loader(preset_dir), str(preset_dir))
     record = correct_mlm_embeddings(model, **settings)
     if record is None:
         raise ValueError(f"{preset_dir}: its embeddings were already corrected.")
@@ -178,6 +209,27 @@ def correct_preset_embeddings(
 
     write_folder_atomically(output_dir, write)
     return record
+
+
+def _preset_loader(preset_dir):
+    """The class whose ``from_preset`` loads the folder: the task ``task.json`` declares
+    (keras-hub refuses ``Task.from_preset`` itself), else any backbone."""
+    import keras
+    import keras_hub
+
+    task_file = os.path.join(preset_dir, "task.json")
+    if not os.path.exists(task_file):
+        return keras_hub.models.Backbone
+    name = read_json_object(task_file, "the task.json that save_to_preset wrote").get(
+        "registered_name"
+    )
+    task = keras.saving.get_registered_object(name) if isinstance(name, str) else None
+    if not (isinstance(task, type) and issubclass(task, keras_hub.models.Task)):
+        raise ValueError(
+            f"{task_file}: declares the task {name!r}, which is not a keras-hub task class "
+            "known here (import the package that defines it)."
+        )
+    return task
 
 
 def is_preset_folder(path):

@@ -111,7 +111,7 @@ def test_checkpoint_without_word_embeddings(tmp_path):
     _, prefix, _ = write_reference_checkpoint("bert", tmp_path / "in", drop=[WORDS])
     with pytest.raises(ValueError, match="no bert/embeddings/word_embeddings"):
         correct_checkpoint_embeddings(prefix, tmp_path / "out", mask_token_id=5)
-    with pytest.raises(ValueError, match="Expected an output folder other than the input"):
+    with pytest.raises(ValueError, match="Expected an output folder outside the input"):
         correct_checkpoint_embeddings(prefix, tmp_path / "in", mask_token_id=5)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
@@ -233,7 +233,8 @@ CHECKPOINT_BAD = [
     ({"tied_output": "both"}, "Expected one of 'keep', 'correct' for tied_output"),
     ({"drop_mlm_head": "yes"}, "Expected True or False for drop_mlm_head"),
     ({"tied_output": "keep", "drop_mlm_head": False}, "cannot keep its original output rows"),
-    ({"output_dir": "INPUT"}, "Expected an output folder other than the input"),
+    ({"output_dir": "INPUT"}, "Expected an output folder outside the input"),
+    ({"output_dir": "INSIDE"}, "Expected an output folder outside the input"),
     ({"output_dir": "NONEMPTY"}, "exists and is not empty"),
     ({"output_dir": "FILE"}, "exists and is a file"),
     ({"output_dir": None}, r"Expected a path \(str or os.PathLike\) for output_dir"),
@@ -250,6 +251,7 @@ def test_correct_checkpoint_embeddings_bad_input(tmp_path, kwargs, message):
     (tmp_path / "afile").write_text("mine")
     places = {
         "INPUT": tmp_path / "in",
+        "INSIDE": tmp_path / "in" / "corrected",
         "NONEMPTY": tmp_path / "busy",
         "FILE": tmp_path / "afile",
         "MISSING": tmp_path / "none" / "bert_model.ckpt",
@@ -288,7 +290,14 @@ def test_correct_preset_embeddings_bad_input(tmp_path):
         (
             {"mask_token_id": 3, "output_dir": "same"},
             ValueError,
-            "Expected an output folder other than the input",
+            "Expected an output folder outside the input",
+        ),
+        # Inside the input: the input was modified, and the output held a copy
+        # of its own temporary folder.
+        (
+            {"mask_token_id": 3, "output_dir": "inside"},
+            ValueError,
+            "Expected an output folder outside the input",
         ),
         ({"mask_token_id": 3, "preset_dir": "nothing"}, ValueError, "not a preset folder"),
         ({"mask_token_id": 3, "preset_dir": 5}, TypeError, "Expected a path .* for preset_dir"),
@@ -298,14 +307,68 @@ def test_correct_preset_embeddings_bad_input(tmp_path):
         preset = kwargs.pop("preset_dir", tmp_path / "preset")
         preset = tmp_path / preset if isinstance(preset, str) else preset
         output = kwargs.pop("output_dir", "out")
-        output = tmp_path / "preset" if output == "same" else tmp_path / output
+        places = {"same": tmp_path / "preset", "inside": tmp_path / "preset" / "sub"}
+        output = places.get(output, tmp_path / output)
         with pytest.raises(error, match=message):
             correct_preset_embeddings(preset, output, **kwargs)
         assert files_in(tmp_path / "preset") == before
         assert sorted(os.listdir(tmp_path)) == ["preset"]
-    assert len(cases) == 8
+    assert len(cases) == 9
 
 
 def test_is_preset_folder_bad_input():
     with pytest.raises(TypeError, match=r"Expected a path \(str or os.PathLike\) for path"):
         is_preset_folder(None)
+
+
+def test_a_pruned_checkpoint_is_corrected_with_the_full_tables_mean(tmp_path):
+    """bert_config.json's pruned_from holds the mean of the table the random tokens were
+    drawn from: the files path used the pruned table's own (0.06 off the in-memory one)."""
+    mean = np.linspace(-1.0, 1.0, 32).tolist()
+    pruned_from = {"vocabulary_size": 500, "token_embedding_mean": mean}
+    backbone = TransformerBackbone(**tiny_backbone_kwargs(pruned_from=pruned_from))
+    save_tf_checkpoint(backbone, str(tmp_path / "in" / "bert_model.ckpt"))
+    correct_checkpoint_embeddings(tmp_path / "in", tmp_path / "out", mask_token_id=3)
+    keras_masking.correct_mlm_embeddings(backbone, mask_token_id=3)
+    np.testing.assert_allclose(read_tf_checkpoint(tmp_path / "out")[WORDS], table_of(backbone),
+                               atol=1e-6)  # fmt: skip
+
+
+def test_only_the_named_checkpoint_of_a_folder_is_copied_and_marked_corrected(tmp_path, caplog):
+    """A pretraining folder holds model.ckpt-100 and model.ckpt-200: the uncorrected
+    other one was copied, and the folder's record marked it corrected."""
+    for step in (100, 200):
+        save_tf_checkpoint(tiny_ours(), str(tmp_path / f"run{step}" / f"model.ckpt-{step}"))
+    (tmp_path / "in").mkdir()
+    for step in (100, 200):
+        for path in (tmp_path / f"run{step}").glob("model.ckpt-*"):
+            path.rename(tmp_path / "in" / path.name)
+    (tmp_path / "run100" / "bert_config.json").rename(tmp_path / "in" / "bert_config.json")
+    with caplog.at_level("WARNING", logger="keras_masking"):
+        correct_checkpoint_embeddings(
+            tmp_path / "in" / "model.ckpt-200", tmp_path / "out", mask_token_id=3
+        )
+    assert sorted(os.listdir(tmp_path / "out")) == [
+        "bert_config.json", "checkpoint", "mlm_embedding_correction.json",
+        "model.ckpt-200.data-00000-of-00001", "model.ckpt-200.index",
+    ]  # fmt: skip
+    assert "model.ckpt-100.index" in caplog.text
+
+
+@pytest.mark.parametrize("task", ["masked_lm", "classifier", "keras_hub_masked_lm"])
+def test_a_preset_holding_a_task_is_corrected(task, tmp_path):
+    """keras-hub refuses Task.from_preset: every preset with a task.json failed."""
+    backbone = tiny_ours()
+    if task == "masked_lm":
+        model = keras_masking.models.TransformerMaskedLM(backbone)
+    elif task == "classifier":
+        model = keras_masking.models.TransformerTextClassifier(backbone, num_classes=2)
+    else:
+        model = keras_hub.models.BertMaskedLM(tiny_hub(keras_hub.models.BertBackbone))
+    table = table_of(model)
+    model.save_to_preset(str(tmp_path / "in"))
+    correct_preset_embeddings(
+        tmp_path / "in", tmp_path / "out", mask_token_id=3, tied_output="correct"
+    )
+    loaded = type(model).from_preset(str(tmp_path / "out"))
+    np.testing.assert_allclose(table_of(loaded), numpy_formula(table, 3), atol=1e-6)
