@@ -83,7 +83,9 @@ class KeyValuePrefix(keras.layers.Layer):
     """``length`` trainable keys and values that every query may attend to.
 
     The pair it returns is `SelfAttention`'s ``kv_prefix``: keys and values of
-    shape ``(1, length, heads, head_dim)``, with no position and no mask.
+    shape ``(1, length, heads, head_dim)``, with no position and no mask; in
+    training with dropout, called with ``batch_size``, ``(batch_size, ...)``
+    with a dropout mask per example, as P-tuning v2's code draws them.
     With ``reparameterize=True`` they come from P-tuning v2's MLP
     (`PrefixEncoder`), shared by all layers as ``key_value_prefixes`` builds
     them (without an ``encoder`` the layer makes its own).
@@ -176,13 +178,18 @@ class KeyValuePrefix(keras.layers.Layer):
                 setattr(self, name, table)
         self.built = True
 
-    def call(self, training=None):
+    def call(self, batch_size=None, training=None):
         shape = (1, self.length, self.num_heads, self.head_dim)
         if self.reparameterize:
             pair = ops.split(self.encoder(layer_index=self.layer_index), 2, axis=-1)
         else:
             pair = (self.keys, self.values)
-        return tuple(self.prefix_dropout(ops.reshape(x, shape), training=training) for x in pair)
+        pair = [ops.reshape(x, shape) for x in pair]
+        if training and self.dropout > 0 and batch_size is not None:
+            # P-tuning v2 expands the prefixes over the batch, then drops: one
+            # dropout mask per example (not one shared by the whole batch).
+            pair = [ops.broadcast_to(x, (batch_size, *shape[1:])) for x in pair]
+        return tuple(self.prefix_dropout(x, training=training) for x in pair)
 
     def get_config(self):
         names = ("length", "num_heads", "head_dim", "dropout", "reparameterize", "hidden_units")

@@ -143,12 +143,12 @@ class TransformerBlock(keras.layers.Layer):
         self._attach("feed_forward_branch", layer, build=True)
 
     def attach_key_value_prefix(self, layer):
-        """Uses ``layer(training=...)`` as the default ``kv_prefix``.
+        """Uses ``layer(batch_size=..., training=...)`` as the default ``kv_prefix``.
 
         Args:
             layer: a layer returning a ``(keys, values)`` pair of shape
-                ``(1, prefix, heads, head_dim)``, e.g. `KeyValuePrefix`. It
-                is built here.
+                ``(1 or batch_size, prefix, heads, head_dim)``, e.g.
+                `KeyValuePrefix`. It is built here.
         """
         self._attach("key_value_prefix", layer, build=True)
 
@@ -205,7 +205,9 @@ class TransformerBlock(keras.layers.Layer):
         key/value prefix is the default ``kv_prefix``.
         """
         if hooks.get("kv_prefix") is None and self.key_value_prefix is not None:
-            hooks["kv_prefix"] = self.key_value_prefix(**_training(training))
+            hooks["kv_prefix"] = self.key_value_prefix(
+                batch_size=keras.ops.shape(hidden)[0], **_training(training)
+            )
         attended = self.self_attention(
             hidden, padding_mask, extra_units=self.attention_units, **hooks, **_training(training)
         )

@@ -323,6 +323,20 @@ def test_prefix_tuning_with_zero_length_equals_the_base_model(features):
     np.testing.assert_allclose(np.asarray(classifier(features)), base, atol=1e-6)
 
 
+@pytest.mark.parametrize("reparameterize", [False, True])
+def test_prefix_dropout_draws_a_mask_per_example(reparameterize):
+    """P-tuning v2 expands the prefixes over the batch before its dropout: one
+    mask was drawn for the whole batch (identical rows stayed identical)."""
+    backbone = TransformerBackbone(**tiny_backbone_kwargs(dropout=0.0))
+    backbone.enable_prefix_tuning(length=4, dropout=0.5, reparameterize=reparameterize)
+    row = random_features(batch=1, length=10, padded=False)
+    batch = {name: np.repeat(np.asarray(value), 6, axis=0) for name, value in row.items()}
+    trained = np.asarray(backbone(batch, training=True)["sequence_output"])
+    assert all(np.abs(trained[i] - trained[0]).max() > 1e-5 for i in range(1, 6))  # 0.0 before
+    served = np.asarray(backbone(batch)["sequence_output"])  # no dropout: the rows agree
+    np.testing.assert_allclose(served, np.repeat(served[:1], 6, axis=0), atol=1e-6)
+
+
 def _prefix_mlp(encoder, num_layers, heads=4):
     """P-tuning v2's PrefixEncoder in numpy: Embedding -> Linear -> tanh -> Linear,
     viewed as (P, layers * 2, heads, head_dim); layer l's key is entry 2 l, its
