@@ -1,5 +1,6 @@
 """AttentionAdversary: ASA's per-layer learned attention mask."""
 
+import hashlib
 import math
 
 import keras
@@ -134,7 +135,8 @@ def attention_adversaries(layers, hidden_dim, alpha=1.0, noise=False, seed=None)
         layers: the attacked layer indices.
         hidden_dim: int, the encoder's hidden size.
         alpha, noise: see `AttentionAdversary`.
-        seed: int or None; layer ``i``'s adversary gets ``seed + i``.
+        seed: int or None; layer ``i``'s adversary gets a seed of its own
+            derived from ``(seed, i)`` (`adversary_seed`).
 
     Example:
     >>> sorted(attention_adversaries([0, 2], hidden_dim=8))
@@ -145,9 +147,30 @@ def attention_adversaries(layers, hidden_dim, alpha=1.0, noise=False, seed=None)
         adversary = AttentionAdversary(
             alpha=alpha,
             noise=noise,
-            seed=None if seed is None else seed + index,
+            seed=None if seed is None else adversary_seed(seed, index),
             name=f"adversary_{index}",
         )
         adversary.build((None, None, hidden_dim))
         adversaries[index] = adversary
     return adversaries
+
+
+def adversary_seed(seed, index):
+    """The seed of layer ``index``'s adversary in a run seeded ``seed``.
+
+    Derived, not ``seed + index``: a `keras.random.SeedGenerator` of seed
+    ``s`` draws the same numbers as any other of seed ``s``, so seed 0's
+    second adversary drew seed 1's first one's noise, and DropToken given the
+    run's seed drew the first adversary's (its drops and the adversary's
+    threshold noise moved together).
+
+    Args:
+        seed: int, the seed given to `enable_asa` / `ASATrainer`.
+        index: int, the attacked layer.
+
+    Example:
+    >>> adversary_seed(0, 1) != adversary_seed(1, 0)
+    True
+    """
+    digest = hashlib.sha256(f"keras_masking.attention_adversary/{seed}/{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF

@@ -912,6 +912,27 @@ def test_noise_draws_in_every_training_pass_of_an_asa_classifier():
     assert [after - start for after, start in zip(counters(), before)] == [2, 2]  # 2 steps
 
 
+def test_adversaries_and_drop_token_draw_from_streams_of_their_own():
+    """Adversary i took seed + i: seed 0's second adversary drew seed 1's first one's
+    noise, and DropToken given the same seed drew the first adversary's numbers."""
+    states = {}
+    for seed in range(3):
+        backbone = TransformerBackbone(**tiny_backbone_kwargs(num_layers=3))
+        backbone.enable_drop_token(0.3, mode="attention", seed=seed)
+        backbone.enable_asa(noise=True, seed=seed)
+        states[f"drop_token_{seed}"] = backbone.token_dropping.seed_generator.state
+        for index, adversary in enumerate(backbone.attention_adversaries):
+            states[f"adversary_{index}_{seed}"] = adversary.seed_generator.state
+    shape = (2, 8, 8)
+    draws = {name: np.asarray(keras.random.uniform(shape, seed=keras.random.SeedGenerator(
+        int(np.asarray(state)[0])))) for name, state in states.items()}  # fmt: skip
+    names = sorted(draws)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            assert np.abs(draws[first] - draws[second]).max() > 0.1, (first, second)
+    assert backbone.get_config()["asa"]["seed"] == 2  # the seed given is what is kept
+
+
 def test_masked_fraction_plot(tmp_path):
     history = {
         "loss": [1.0, 0.5],
