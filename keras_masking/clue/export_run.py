@@ -82,6 +82,12 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
             "command) and export it then."
         )
     _check_output(output)
+    if format == "transformers" and arguments.get("exlm_k"):
+        raise ValueError(
+            f"The run {os.fspath(run_folder)} fine-tuned through ExLM's expanding encoder "
+            f"(exlm_k={arguments['exlm_k']}), whose 2D rotary positions no transformers model "
+            "has. Expected format='saved_model' or 'onnx' for it."
+        )
     config = RunConfig.from_record(arguments)
     # The rebuild's own lines (the splits read, the methods' parameter counts,
     # "finished earlier") are not the export's: warnings and errors only.
@@ -94,7 +100,9 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
         package_logger.setLevel(level)
     model = serving_task_model(result.model)
     staging = output.with_name(f".{output.name}.partial")
-    backbones = [layer for layer in model.layers if hasattr(layer, "serving_copy")]
+    # The encoder: the backbone, or the one ExLM's expanding encoder runs.
+    encoders = [getattr(layer, "backbone", layer) for layer in model.layers]
+    backbones = [layer for layer in encoders if hasattr(layer, "serving_copy")]
     if format == "transformers":
         # The tokenizer's model_max_length: the run's length, as the other exports cut.
         length = arguments.get("max_length")

@@ -107,7 +107,7 @@ def token_id_signature(model, input_signature=None, export_kwargs=None):
     symbol, so ``token_ids`` ``(batch, a)`` and ``segment_ids`` ``(batch,
     b)`` no longer add up; this names them all ``(batch, sequence)``
     (``jax2tf``'s ``polymorphic_shapes``) unless ``export_kwargs`` already
-    holds ``jax2tf_kwargs``.
+    holds ``jax2tf_kwargs``. A length the model's inputs fix stays fixed.
 
     Args:
         model: a model whose inputs are a dict of ``(batch, sequence)`` ids.
@@ -136,8 +136,10 @@ def token_id_signature(model, input_signature=None, export_kwargs=None):
     if "jax2tf_kwargs" not in export_kwargs:
 
         def shape(spec):
-            dims = ["batch", "sequence"] + [str(d) for d in tuple(spec.shape)[2:]]
-            return f"({', '.join(dims)})"
+            # A length the model fixes (ExLM's expansion needs one) stays fixed.
+            length = tuple(spec.shape)[1] if len(spec.shape) > 1 else None
+            dims = ["batch", "sequence" if length is None else str(length)]
+            return f"({', '.join(dims + [str(d) for d in tuple(spec.shape)[2:]])})"
 
         shapes = keras.tree.map_structure(shape, input_signature)
         export_kwargs["jax2tf_kwargs"] = {"polymorphic_shapes": shapes}

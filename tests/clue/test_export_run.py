@@ -242,3 +242,30 @@ def test_what_is_not_a_preset_or_a_run_is_refused_before_anything_is_written(fin
         clue.export_preset(root / "preset", tmp_path / "out", format="pt")
     assert main(["export", str(root / "run"), str(tmp_path / "out"), "--labels", "a,b"]) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_an_exlm_run_exports_with_its_card_and_refuses_a_hugging_face_folder_first(tmp_path):
+    """On JAX the SavedModel failed (its signature left the length open, which ExLM's
+    expansion refuses), the Hugging Face folder failed with an IndexError after the
+    rebuild, and the SavedModel had no model card."""
+    import tensorflow as tf
+
+    preset = clue_fixtures.tiny_preset(
+        tmp_path / "preset", position="rotary2d", custom_position_ids=True
+    )
+    clue_fixtures.eprstmt(tmp_path / "data")
+    result = clue.finetune(
+        "eprstmt", tmp_path / "data", tmp_path / "run", preset=preset, exlm_k=2, epochs=1,
+        batch_size=8, max_length=24, learning_rate=3e-3, verbose=0, jit_compile=False,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="2D rotary positions .*'saved_model' or 'onnx'"):
+        clue.export_run(tmp_path / "run", tmp_path / "hf", format="transformers")
+    assert not (tmp_path / "hf").exists()
+    clue.export_run(tmp_path / "run", tmp_path / "served")
+    assert "ExLM" in (tmp_path / "served" / "README.md").read_text(encoding="utf-8")
+    features = _features()
+    served = tf.saved_model.load(str(tmp_path / "served"))
+    outputs = served.serve({name: tf.constant(value) for name, value in features.items()})
+    np.testing.assert_allclose(
+        np.asarray(outputs), result.model.predict(features, verbose=0), atol=1e-5
+    )
