@@ -52,6 +52,7 @@ def main(argv=None):
         mask_token_id=run.tokenizer.mask_token_id,
         unselectable_token_ids=run.unselectable_token_ids,
         max_expanded_tokens=3,  # [CLS] text_a [SEP] text_b [SEP]
+        objective="exlm",  # [CLS]/[SEP] at (index, 1..k), as ExLM pretraining saw them, k=1 too
     )
     model = build_task_model(
         run.task, encoder, num_labels=len(run.labels), max_length=args.max_length

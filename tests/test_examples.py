@@ -226,14 +226,17 @@ def test_exlm_fine_tunes_through_the_expanding_encoder(tmp_path, data):
         tmp_path / "exlm_preset", position="rotary2d", custom_position_ids=True
     )
     flags = ["--preset", str(preset), "--task", "eprstmt", "--data-dir", str(data), *TRAINING]
-    results = _run("clue_exlm", tmp_path / "run", *flags, "--k", "2", "--learning-rate", "1e-3")
+    # k=1: the encoder read [CLS] and [SEP] at (index, 0), not at (index, 1) where
+    # ExLM pretraining (and the CLUE runner's encoder) put them.
+    results = _run("clue_exlm", tmp_path / "run", *flags, "--k", "1", "--learning-rate", "1e-3")
     model = keras.saving.load_model(tmp_path / "run" / "model.keras")
     encoder = _only(model, ExLMEncoder)
     assert (encoder.k, encoder.mask_token_id, tuple(encoder.unselectable_token_ids)) == (
-        2,
+        1,
         MASK,
         (CLS, SEP),
     )
+    assert encoder.objective == "exlm"
     assert results["dev"]["score"] == pytest.approx(_dev_score(model, data, "eprstmt"))
     test = _predictions(model, data, "eprstmt", "test")
     _assert_submission_holds(test, tmp_path / "run", results["submission"], data, "eprstmt")
