@@ -52,9 +52,12 @@ def bert_tokenizer(vocabulary, lowercase=True, case_folding="bert", **kwargs):
     The tokenizer is a `keras_masking.models.TransformerTokenizer`, a keras-hub
     `BertTokenizer` that gives BERT's tokens (those of Google's and Hugging
     Face's ``BertTokenizer``), eagerly and in ``tf.data``: space separators
-    such as U+3000 and NBSP are spaces, control, format and private-use
-    characters are deleted, full-width punctuation such as "，" keeps its own
-    id (keras-hub's NFKC folding maps it to ","), accents are stripped when
+    such as U+3000 and NBSP are spaces, every character of Unicode category
+    C* (control, format, private use, and unassigned in this Python's
+    Unicode tables) is deleted, as Hugging Face's ``BertTokenizer`` does
+    (Google's code and the fast tokenizer give ``[UNK]`` for unassigned
+    ones), full-width punctuation such as "，" keeps its own id (keras-hub's
+    NFKC folding maps it to ","), accents are stripped when
     ``lowercase``, and a word over 100 characters is one ``[UNK]``.
 
     Args:

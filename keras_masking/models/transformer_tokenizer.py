@@ -213,8 +213,9 @@ class TransformerTokenizer(keras_hub.tokenizers.BertTokenizer):
     ``lowercase=True`` and ``case_folding="bert"`` it is lowercased with
     plain Unicode lowercasing and its accents stripped, so full-width
     punctuation and letters keep their own vocabulary rows. The eager and
-    ``tf.data`` paths give the ids of Google's and Hugging Face's
-    ``BertTokenizer``.
+    ``tf.data`` paths give the ids of Hugging Face's ``BertTokenizer``, and
+    of Google's but for private-use and unassigned characters (deleted here
+    and by Hugging Face's; ``[UNK]`` in Google's code).
 
     It is the class keras-hub's ``Tokenizer.from_preset`` loads for a
     `TransformerBackbone` preset (through ``backbone_cls``).
