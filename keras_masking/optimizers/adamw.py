@@ -53,6 +53,11 @@ class AdamW(keras.optimizers.AdamW):
             loss scaling skips overflowing micro-batches uncounted
             (``mixed_bfloat16`` has none).
         name: the optimizer's name, or None.
+        exclude_from_weight_decay_names: None or a list of strings, as
+            ``exclude_from_weight_decay(var_names=...)``; kept in the config,
+            so a saved model's optimizer loads with them (Keras' AdamW keeps
+            them outside its config: a loaded model decayed its biases and
+            LayerNorms).
         **kwargs: ``clipnorm`` to ``name`` above, and the other
             `keras.optimizers.Optimizer` arguments.
 
@@ -71,6 +76,7 @@ class AdamW(keras.optimizers.AdamW):
         beta_2=0.999,
         epsilon=1e-7,
         amsgrad=False,
+        exclude_from_weight_decay_names=None,
         **kwargs,
     ):
         super().__init__(
@@ -83,6 +89,15 @@ class AdamW(keras.optimizers.AdamW):
             **_check_optimizer_arguments(kwargs),
         )
         _check_loss_scaled_accumulation(self)
+        self.exclude_from_weight_decay_names = None
+        if exclude_from_weight_decay_names is not None:
+            self.exclude_from_weight_decay(var_names=exclude_from_weight_decay_names)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "exclude_from_weight_decay_names": self.exclude_from_weight_decay_names,
+        }
 
     def build(self, var_list):
         _check_loss_scaled_accumulation(self)  # the policy may have changed since
@@ -113,7 +128,9 @@ class AdamW(keras.optimizers.AdamW):
 
         ``var_names`` must be a list of strings: a string alone would be
         matched character by character (``"bias"`` excluding every variable
-        whose name holds a b, i, a or s).
+        whose name holds a b, i, a or s). The names are kept in the config
+        (``exclude_from_weight_decay_names``); a ``var_list`` is not (a saved
+        model's variables are new objects when it loads).
 
         Args:
             var_list: None or a list of variables to exclude.
@@ -132,6 +149,8 @@ class AdamW(keras.optimizers.AdamW):
                 f"Expected a list of variables for var_list. Received: var_list={var_list!r}."
             )
         super().exclude_from_weight_decay(var_list=var_list, var_names=var_names)
+        if var_names:
+            self.exclude_from_weight_decay_names = sorted(set(var_names))
 
     def finalize_variable_values(self, var_list):
         """Keras' ``finalize_variable_values``, writing copies of the moving averages.

@@ -85,6 +85,43 @@ def test_adamw_round_trips_through_its_config_and_a_saved_model(tmp_path):
     )
 
 
+@pytest.mark.parametrize("model_kind", ["functional", "classifier"])
+def test_weight_decay_exclusions_survive_saving_and_loading(model_kind, tmp_path):
+    """Keras keeps `exclude_from_weight_decay` outside the optimizer's config: a
+    loaded model went on training with decay on every bias and LayerNorm."""
+    from keras_masking.models import TransformerBackbone
+    from keras_masking.models import TransformerTextClassifier
+    from tests.testing import random_features
+    from tests.testing import tiny_backbone_kwargs
+
+    keras.utils.set_random_seed(0)
+    if model_kind == "classifier":
+        backbone = TransformerBackbone(**tiny_backbone_kwargs(dropout=0.0))
+        model = TransformerTextClassifier(backbone, num_classes=2, dropout=0.0)
+        x, y = random_features(batch=4), np.array([0, 1, 0, 1])
+    else:
+        inputs = keras.Input((4,))
+        model = keras.Model(inputs, keras.layers.Dense(2, bias_initializer="ones")(inputs))
+        x, y = np.ones((4, 4), "float32"), np.zeros((4, 2), "float32")
+    optimizer = keras_masking.clue.optimization.fine_tuning_optimizer(
+        0.01, total_steps=10, warmup_proportion=0.0, weight_decay=0.5
+    )
+    loss = "mse" if model_kind == "functional" else None
+    model.compile(optimizer=optimizer, **({"loss": loss} if loss else {}))
+    model.fit(x, y, batch_size=4, verbose=0)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert loaded.optimizer.get_config()["exclude_from_weight_decay_names"] == [
+        "beta", "bias", "gamma"
+    ]  # fmt: skip
+    for each in (model, loaded):
+        each.fit(x, y, batch_size=4, verbose=0)
+    for got, want in zip(loaded.weights, model.weights):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want), atol=1e-6
+        )
+
+
 def test_the_fine_tuning_optimizer_is_this_adamw():
     optimizer = keras_masking.clue.optimization.fine_tuning_optimizer(1e-3, total_steps=10)
     assert isinstance(optimizer, AdamW)
