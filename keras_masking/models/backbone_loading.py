@@ -226,7 +226,10 @@ def load_backbone_preset(cls, preset, load_weights=True, **kwargs):
     if isinstance(loaded, cls):
         return loaded
     declared = _declared_settings(preset)
+    use_pooler = declared.pop("use_pooler", True)
     converted = cls.from_keras_hub(loaded, **declared)
+    if not use_pooler and converted.use_pooler:
+        converted = _without_pooler(converted)
     _fold_roberta_token_type(converted, preset)
     if os.path.isdir(preset):  # marked as corrected when its folder says so
         shape = (converted.vocabulary_size, converted.hidden_dim)
@@ -314,7 +317,9 @@ def _declared_settings(preset):
     keras-hub's converters keep their own activation and LayerNorm epsilon,
     and read no ``position_embedding_type``: the folder's own ones are used
     (transformers' defaults, ``"gelu"`` and 1e-12, where it names none), and
-    relative positions (weights keras-hub would leave unused) refused.
+    relative positions (weights keras-hub would leave unused) refused. The
+    ``pooling``, ``pruned_from`` and ``use_pooler`` that
+    `export_to_transformers` writes are read back.
     """
     config = _hugging_face_config(preset)
     if config is None:
@@ -327,10 +332,26 @@ def _declared_settings(preset):
             "supported; expected 'absolute'."
         )
     # transformers' own defaults (BERT, RoBERTa, XLM-R) where the folder leaves them out.
-    return {
+    settings = {
         "activation": config.get("hidden_act", "gelu"),
         "layer_norm_epsilon": float(config.get("layer_norm_eps", 1e-12)),
     }
+    # What export_to_transformers writes for this package alone (keras-hub reads
+    # none): e5's mean pooling, a pruned table's record, no pooler of its own.
+    for name in ("pooling", "pruned_from", "use_pooler"):
+        if config.get(name) is not None:
+            settings[name] = config[name]
+    return settings
+
+
+def _without_pooler(backbone):
+    """The same backbone without its pooler (every other weight copied): a Hugging
+    Face BERT folder holds a zero pooler where the exported model had none."""
+    plain = type(backbone).from_config({**backbone.get_config(), "use_pooler": False})
+    values = {variable.path: variable for variable in backbone.weights}
+    for variable in plain.weights:
+        variable.assign(values[variable.path])
+    return plain
 
 
 def _fold_roberta_token_type(backbone, preset):

@@ -333,6 +333,10 @@ def _backbone_folder(backbone):
         config["position_embedding_type"] = "absolute"
     else:
         config.update(embedding_size=hidden, rotary_value=False)
+    if backbone.pooled_dense is None:
+        # Ours (transformers reads no such key): the zero pooler above is not
+        # the model's, and `TransformerBackbone.from_preset` leaves it out.
+        config["use_pooler"] = False
     return config, tensors
 
 

@@ -247,6 +247,21 @@ def test_no_pooler_and_no_segments_become_zeros(tmp_path):
     np.testing.assert_array_equal(tensors["pooler.dense.weight"], 0.0)
 
 
+def test_e5s_pooling_no_pooler_and_pruned_table_read_back(tmp_path):
+    """Read back by from_preset, an e5-like folder pooled the first token through
+    the zero pooler (pooled_output 2.3 off on e5), and a pruned table lost its
+    record (the correction then averaged the kept rows)."""
+    pruned_from = {"vocabulary_size": 500, "token_embedding_mean": [0.5] * 32}
+    backbone = _backbone(use_pooler=False, pooling="mean", pruned_from=pruned_from)
+    loaded = TransformerBackbone.from_preset(export_to_transformers(backbone, tmp_path / "hf"))
+    assert (loaded.pooling, loaded.use_pooler) == ("mean", False)
+    assert loaded.get_config()["pruned_from"] == pruned_from
+    features = random_features()
+    expected, got = _outputs(backbone, features), _outputs(loaded, features)
+    for key in expected:
+        np.testing.assert_allclose(got[key], expected[key], atol=1e-5)
+
+
 def test_roformer_exports_rotary_layout(tmp_path):
     backbone = _backbone(position="rotary")
     config, tensors = _read(export_to_transformers(backbone, tmp_path / "hf"))
