@@ -29,6 +29,7 @@ import re
 from keras_masking.clue.record_readers import SplitReading
 from keras_masking.clue.record_readers import iter_examples  # noqa: F401 (public)
 from keras_masking.clue.record_readers import read_file
+from keras_masking.clue.tasks import CLUE_1_0_TASKS
 from keras_masking.clue.tasks import check_benchmark
 from keras_masking.clue.tasks import get_task
 from keras_masking.utils.arguments import check_int
@@ -492,7 +493,9 @@ def read_task_splits(data_dir, task, benchmark=None, few_shot="all"):
         "train": read_split(data_dir, task, "train", benchmark, few_shot),
         "dev": read_split(data_dir, task, "dev", benchmark, few_shot),
     }
-    optional = ("test", "test_public") if benchmark == "fewclue" else ("test", "test1.0")
+    optional = ("test", "test_public") if benchmark == "fewclue" else ("test",)
+    if benchmark != "fewclue" and get_task(task).name in CLUE_1_0_TASKS:
+        optional += ("test1.0",)  # another task's test1.0.json would overwrite its submission
     for name in optional:
         try:
             splits[name] = read_split(data_dir, task, name, benchmark)

@@ -28,6 +28,7 @@ from keras_masking.clue.readers import BENCHMARK_NAMES
 from keras_masking.clue.readers import ClueSplit
 from keras_masking.clue.record_readers import CLUE_BLANK
 from keras_masking.clue.record_readers import short_labels
+from keras_masking.clue.tasks import CLUE_1_0_TASKS
 from keras_masking.clue.tasks import TASKS
 from keras_masking.clue.tasks import check_benchmark
 from keras_masking.clue.tasks import get_task
@@ -36,8 +37,6 @@ from keras_masking.utils.files import write_atomically
 
 logger = logging.getLogger(__name__)
 
-# CLUE 1.0 had its own test files, and file names, for these tasks.
-_VERSIONED = ("tnews", "cluewsc", "c3", "chid")
 _CLUE_STEMS = {"ocnli": "ocnli_50k"}
 VERSIONS = ("1.1", "1.0")
 _TEST_SPLITS = ("test", "test1.0", "test_public")
@@ -83,7 +82,7 @@ def submission_file_name(task, benchmark, version="1.1"):
         stem = task.name + ("f" if "clue" in task.benchmarks else "")
     else:
         stem = _CLUE_STEMS.get(task.name, task.name)
-        stem += version.replace(".", "") if task.name in _VERSIONED else ""
+        stem += version.replace(".", "") if task.name in CLUE_1_0_TASKS else ""
     return f"{stem}_predict.json"
 
 

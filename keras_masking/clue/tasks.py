@@ -174,6 +174,11 @@ ALIASES = {
 }
 
 
+# The tasks whose CLUE 1.0 test file (test1.0.json) differs from 1.1's, each
+# with a 1.0 submission file of its own; the other tasks have one test file.
+CLUE_1_0_TASKS = ("tnews", "cluewsc", "c3", "chid")
+
+
 def get_task(name):
     """Returns the `ClueTask` of a task name (case-insensitive, with aliases).
 

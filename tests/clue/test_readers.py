@@ -993,3 +993,23 @@ def test_real_fewclue_tnews_codes_and_wsc_marks():
 
 
 # === What a run records of reading CLUE's official layouts ===
+
+
+def test_only_the_clue_1_0_tasks_read_a_test1_0_file(tmp_path):
+    """AFQMC has one test file: a test1.0.json beside its test.json was read as a
+    second test split, whose submission (the same file name) overwrote test's."""
+    from keras_masking.clue.readers import read_task_splits
+
+    def pairs(first_id, labelled=True):
+        return [
+            {"id": first_id + i, "sentence1": "今天", "sentence2": "明天",
+             **({"label": "1"} if labelled else {})}
+            for i in range(2)
+        ]  # fmt: skip
+
+    for split, lines in (("train", pairs(0)), ("dev", pairs(10)), ("test", pairs(100, False))):
+        write_lines(tmp_path / "afqmc" / f"{split}.json", lines)
+    write_lines(tmp_path / "afqmc" / "test1.0.json", pairs(200, False))
+    splits = read_task_splits(tmp_path, "afqmc")
+    assert sorted(splits) == ["dev", "test", "train"]
+    assert [example.id for example in splits["test"].examples] == [100, 101]
