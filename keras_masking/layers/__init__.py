@@ -14,6 +14,7 @@ from keras_masking.layers.gradient_reversal import GradientReversal
 from keras_masking.layers.key_value_prefix import KeyValuePrefix
 from keras_masking.layers.key_value_prefix import PrefixEncoder
 from keras_masking.layers.key_value_prefix import key_value_prefixes
+from keras_masking.layers.lora_dense import LoRADense
 from keras_masking.layers.masked_lm_head import MaskedLMHead
 from keras_masking.layers.multiple_choice import ChoiceLogits
 from keras_masking.layers.multiple_choice import FlattenChoices

@@ -4,6 +4,7 @@ import keras
 
 from keras_masking.layers.activations import resolve_activation
 from keras_masking.layers.initializers import clone_initializer
+from keras_masking.layers.lora_dense import LoRADense
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -38,7 +39,7 @@ class FeedForward(keras.layers.Layer):
         self.intermediate_dim = int(intermediate_dim)
         self.activation = activation
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.intermediate_dense = keras.layers.Dense(
+        self.intermediate_dense = LoRADense(
             self.intermediate_dim,
             activation=resolve_activation(activation),
             kernel_initializer=clone_initializer(self.kernel_initializer),
@@ -49,7 +50,7 @@ class FeedForward(keras.layers.Layer):
 
     def build(self, input_shape):
         self.intermediate_dense.build(input_shape)
-        self.output_dense = keras.layers.Dense(
+        self.output_dense = LoRADense(
             input_shape[-1],
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,

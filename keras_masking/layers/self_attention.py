@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import clone_initializer
+from keras_masking.layers.lora_dense import LoRADense
 from keras_masking.ops.attention_masks import apply_replacing_mask
 from keras_masking.ops.attention_masks import padding_mask_to_bias
 from keras_masking.ops.relative_position import relative_position_embeddings
@@ -136,7 +137,7 @@ class SelfAttention(keras.layers.Layer):
         self.built = True
 
     def _dense(self, units, name):
-        return keras.layers.Dense(
+        return LoRADense(
             units,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,

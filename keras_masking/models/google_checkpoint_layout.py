@@ -7,7 +7,7 @@ names with the variables of a `TransformerBackbone` (and its MLM head), so the
 TF checkpoint reader and writer, and the keras-hub converter, share one table.
 """
 
-from keras_masking.models.lora_merge import merged_kernel
+from keras_masking.ops.lora_merge import merged_kernel
 
 EMBEDDINGS = "bert/embeddings"
 POOLER = "bert/pooler/dense"

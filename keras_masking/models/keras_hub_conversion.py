@@ -15,8 +15,8 @@ import keras_hub
 import numpy as np
 
 from keras_masking.models.google_checkpoint_layout import backbone_variables_by_name
-from keras_masking.models.lora_merge import merged_kernel
 from keras_masking.models.mlm_embedding_correction_record import mark_loaded_record
+from keras_masking.ops.lora_merge import merged_kernel
 from keras_masking.utils.eager_checks import non_finite_variables
 
 logger = logging.getLogger("keras_masking")

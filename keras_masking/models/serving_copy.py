@@ -5,7 +5,7 @@ import keras_hub
 import numpy as np
 from keras import ops
 
-from keras_masking.models.lora_merge import merged_kernel
+from keras_masking.ops.lora_merge import merged_kernel
 
 #: Settings that act in training only: at inference the model is the same without them.
 TRAINING_ONLY = {"drop_token": None, "asa": None}

@@ -36,6 +36,7 @@ from keras_masking.layers import DropToken
 from keras_masking.layers import FeedForward
 from keras_masking.layers import GradientReversal
 from keras_masking.layers import KeyValuePrefix
+from keras_masking.layers import LoRADense
 from keras_masking.layers import MaskedLMHead
 from keras_masking.layers import RestoreDroppedTokens
 from keras_masking.layers import SelfAttention
@@ -478,6 +479,7 @@ CASES = {
     "GradientReversal": LayerCase(
         lambda: GradientReversal(alpha=0.5), lambda: (hidden_states(),), weightless=True
     ),
+    "LoRADense": LayerCase(lambda: LoRADense(8), lambda: (hidden_states(),)),
     "KeyValuePrefix": LayerCase(
         lambda: KeyValuePrefix(length=3, num_heads=HEADS, head_dim=HEAD_DIM, dropout=0.0),
         lambda: (),

@@ -149,9 +149,24 @@ def test_a_lora_merge_keeps_the_float32_sum(policy, tmp_path):
         save_tf_checkpoint(model, str(tmp_path / "bert_model.ckpt"))
     stored = read_tf_checkpoint(str(tmp_path / "bert_model.ckpt"))
     name = layer.path.split("/")[-1]  # query, key or value
+    # So do a .keras file and a preset, whose LoRA layers Keras saves merged.
+    with _Policy(policy):
+        model.save(tmp_path / "model.keras")
+        model.save_to_preset(str(tmp_path / "preset"))
+    saved = {
+        "keras": keras.saving.load_model(tmp_path / "model.keras"),
+        "preset": keras_masking.models.TransformerBackbone.from_preset(str(tmp_path / "preset")),
+    }
     for kernel in (
         merged[f"{layer.path}/kernel"],
         stored[f"bert/encoder/layer_0/attention/self/{name}/kernel"],
+        *(_kernel(each, layer.path) for each in saved.values()),
     ):
         assert kernel.dtype == np.float32
         np.testing.assert_allclose(kernel, expected, rtol=1e-6, atol=1e-7)
+
+
+def _kernel(model, path):
+    """The base kernel variable at ``path`` (LoRA's kernels load as zeros beside it)."""
+    (kernel,) = [v for v in model.weights if v.path == f"{path}/kernel"]
+    return np.asarray(kernel.numpy())
