@@ -603,6 +603,14 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
                 "cannot be loaded. Expected the file save_to_preset wrote (copy it again), or "
                 "pass num_classes= for a fresh head."
             )
+        saved = read_json_object(path / "config.json", "the preset's config.json") if (
+            path / "config.json"
+        ).is_file() else {}  # fmt: skip
+        policy = ((saved.get("config") or {}).get("dtype") or {}).get("config", {}).get("name")
+        if kwargs.get("dtype") is None and str(policy).startswith("mixed_"):
+            # keras-hub's task loader refuses a mixed policy's name ("Invalid dtype");
+            # a float one it loads under the global policy, as here.
+            kwargs["dtype"] = keras.config.dtype_policy()
         # Every file checked as a backbone preset's is (JSON, truncated weights, NaN).
         return read_keras_hub_preset(super(), preset, load_weights=load_weights, **kwargs)
 

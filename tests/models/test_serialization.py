@@ -314,3 +314,20 @@ def test_weights_of_another_method_layout_are_refused_not_loaded_by_position(tmp
     same.load_weights(tmp_path / "asa.weights.h5")  # the same layout loads
     for a, b in zip(same.weights, saved.weights):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_a_classifier_preset_saved_under_a_mixed_policy_loads(policy, tmp_path, restore_policy):
+    """keras-hub's task loader refused the saved policy's name: "Invalid dtype"."""
+    keras.mixed_precision.set_global_policy(policy)
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs()), seed=1)
+    classifier = TransformerTextClassifier(backbone, num_classes=3)
+    classifier.save_to_preset(str(tmp_path / "preset"))
+    for load_policy in (policy, "float32"):
+        keras.mixed_precision.set_global_policy(load_policy)
+        loaded = TransformerTextClassifier.from_preset(str(tmp_path / "preset"))
+        assert loaded.dtype_policy.name == load_policy
+        for got, want in zip(loaded.weights, classifier.weights):
+            np.testing.assert_array_equal(
+                keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want)
+            )
