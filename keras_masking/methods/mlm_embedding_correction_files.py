@@ -157,6 +157,11 @@ def _pruned_table_mean(folder):
     (``pruned_from``: its random tokens were drawn from that table), or None."""
     path = os.path.join(folder, "bert_config.json")
     if not os.path.isfile(path):
+        logger.warning(
+            "%s: no bert_config.json beside the checkpoint, so a pruned table's full mean "
+            "(pruned_from) cannot be read: mean E is this table's own. Put the config beside "
+            "the checkpoint if save_tf_checkpoint wrote it elsewhere.", folder,
+        )  # fmt: skip
         return None
     pruned_from = read_google_config(path).get("pruned_from")
     return (pruned_from or {}).get("token_embedding_mean")

@@ -44,6 +44,7 @@ import numpy as np
 
 from keras_masking.models.unigram_graph import GraphTokenizer
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_int_list
 from keras_masking.utils.files import read_json_object
 from keras_masking.utils.files import write_atomically
 
@@ -393,6 +394,9 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
             )
         if self._held.tables.row_of_piece is not None:
             raise ValueError("This tokenizer is pruned already; prune the full one.")
+        # A string was read digit by digit ("20": ids 2 and 0), and 20.9 as 20.
+        rows = len(self.unigram_model["pieces"])
+        keep_ids = check_int_list("keep_ids", keep_ids, minimum=0, maximum=rows - 1)
         special = self.unigram_model["special_ids"]
         used, count = set(), 0
         for text in texts:
@@ -404,7 +408,7 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
             raise ValueError(
                 "Expected at least one text to prune the vocabulary to; texts is empty."
             )
-        used.update(int(i) for i in keep_ids)
+        used.update(keep_ids)
         specials = sorted(set(special[name] for name in SPECIAL_NAMES))
         kept = specials + sorted(used - set(specials))
         model = dict(self.unigram_model, kept_ids=kept)

@@ -321,7 +321,7 @@ def test_is_preset_folder_bad_input():
         is_preset_folder(None)
 
 
-def test_a_pruned_checkpoint_is_corrected_with_the_full_tables_mean(tmp_path):
+def test_a_pruned_checkpoint_is_corrected_with_the_full_tables_mean(tmp_path, caplog):
     """bert_config.json's pruned_from holds the mean of the table the random tokens were
     drawn from: the files path used the pruned table's own (0.06 off the in-memory one)."""
     mean = np.linspace(-1.0, 1.0, 32).tolist()
@@ -332,6 +332,11 @@ def test_a_pruned_checkpoint_is_corrected_with_the_full_tables_mean(tmp_path):
     keras_masking.correct_mlm_embeddings(backbone, mask_token_id=3)
     np.testing.assert_allclose(read_tf_checkpoint(tmp_path / "out")[WORDS], table_of(backbone),
                                atol=1e-6)  # fmt: skip
+    # Its config written elsewhere, the record cannot be read: said, not silent.
+    (tmp_path / "in" / "bert_config.json").rename(tmp_path / "config.json")
+    with caplog.at_level("WARNING", logger="keras_masking"):
+        correct_checkpoint_embeddings(tmp_path / "in", tmp_path / "out2", mask_token_id=3)
+    assert "no bert_config.json beside the checkpoint" in caplog.text
 
 
 def test_only_the_named_checkpoint_of_a_folder_is_copied_and_marked_corrected(tmp_path, caplog):

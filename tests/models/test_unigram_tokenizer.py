@@ -437,8 +437,12 @@ def test_prune_arguments(toy):
         pruned.prune(["ab"])
     with pytest.raises(ValueError, match="Expected strings"):
         toy.prune(["ab", 3])
-    with pytest.raises(ValueError, match="distinct piece ids"):
+    with pytest.raises(ValueError, match=r"every entry of keep_ids in \[0, 17\]"):
         toy.prune(["ab"], keep_ids=[99])
+    # A string was read digit by digit ("20": ids 2 and 0), a float cut to an int.
+    for bad in ("5", [5.9]):
+        with pytest.raises(ValueError, match="Expected a list of integers for keep_ids"):
+            toy.prune(["ab"], keep_ids=bad)
     sized = UnigramTokenizer(toy_model(), sequence_length=4)
     assert sized.prune(["ab"])[0].sequence_length == 4
 
