@@ -76,6 +76,11 @@ def test_a_mixed_precision_step_matches_float32(float32_steps, method, policy):
     reference, reference_logs = float32_steps[method]
     update, logs, model = _step(method, policy)
     update_tolerance, loss_tolerance = TOLERANCES[policy]
+    if (method, policy) == ("asa+drop_token+fl_tuning", "mixed_bfloat16"):
+        # ASA's hard masks threshold noisy scores: a bfloat16 pass flips the entries
+        # next to the threshold, and dropped tokens move the rest. Over 12 noise draws
+        # the step was 0.012 to 0.095 off (a policy bug is off by about 1).
+        update_tolerance = 0.12
     assert model.dtype_policy.name == policy
     assert all(v.dtype == "float32" for v in model.trainable_variables)
     assert np.isfinite(update).all() and np.abs(reference).max() > 1e-3
