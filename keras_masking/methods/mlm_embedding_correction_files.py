@@ -14,6 +14,7 @@ from keras_masking.methods.mlm_embedding_correction import check_correction_sett
 from keras_masking.methods.mlm_embedding_correction import correct_embedding_table
 from keras_masking.methods.mlm_embedding_correction import correct_mlm_embeddings
 from keras_masking.models import google_checkpoint_layout as layout
+from keras_masking.models.backbone_loading import declared_task_class
 from keras_masking.models.backbone_loading import read_keras_hub_preset
 from keras_masking.models.google_config import read_google_config
 from keras_masking.models.mlm_embedding_correction_record import RECORD_FILE
@@ -219,20 +220,17 @@ def correct_preset_embeddings(
 def _preset_loader(preset_dir):
     """The class whose ``from_preset`` loads the folder: the task ``task.json`` declares
     (keras-hub refuses ``Task.from_preset`` itself), else any backbone."""
-    import keras
     import keras_hub
 
     task_file = os.path.join(preset_dir, "task.json")
     if not os.path.exists(task_file):
         return keras_hub.models.Backbone
-    name = read_json_object(task_file, "the task.json that save_to_preset wrote").get(
-        "registered_name"
-    )
-    task = keras.saving.get_registered_object(name) if isinstance(name, str) else None
-    if not (isinstance(task, type) and issubclass(task, keras_hub.models.Task)):
+    config = read_json_object(task_file, "the task.json that save_to_preset wrote")
+    task = declared_task_class(config)
+    if not (task and issubclass(task, keras_hub.models.Task)):
         raise ValueError(
-            f"{task_file}: declares the task {name!r}, which is not a keras-hub task class "
-            "known here (import the package that defines it)."
+            f"{task_file}: declares the task {config.get('registered_name')!r}, which is not a "
+            "keras-hub task class known here (import the package that defines it)."
         )
     return task
 

@@ -203,6 +203,25 @@ def kept_across_preset_saves(name):
     return not re.fullmatch(r"model(_\d+)?\.weights\.(h5|json)", name)
 
 
+def declared_task_class(task_config):
+    """The class a preset's ``task.json`` names (its ``registered_name``), or None.
+
+    Args:
+        task_config: the dict ``task.json`` holds.
+
+    Example:
+    ```python
+    import json
+    classifier = keras_masking.models.TransformerTextClassifier(backbone, num_classes=2)
+    classifier.save_to_preset("preset")
+    declared_task_class(json.load(open("preset/task.json")))  # TransformerTextClassifier
+    ```
+    """
+    name = task_config.get("registered_name")
+    declared = keras.saving.get_registered_object(name) if isinstance(name, str) else None
+    return declared if isinstance(declared, type) else None
+
+
 def load_backbone_preset(cls, preset, load_weights=True, **kwargs):
     """`TransformerBackbone.from_preset`'s body: ``cls`` is the class asked for.
 

@@ -14,6 +14,7 @@ from keras_masking.layers.activations import gelu_as_erf
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.models.asa_objective import ASAObjective
 from keras_masking.models.asa_objective import asa_training_pass
+from keras_masking.models.backbone_loading import declared_task_class
 from keras_masking.models.backbone_loading import kept_across_preset_saves
 from keras_masking.models.backbone_loading import read_keras_hub_preset
 from keras_masking.models.model_card import model_card
@@ -561,6 +562,10 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         task = None
         if task_file.is_file():
             task = read_json_object(task_file, "the task.json that save_to_preset wrote")
+        config = {}
+        if (path / "config.json").is_file():
+            config = read_json_object(path / "config.json", "the preset's config.json")
+        config = config.get("config") or {}
         if task is None and "num_classes" not in kwargs and path.is_dir():
             raise ValueError(
                 f"{path} holds no task.json (a classifier preset's head), so a head is built "
@@ -579,10 +584,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
             and not (path / "preprocessor.json").is_file()
             and (path / "tokenizer.json").is_file()
         ):
-            config = read_json_object(path / "config.json", "the preset's config.json")
-            length = sequence_length or min(
-                512, config.get("config", {}).get("max_sequence_length", 512)
-            )
+            length = sequence_length or min(512, config.get("max_sequence_length", 512))
             kwargs["preprocessor"] = cls.preprocessor_cls.from_preset(
                 os.fspath(preset), sequence_length=length
             )
@@ -595,7 +597,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
             task is not None
             and load_weights
             and "num_classes" not in kwargs
-            and _declares_a_subclass(task, cls)
+            and issubclass(declared_task_class(task) or object, cls)
             and not (path / "task.weights.h5").is_file()
         ):  # keras-hub would build the head afresh, without a word
             raise ValueError(
@@ -603,10 +605,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
                 "cannot be loaded. Expected the file save_to_preset wrote (copy it again), or "
                 "pass num_classes= for a fresh head."
             )
-        saved = read_json_object(path / "config.json", "the preset's config.json") if (
-            path / "config.json"
-        ).is_file() else {}  # fmt: skip
-        policy = ((saved.get("config") or {}).get("dtype") or {}).get("config", {}).get("name")
+        policy = (config.get("dtype") or {}).get("config", {}).get("name")
         if kwargs.get("dtype") is None and str(policy).startswith("mixed_"):
             # keras-hub's task loader refuses a mixed policy's name ("Invalid dtype");
             # a float one it loads under the global policy, as here.
@@ -672,10 +671,3 @@ def _default_loss_fits(activation):
     """Whether keras-hub's default loss reads outputs of ``activation`` (logits or softmax)."""
     activation = keras.activations.get(activation)
     return activation in (keras.activations.linear, keras.activations.softmax)
-
-
-def _declares_a_subclass(task_config, cls):
-    """Whether a preset's ``task.json`` declares ``cls`` or a subclass of it."""
-    name = task_config.get("registered_name")
-    declared = keras.saving.get_registered_object(name) if isinstance(name, str) else None
-    return isinstance(declared, type) and issubclass(declared, cls)
