@@ -154,7 +154,8 @@ def prune_token_embeddings(backbone, tokenizer, texts, keep_ids=()):
         tokenizer: a full (not pruned) `UnigramTokenizer`.
         texts: an iterable of strings, every text the model will see
             (train, dev, test, with any prefix such as ``"query: "``).
-        keep_ids: more piece ids to keep.
+        keep_ids: more piece ids to keep (a corrected backbone's [MASK] id
+            is kept too: its record and undo read that row).
 
     Returns:
         ``(backbone, tokenizer)``: a new backbone (same config but
@@ -179,10 +180,13 @@ def prune_token_embeddings(backbone, tokenizer, texts, keep_ids=()):
             f"The backbone's table has {backbone.vocabulary_size} rows, the tokenizer "
             f"{tokenizer.vocabulary_size()} ids; prune the pair that belongs together."
         )
+    record = backbone.mlm_embedding_correction
+    if record and not isinstance(keep_ids, (str, bytes)):
+        # The correction's [MASK] row stays (its record, and undo, read it).
+        keep_ids = [*keep_ids, record["mask_token_id"]]
     pruned_tokenizer, kept = tokenizer.prune(texts, keep_ids)
     table = backbone.token_embedding.embeddings
     full = np.asarray(table.numpy(), "float64")
-    record = backbone.mlm_embedding_correction
     new_ids = {int(old): new for new, old in enumerate(kept)}
     if record:  # the mean of the uncorrected table; the record on the new ids
         rows = selectable_rows(len(full), record["unselectable_token_ids"])

@@ -395,8 +395,8 @@ class UnigramTokenizer(keras_hub.tokenizers.Tokenizer):
         if self._held.tables.row_of_piece is not None:
             raise ValueError("This tokenizer is pruned already; prune the full one.")
         # A string was read digit by digit ("20": ids 2 and 0), and 20.9 as 20.
-        rows = len(self.unigram_model["pieces"])
-        keep_ids = check_int_list("keep_ids", keep_ids, minimum=0, maximum=rows - 1)
+        pieces = len(self.unigram_model["pieces"])  # a table's rows past them have no piece
+        keep_ids = check_int_list("keep_ids", keep_ids, minimum=0, maximum=pieces - 1)
         special = self.unigram_model["special_ids"]
         used, count = set(), 0
         for text in texts:

@@ -173,6 +173,23 @@ def test_the_mlm_correction_and_pruning_commute(tiny_file, tmp_path):
     )
 
 
+def test_a_corrected_backbones_mask_row_is_kept_by_pruning(tiny_file):
+    """Corrected with a [MASK] id the texts do not use, pruning failed with a bare
+    KeyError: the row the record (and undo) reads is kept now."""
+    from keras_masking import correct_mlm_embeddings
+
+    path, _ = tiny_file
+    backbone, tokenizer = load_multilingual_e5(path, dropout=0.0)
+    used = set(tokenizer.encode("今天很好"))
+    pieces = range(len(tokenizer.unigram_model["pieces"]))
+    mask = max(set(pieces) - used - set(tokenizer.special_token_ids))
+    correct_mlm_embeddings(backbone, mask_token_id=mask)
+    pruned, pruned_tokenizer = prune_token_embeddings(backbone, tokenizer, ["今天很好"])
+    kept = pruned_tokenizer.unigram_model["kept_ids"]
+    assert mask in kept
+    assert pruned.mlm_embedding_correction["mask_token_id"] == kept.index(mask)
+
+
 def test_converting_with_a_corpus_writes_the_pruned_preset(tiny_file, tmp_path):
     path, _ = tiny_file
     corpus = tmp_path / "corpus.json"
