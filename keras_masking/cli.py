@@ -59,6 +59,7 @@ from keras_masking.utils.arguments import check_int_list
 from keras_masking.utils.command_line import CollectPairs
 from keras_masking.utils.command_line import CommandLineParser
 from keras_masking.utils.command_line import DeprecatedSpelling
+from keras_masking.utils.files import is_same_or_inside
 from keras_masking.utils.files import write_folder_atomically
 from keras_masking.version import __version__
 
@@ -129,10 +130,8 @@ def _check_output_folder(output, input_folders):
             f"OUTPUT {output!r} exists and is not empty; writing there would overwrite its "
             "files. Expected a new or empty folder."
         )
-    real = os.path.realpath(absolute)
     for folder in input_folders:
-        source = os.path.realpath(folder)
-        if real == source or real.startswith(source.rstrip(os.sep) + os.sep):
+        if is_same_or_inside(absolute, folder):
             raise ValueError(
                 f"OUTPUT {output!r} is the input folder {folder!r} or inside it; expected a "
                 "folder outside the input, which is never modified."

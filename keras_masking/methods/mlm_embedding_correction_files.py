@@ -24,6 +24,7 @@ from keras_masking.models.tf_checkpoint import resolve_checkpoint_prefix
 from keras_masking.models.tf_checkpoint import write_tf_checkpoint
 from keras_masking.utils.arguments import check_bool
 from keras_masking.utils.arguments import check_path
+from keras_masking.utils.files import is_same_or_inside
 from keras_masking.utils.files import read_json_object
 from keras_masking.utils.files import write_folder_atomically
 
@@ -38,8 +39,7 @@ def _check_folders(input_dir, output_dir):
     output_dir = os.path.abspath(check_path("output_dir", output_dir))
     if os.path.exists(os.path.join(input_dir, RECORD_FILE)):
         raise ValueError(f"{input_dir} holds {RECORD_FILE}: its embeddings were already corrected.")
-    real, source = os.path.realpath(output_dir), os.path.realpath(input_dir)
-    if real == source or real.startswith(source.rstrip(os.sep) + os.sep):
+    if is_same_or_inside(output_dir, input_dir):
         raise ValueError(
             "Expected an output folder outside the input: the input is never modified. "
             f"Received: output_dir={output_dir}, in the input {input_dir}."

@@ -55,6 +55,23 @@ def text_lines(text):
     return lines
 
 
+def is_same_or_inside(path, folder):
+    """Whether ``path`` is ``folder`` or lies inside it, links resolved.
+
+    Args:
+        path: a path (it need not exist).
+        folder: a folder.
+
+    Example:
+    >>> is_same_or_inside("/data/model/out", "/data/model")
+    True
+    >>> is_same_or_inside("/data/model2", "/data/model")
+    False
+    """
+    real, source = os.path.realpath(path), os.path.realpath(folder)
+    return real == source or real.startswith(source.rstrip(os.sep) + os.sep)
+
+
 def read_json_object(path, expected):
     """The JSON object in ``path``; a file that does not parse is refused, naming it.
 
