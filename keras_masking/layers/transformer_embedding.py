@@ -7,6 +7,7 @@ from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import clone_initializer
 from keras_masking.utils.eager_checks import check_ids_in_range
 from keras_masking.utils.eager_checks import check_integer_ids
+from keras_masking.utils.eager_checks import check_sequence_length
 from keras_masking.utils.eager_checks import static_shape
 
 
@@ -99,13 +100,8 @@ class TransformerEmbedding(keras.layers.Layer):
         self.built = True
 
     def call(self, token_ids, segment_ids=None, position_ids=None, training=None):
-        length = static_shape(token_ids)[1]  # None when unknown or symbolic (export)
-        if self.position_embedding is not None and (length or 0) > self.max_sequence_length:
-            raise ValueError(
-                f"The sequence has {length} tokens but this model has "
-                f"absolute position embeddings for at most "
-                f"max_sequence_length={self.max_sequence_length}."
-            )
+        if self.position_embedding is not None:  # the length is None when unknown (export)
+            check_sequence_length(static_shape(token_ids)[1], self.max_sequence_length)
         check_integer_ids("token_ids", token_ids)
         if segment_ids is None and self.segment_embedding is not None:
             segment_ids = ops.zeros_like(token_ids)

@@ -184,7 +184,8 @@ def check_encoder_inputs(
     concrete (compiled steps, which cannot raise on values, give NaN rows for
     out-of-range ids: see `TransformerEmbedding`). Checked, for the keys present:
 
-    * ``token_ids``: integer ``(batch, sequence)`` in ``[0, vocabulary_size)``;
+    * ``token_ids``: integer ``(batch, sequence)`` in ``[0, vocabulary_size)``,
+      at most ``max_position`` long when it is given;
     * ``padding_mask``: the shape of ``token_ids``, 0s and 1s (int, bool or
       float);
     * ``segment_ids``: integer, the shape of ``token_ids``, in
@@ -199,7 +200,8 @@ def check_encoder_inputs(
         num_segments: int, the segment vocabulary's size (0: not checked).
         required: keys that must be present.
         position_ranks: the allowed ranks of ``position_ids``.
-        max_position: exclusive upper bound of ``position_ids`` or None.
+        max_position: the absolute position table's size (the longest
+            sequence, the exclusive upper bound of ``position_ids``) or None.
         allowed: the keys the model takes, or None for any; another key is
             refused (Keras matches an unknown key of a functional model's
             input dict to another input by position, silently).
@@ -246,6 +248,8 @@ def check_encoder_inputs(
                 f"Received: {name}.shape={other}."
             )
     position_ids = inputs.get("position_ids")
+    if max_position is not None:
+        check_sequence_length(shape[1], max_position)
     if position_ids is not None:
         other = static_shape(position_ids)
         ok = len(other) in position_ranks and len(other) >= 2
@@ -266,6 +270,34 @@ def check_encoder_inputs(
     if inputs.get("padding_mask") is not None:
         check_zero_one("padding_mask", inputs["padding_mask"])
     check_ids_in_range(token_ids, vocabulary_size, "token_ids", "vocabulary_size")
+
+
+def check_sequence_length(length, max_sequence_length):
+    """Refuses a sequence longer than an absolute position table.
+
+    Called where the length is known (concrete data before a step compiles,
+    a trace with a static length); a compiled step traced with an unknown
+    length cannot raise, and the positions past the table give NaN rows, as
+    out-of-range ids do.
+
+    Args:
+        length: int or None (unknown: not checked).
+        max_sequence_length: int, the position table's size.
+
+    Example:
+
+    ```python
+    try:
+        check_sequence_length(30, 24)
+    except ValueError as error:
+        print(error)  # The sequence has 30 tokens but ... max_sequence_length=24.
+    ```
+    """
+    if length is not None and length > max_sequence_length:
+        raise ValueError(
+            f"The sequence has {length} tokens but this model has absolute position "
+            f"embeddings for at most max_sequence_length={max_sequence_length}."
+        )
 
 
 def check_input_keys(inputs, allowed):
