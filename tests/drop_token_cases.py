@@ -248,10 +248,10 @@ DROP_TOKEN_CASES = [({"rate": rate}, pattern) for rate, pattern in RATE_CASES] +
     ({"unselectable_token_ids": (True,)}, r"for unselectable_token_ids\. .*\(True,\)"),
     (
         {"unselectable_token_ids": (1, -1)},
-        r"entry of unselectable_token_ids in \[0, inf\]\. .*-1\)",
+        r"entry of unselectable_token_ids in \[0, inf\)\. .*-1\)",
     ),
     ({"protected_positions": (0.0,)}, r"for protected_positions\. .*\(0\.0,\)"),
-    ({"protected_positions": (-1,)}, r"entry of protected_positions in \[0, inf\]\. .*\(-1,\)"),
+    ({"protected_positions": (-1,)}, r"entry of protected_positions in \[0, inf\)\. .*\(-1,\)"),
     ({"protected_positions": 0}, r"for protected_positions\. Received: protected_positions=0"),
     ({"seed": 1.5}, r"Expected an integer for seed\. Received: seed=1\.5"),
     ({"seed": -1}, r"Expected an integer >= 0 for seed\. Received: seed=-1"),

@@ -150,13 +150,16 @@ class RunConfig:
         Args:
             run_config: a `RunConfig` the options change, or None (defaults).
             **options: `RunConfig` fields and `MethodPlan` switches
-                (``fl_tuning=160``, ``drop_token=0.1``...).
+                (``fl_tuning=160``, ``drop_token=0.1``...); switches given
+                with ``methods`` add to it.
 
         Returns:
             A `RunConfig`.
 
         Raises:
             TypeError: a keyword that is neither, naming the known ones.
+            ValueError: a switch given in ``methods`` and as a keyword with
+                another value.
         """
         base = cls() if run_config is None else run_config
         if not isinstance(base, cls):
@@ -172,7 +175,21 @@ class RunConfig:
                 f"switches ({', '.join(METHOD_FLAGS)})."
             )
         if switches:
-            options["methods"] = dataclasses.replace(base.methods, **switches)
+            given = "methods" in options
+            methods = check_setting("methods", options.get("methods", base.methods))
+            clashes = [
+                name
+                for name, value in switches.items()
+                if given and getattr(methods, name) not in (getattr(MethodPlan(), name), value)
+            ]
+            if clashes:
+                raise ValueError(
+                    f"The method switches {clashes} are set twice, in methods and as keywords, "
+                    f"to other values: methods has "
+                    f"{ {name: getattr(methods, name) for name in clashes} }, the keywords "
+                    f"{ {name: switches[name] for name in clashes} }."
+                )
+            options["methods"] = dataclasses.replace(methods, **switches)
         return dataclasses.replace(base, **options)
 
     @classmethod

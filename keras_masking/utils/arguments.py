@@ -77,7 +77,10 @@ def check_float(
     if not (low_ok and high_ok):
         low = "-inf" if minimum is None else minimum
         high = "inf" if maximum is None else maximum
-        interval = f"{'(' if open_minimum else '['}{low}, {high}{')' if open_maximum else ']'}"
+        # An absent bound is inf, which the interval holds only when infinite values are allowed.
+        opened = "(" if open_minimum or (minimum is None and not allow_infinite) else "["
+        closed = ")" if open_maximum or (maximum is None and not allow_infinite) else "]"
+        interval = f"{opened}{low}, {high}{closed}"
         raise ValueError(f"Expected {name} in {interval}. Received: {name}={value!r}.")
     return value
 
@@ -195,10 +198,10 @@ def check_int_list(name, value, minimum=None, maximum=None, allow_empty=True, un
             raise ValueError(f"Expected a list of integers for {name}. Received: {name}={value!r}.")
         entry = int(entry)
         if (minimum is not None and entry < minimum) or (maximum is not None and entry > maximum):
-            low = "-inf" if minimum is None else minimum
-            high = "inf" if maximum is None else maximum
+            low = "(-inf" if minimum is None else f"[{minimum}"
+            high = "inf)" if maximum is None else f"{maximum}]"
             raise ValueError(
-                f"Expected every entry of {name} in [{low}, {high}]. Received: {name}={value!r}."
+                f"Expected every entry of {name} in {low}, {high}. Received: {name}={value!r}."
             )
         checked.append(entry)
     if unique and len(set(checked)) != len(checked):

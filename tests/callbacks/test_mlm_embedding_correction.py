@@ -249,7 +249,7 @@ CALLBACK_BAD = [
         {"mask_token_id": 3, "mask_rate": 1, "mask_token_rate": 0.9, "random_token_rate": 0.1},
         "replaces every token",
     ),
-    ({"mask_token_id": 3, "unselectable_token_ids": [0, -2]}, r"in \[0, inf\].*\[0, -2\]"),
+    ({"mask_token_id": 3, "unselectable_token_ids": [0, -2]}, r"in \[0, inf\).*\[0, -2\]"),
     ({"mask_token_id": 3, "unselectable_token_ids": [0.0]}, "Expected a list of integers"),
     ({"mask_token_id": 3, "tied_output": "both"}, "Expected one of 'keep', 'correct' for tied"),
     ({"mask_token_id": 3, "embedding": 0}, "Expected a keras.layers.Embedding, a layer name"),

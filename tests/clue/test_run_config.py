@@ -20,6 +20,18 @@ def test_options_split_into_settings_and_methods():
     assert RunConfig(methods={"asa": 0.5}).methods == MethodPlan(asa=0.5)
 
 
+@pytest.mark.parametrize("methods", [{"fl_tuning": 8}, MethodPlan(fl_tuning=8)])
+def test_switches_given_with_methods_add_to_them(methods):
+    """`finetune(methods={"fl_tuning": 8}, drop_token=0.1)` dropped `methods`:
+    the run fine-tuned the whole model with DropToken, without FL-tuning."""
+    config = RunConfig.from_options(preset="p", methods=methods, drop_token=0.1, fl_tuning=8)
+    assert config.methods == MethodPlan(fl_tuning=8, drop_token=0.1)
+    base = RunConfig.from_options(preset="p", lora=4)
+    assert RunConfig.from_options(base, methods={"asa": 0.5}, seed=1).methods == MethodPlan(asa=0.5)
+    with pytest.raises(ValueError, match=r"\['fl_tuning'\] are set twice.*8.*16"):
+        RunConfig.from_options(preset="p", methods=methods, fl_tuning=16)
+
+
 def test_resolved_fills_the_tasks_defaults_and_keeps_what_was_given():
     config = RunConfig(epochs=2).resolved("tnews")
     assert config.epochs == 2

@@ -85,7 +85,7 @@ BAD_ARGUMENTS = [
     (lambda: make_expansion(mask_token_id="103"), r"integer for mask_token_id"),
     (lambda: make_expansion(expand_token_ids=101), r"list of integers for expand_token_ids"),
     (lambda: make_expansion(expand_token_ids=(1, 2.5)), r"expand_token_ids=\(1, 2\.5\)"),
-    (lambda: make_expansion(expand_token_ids=(1, -2)), r"entry of expand_token_ids in \[0, inf\]"),
+    (lambda: make_expansion(expand_token_ids=(1, -2)), r"entry of expand_token_ids in \[0, inf\)"),
     (lambda: make_expansion(max_expanded_tokens=-1), r"max_expanded_tokens=-1"),
     (lambda: make_expansion(max_expanded_tokens=1.5), r"integer for max_expanded_tokens"),
     (lambda: make_expansion(mask_rate=1.5), r"mask_rate in \(0\.0, 1\.0\]\. Received"),

@@ -41,7 +41,7 @@ def test_gradient_reversal_is_identity_forward_and_minus_alpha_backward(alpha):
     np.testing.assert_allclose(grad, -alpha * upstream, rtol=1e-6)
     restored = GradientReversal.from_config(layer.get_config())
     assert restored.alpha == alpha
-    with pytest.raises(ValueError, match=r"Expected alpha in \[0.0, inf\]"):
+    with pytest.raises(ValueError, match=r"Expected alpha in \[0.0, inf\)"):
         GradientReversal(alpha=-1.0)
     with pytest.raises(ValueError, match="Expected a finite number for alpha"):
         GradientReversal(alpha=float("inf"))
@@ -681,7 +681,7 @@ def test_combinations_that_make_no_sense_are_refused():
         keras_masking.methods.ASATrainer(keras.Model(plain, keras.layers.Dense(2)(plain)))
     model = _classifier(backbone)
     for kwargs, message in [
-        ({"tau": -1.0}, r"Expected tau in \[0.0, inf\]. Received: tau=-1.0"),
+        ({"tau": -1.0}, r"Expected tau in \[0.0, inf\). Received: tau=-1.0"),
         ({"tau": float("inf")}, r"Expected a finite number for tau. Received: tau=inf"),
         ({"alpha": float("inf")}, r"Expected a finite number for alpha. Received: alpha=inf"),
         ({"alpha": np.float32(np.inf)}, "Expected a finite number for alpha"),

@@ -5,6 +5,7 @@ import pytest
 
 from keras_masking.utils.arguments import check_float
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.arguments import check_int_list
 
 
 @pytest.mark.parametrize("value", [3, np.int32(3), np.int64(3)])
@@ -56,8 +57,13 @@ def test_floats_refused_with_the_interval(value, kwargs, message):
 
 
 def test_unbounded_sides_read_as_infinities():
-    with pytest.raises(ValueError, match=r"Expected tau in \[0.0, inf\]"):
+    # inf is refused unless allowed: the interval is open there ("(0.0, inf]" read as if it passed).
+    with pytest.raises(ValueError, match=r"Expected tau in \[0.0, inf\)"):
         check_float("tau", -1, minimum=0.0)
+    with pytest.raises(ValueError, match=r"Expected tau in \(0.0, inf\]"):
+        check_float("tau", 0, minimum=0.0, open_minimum=True, allow_infinite=True)
+    with pytest.raises(ValueError, match=r"every entry of ids in \[0, inf\)"):
+        check_int_list("ids", [1, -1], minimum=0)
     assert check_float("tau", 1e9, minimum=0.0) == 1e9
 
 
