@@ -81,7 +81,7 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
             f"{record.get('status')!r}): finish it first (run the same keras-masking clue "
             "command) and export it then."
         )
-    _check_output(output)
+    _check_output(output, [run_folder] + [arguments["preset"]] * bool(arguments.get("preset")))
     if format == "transformers" and arguments.get("exlm_k"):
         raise ValueError(
             f"The run {os.fspath(run_folder)} fine-tuned through ExLM's expanding encoder "
@@ -183,7 +183,7 @@ def export_preset(preset, output, format="saved_model", labels=None, verbose=Fal
             f"No preset config {os.fspath(preset / 'config.json')}: expected a preset folder "
             "(save_to_preset, keras-masking convert) or a finished clue run's folder."
         )
-    _check_output(output)
+    _check_output(output, [preset])
     classifier = (preset / "task.json").is_file()
     if labels is not None and not (classifier and format == "transformers"):
         raise ValueError("labels= names a classifier's classes in a Hugging Face folder only.")
@@ -218,7 +218,18 @@ def _check_format(format):  # noqa: A002 (Keras' name)
         )
 
 
-def _check_output(output):
+def _check_output(output, sources):
+    """Refuses an output that is not a new or empty folder, or that lies in a
+    source folder (a run's folder or its preset, whose files the run's record
+    hashes: a folder written there would stop the run from resuming)."""
+    from keras_masking.utils.files import is_same_or_inside
+
+    for source in sources:
+        if is_same_or_inside(output, source):
+            raise ValueError(
+                f"The output {os.fspath(output)} is the folder {os.fspath(source)} that the "
+                "export reads, or inside it. Expected a folder outside it."
+            )
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise ValueError(f"Expected a new or empty folder for output. Received: {output}.")
 

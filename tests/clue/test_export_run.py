@@ -88,6 +88,29 @@ def test_what_cannot_be_exported_is_refused_before_anything_is_written(finished,
     assert keras.config.backend() in ("tensorflow", "jax")
 
 
+def test_an_output_inside_what_the_export_reads_is_refused(finished):
+    """An export into the run's preset wrote files there, which the run's record
+    hashes: the run could no longer resume or be exported ("The model files
+    changed"). Into the run's folder, or a preset into itself, likewise."""
+    root, _ = finished
+
+    def listing():
+        return sorted(str(path) for path in root.rglob("*"))
+
+    before = listing()
+    for source, output in (
+        (root / "run", root / "run" / "exported"),
+        (root / "run", root / "preset" / "served"),
+        (root / "preset", root / "preset"),
+        (root / "preset", root / "preset" / "served"),
+    ):
+        with pytest.raises(ValueError, match="that the export reads, or inside it"):
+            export = clue.export_run if source.name == "run" else clue.export_preset
+            export(source, output)
+        assert main(["export", str(source), str(output), "--quiet"]) == 1
+    assert listing() == before
+
+
 def test_the_export_and_presets_carry_a_model_card(finished, tmp_path):
     root, result = finished
     output = root / "served"
