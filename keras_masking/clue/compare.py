@@ -190,7 +190,7 @@ def compare(task, data_dir, output_dir, methods, seeds=(0, 1, 2), run_config=Non
     )
     rates = _learning_rates(specs, config.learning_rate, learning_rates)
     split_seed = check_int("split_seed", split_seed, minimum=0, maximum=MAX_SEED)
-    model_source, files = model_source_of(config)
+    model_source, files = model_source_of(config, output_dir)
     for spec in specs:  # every method fits the task and model before the first run writes
         run = dataclasses.replace(config, methods=MethodPlan(**spec["switches"]))
         run.resolved(task)

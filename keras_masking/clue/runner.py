@@ -53,6 +53,7 @@ from keras_masking.distribution import replicas_in_sync
 from keras_masking.distribution.replicas import in_tf_distribute_scope
 from keras_masking.utils import disable_xla_cpu_fusion_emitters
 from keras_masking.utils.arguments import check_int
+from keras_masking.utils.files import is_same_or_inside
 from keras_masking.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
     # TensorFlow cannot XLA-compile a step over mirrored variables (Keras'
     # "auto" turns XLA off under tf.distribute too).
     jit_compile = config.jit_compile and not in_tf_distribute_scope()
-    source, files = model_source_of(config)
+    source, files = model_source_of(config, output_dir)
     plan.check_source(source)
     benchmark, _ = detect_benchmark(data_dir, task, config.benchmark)
     few_shot, dev_noise = config.few_shot, config.dev_noise
@@ -245,11 +246,22 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
     return _finish(run, record, failure)
 
 
-def model_source_of(config):
-    """The `ModelSource` of a `RunConfig` and its files (`ModelSource.check`)."""
+def model_source_of(config, output_dir):
+    """The `ModelSource` of a `RunConfig` and its files (`ModelSource.check`).
+
+    Refuses an ``output_dir`` in the model's preset folder: a run's record
+    hashes every file there, so its own files would stop it from resuming.
+    """
     source = ModelSource(config.checkpoint, config.preset, config.model, config.config,
                          vocabulary=config.vocab)  # fmt: skip
-    return source, source.check()
+    files = source.check()
+    if os.path.isdir(files["model"]) and is_same_or_inside(output_dir, files["model"]):
+        raise ValueError(
+            f"The output folder {os.fspath(output_dir)} is the preset {files['model']} or inside "
+            "it: the run's files would change the preset, whose files a run's record holds. "
+            "Expected a folder outside the preset."
+        )
+    return source, files
 
 
 def recorded_data_and_model(task, benchmark, config, data_dir, files):

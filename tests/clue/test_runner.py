@@ -415,6 +415,22 @@ def test_exlm_on_a_backbone_without_its_positions_is_refused_before_anything_is_
     assert not (tmp_path / "run").exists()
 
 
+def test_a_run_or_compare_inside_its_preset_is_refused_before_anything_is_written(data, preset):
+    """A run written into its preset's folder finished, then could never be run
+    again, resumed or exported: its own files changed the preset's files that
+    its record holds ("The model files changed since the run began")."""
+    import pathlib
+
+    from keras_masking.clue import compare
+
+    before = sorted(pathlib.Path(preset).rglob("*"))
+    with pytest.raises(ValueError, match="is the preset .* or inside it"):
+        finetune("eprstmt", data, pathlib.Path(preset) / "run", preset=preset, **SETTINGS)
+    with pytest.raises(ValueError, match="is the preset .* or inside it"):
+        compare("eprstmt", data, preset, ["plain"], seeds=[0], preset=preset, **SETTINGS)
+    assert sorted(pathlib.Path(preset).rglob("*")) == before
+
+
 @pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="the refusal is TensorFlow's (tf.distribute)"
 )
