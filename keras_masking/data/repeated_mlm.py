@@ -19,7 +19,8 @@ class RepeatedMLMBatch:
     Attributes:
         token_ids: int ``(batch, k * L)`` repeated and masked ids.
         padding_mask: int ``(batch, k * L)``.
-        labels: int ``(batch, k * L)``, the original id where masked, -1 else.
+        labels: signed int ``(batch, k * L)`` (int32, or int64 for wider ids),
+            the original id where masked, -1 else.
         unreal_token_ratio: share of real repeated tokens replaced by [MASK]
             (expected ``p``).
         corrupted_semantics_ratio: share of original tokens all of whose ``k``
@@ -88,6 +89,12 @@ def repeated_mlm(
             f"padding_mask.shape={padding_mask.shape}."
         )
     check_zero_one("padding_mask", padding_mask)
+    if mask_token_id > np.iinfo(token_ids.dtype).max:
+        raise ValueError(
+            f"Expected a mask_token_id that token_ids' dtype holds. Received: mask_token_id="
+            f"{mask_token_id} with token_ids of dtype {token_ids.dtype} (at most "
+            f"{np.iinfo(token_ids.dtype).max})."
+        )
     padding_mask = padding_mask.astype(bool)
     rng = np.random.default_rng(seed)
     repeated = np.repeat(token_ids, k, axis=1)
@@ -95,7 +102,8 @@ def repeated_mlm(
     maskable = real & ~np.isin(repeated, unselectable_token_ids)
     masked = maskable & (rng.random(repeated.shape) < mask_rate)
     ids = np.where(masked, mask_token_id, repeated)
-    labels = np.where(masked, repeated, -1)
+    # Signed, whatever the ids' dtype (-1 in uint16 labels read as id 65535).
+    labels = np.where(masked, repeated.astype("int64"), -1).astype(_signed(token_ids.dtype))
     per_token = masked.reshape(token_ids.shape[0], token_ids.shape[1], k)
     maskable_tokens = maskable.reshape(per_token.shape)[..., 0]
     corrupted = per_token.all(axis=-1) & maskable_tokens
@@ -106,3 +114,9 @@ def repeated_mlm(
         unreal_token_ratio=float(masked.sum() / max(maskable.sum(), 1)),
         corrupted_semantics_ratio=float(corrupted.sum() / max(maskable_tokens.sum(), 1)),
     )
+
+
+def _signed(dtype):
+    """The smallest signed integer dtype of at least 32 bits that holds ``dtype``'s ids and -1."""
+    promoted = np.promote_types(dtype, np.int32)
+    return promoted if promoted.kind == "i" else np.dtype("int64")

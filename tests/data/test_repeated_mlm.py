@@ -54,7 +54,24 @@ BAD_ARGUMENTS = [
     (lambda: repeated_mlm(IDS, ONES[:, :3], 2, 0.5, MASK), r"padding_mask of the same shape"),
     (lambda: repeated_mlm(IDS, ONES * 2, 2, 0.5, MASK), r"padding_mask of 0s and 1s"),
     (lambda: repeated_mlm(IDS, ONES, 2, 0.5, MASK, seed=0.5), r"integer for seed"),
+    (
+        lambda: repeated_mlm(IDS.astype("int8"), ONES, 2, 0.5, 200),
+        r"mask_token_id that token_ids' dtype holds.*mask_token_id=200.*int8 \(at most 127\)",
+    ),
 ]
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "int16", "int32", "int64"])
+def test_labels_are_signed_whatever_the_ids_dtype(dtype):
+    """uint16 ids (a common storage type) gave labels of 65535, not -1, where
+    nothing was masked: a loss ignoring -1 trained on every position."""
+    expected = repeated_mlm(IDS.astype("int64"), ONES, 2, 0.5, MASK, seed=0)
+    batch = repeated_mlm(IDS.astype(dtype), ONES, 2, 0.5, MASK, seed=0)
+    assert batch.labels.dtype.kind == "i" and batch.labels.dtype.itemsize >= 4
+    np.testing.assert_array_equal(batch.labels, expected.labels)
+    assert (batch.labels == -1).any() and (batch.labels >= 0).any()
+    assert batch.token_ids.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(batch.token_ids, expected.token_ids)
 
 
 @pytest.mark.parametrize("make, match", BAD_ARGUMENTS)
