@@ -35,7 +35,7 @@ class AttentionUnits(keras.layers.Layer):
         units_per_head = check_int("units_per_head", units_per_head, minimum=1)
         super().__init__(**kwargs)
         self.units_per_head = units_per_head
-        self.num_heads = int(num_heads)
+        self.num_heads = check_int("num_heads", num_heads, minimum=1)
         width = self.units_per_head * self.num_heads
         self.query, self.key, self.value = (self._dense(width, name) for name in _PROJECTIONS)
         self.attention_output = None

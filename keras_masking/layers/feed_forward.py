@@ -5,6 +5,7 @@ import keras
 from keras_masking.layers.activations import resolve_activation
 from keras_masking.layers.initializers import clone_initializer
 from keras_masking.layers.lora_dense import LoRADense
+from keras_masking.utils.arguments import check_int
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -36,7 +37,7 @@ class FeedForward(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.intermediate_dim = int(intermediate_dim)
+        self.intermediate_dim = check_int("intermediate_dim", intermediate_dim, minimum=1)
         self.activation = activation
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.intermediate_dense = LoRADense(

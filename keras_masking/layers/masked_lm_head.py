@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_masking.layers.activations import resolve_activation
 from keras_masking.layers.initializers import clone_initializer
+from keras_masking.utils.arguments import check_float
 
 # The heads built on each embedding layer, wherever they live: a correction of
 # the embedding through one model finds the heads of the others.
@@ -94,7 +95,9 @@ class MaskedLMHead(keras.layers.Layer):
         self.token_embedding = token_embedding
         _HEADS_ON_EMBEDDING.setdefault(token_embedding, weakref.WeakSet()).add(self)
         self.activation = activation
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.layer_norm_epsilon = check_float(
+            "layer_norm_epsilon", layer_norm_epsilon, 0.0, open_minimum=True
+        )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.transform_dense = None
         self.transform_layer_norm = keras.layers.LayerNormalization(

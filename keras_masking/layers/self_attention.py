@@ -16,6 +16,7 @@ from keras_masking.ops.rotary import apply_interleaved_rotary
 from keras_masking.ops.rotary import apply_rotary_2d
 from keras_masking.utils.arguments import check_choice
 from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import static_shape
 
 POSITION_SCHEMES = ("absolute", "rotary", "relative", "rotary2d")
@@ -107,11 +108,13 @@ class SelfAttention(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         validate_position_scheme(position)
-        self.num_heads = int(num_heads)
-        self.head_dim = int(head_dim)
+        self.num_heads = check_int("num_heads", num_heads, minimum=1)
+        self.head_dim = check_int("head_dim", head_dim, minimum=1)
         self.position = position
-        self.max_relative_position = int(max_relative_position)
-        self.rotary_base = float(rotary_base)
+        self.max_relative_position = check_int(
+            "max_relative_position", max_relative_position, minimum=1
+        )
+        self.rotary_base = check_float("rotary_base", rotary_base, 0.0, open_minimum=True)
         self.dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         width = self.num_heads * self.head_dim

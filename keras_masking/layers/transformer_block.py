@@ -6,6 +6,7 @@ from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.feed_forward import FeedForward
 from keras_masking.layers.self_attention import SelfAttention
 from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
 
 # The attached layers, in the order the block tracks (and saves) them.
 BLOCK_ATTACHMENTS = ("feed_forward_branch", "key_value_prefix", "attention_units")
@@ -74,15 +75,19 @@ class TransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_heads = int(num_heads)
-        self.intermediate_dim = int(intermediate_dim)
+        self.num_heads = check_int("num_heads", num_heads, minimum=1)
+        self.intermediate_dim = check_int("intermediate_dim", intermediate_dim, minimum=1)
         self.head_dim = head_dim
         self.activation = activation
         self.position = position
-        self.max_relative_position = int(max_relative_position)
+        self.max_relative_position = check_int(
+            "max_relative_position", max_relative_position, minimum=1
+        )
         self.dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
         self.attention_dropout = attention_dropout
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.layer_norm_epsilon = check_float(
+            "layer_norm_epsilon", layer_norm_epsilon, 0.0, open_minimum=True
+        )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
         def dropout_layer(name):

@@ -5,6 +5,9 @@ from keras import ops
 
 from keras_masking.distribution.dropout import ReplicaDropout
 from keras_masking.layers.initializers import clone_initializer
+from keras_masking.utils.arguments import check_bool
+from keras_masking.utils.arguments import check_float
+from keras_masking.utils.arguments import check_int
 from keras_masking.utils.eager_checks import check_ids_in_range
 from keras_masking.utils.eager_checks import check_integer_ids
 from keras_masking.utils.eager_checks import check_sequence_length
@@ -58,13 +61,15 @@ class TransformerEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.vocabulary_size = int(vocabulary_size)
-        self.hidden_dim = int(hidden_dim)
-        self.num_segments = int(num_segments)
-        self.max_sequence_length = int(max_sequence_length)
-        self.use_position_embedding = bool(use_position_embedding)
-        self.dropout = float(dropout)
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.vocabulary_size = check_int("vocabulary_size", vocabulary_size, minimum=1)
+        self.hidden_dim = check_int("hidden_dim", hidden_dim, minimum=1)
+        self.num_segments = check_int("num_segments", num_segments, minimum=0)
+        self.max_sequence_length = check_int("max_sequence_length", max_sequence_length, minimum=1)
+        self.use_position_embedding = check_bool("use_position_embedding", use_position_embedding)
+        self.dropout = check_float("dropout", dropout, 0.0, 1.0, open_maximum=True)
+        self.layer_norm_epsilon = check_float(
+            "layer_norm_epsilon", layer_norm_epsilon, 0.0, open_minimum=True
+        )
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
 
         def table(rows, name, layer_class=keras.layers.Embedding):
