@@ -7,6 +7,7 @@ import statistics
 from keras_masking.clue.run_folder import write_atomically
 
 TASK_TITLES = {"eprstmt": "review sentiment (accuracy %)", "cluener": "entities (F1 %)"}
+TRAIN_UNITS = {"eprstmt": "reviews", "cluener": "sentences"}
 
 
 def _spread(values):
@@ -140,10 +141,16 @@ def markdown_table(summary, pretraining, settings, machine, real_encoder=None):
         lines += [
             f"## {title}",
             "",
-            "Train: the reviews each run trains on. Step vs plain: the median training step "
-            "against plain fine-tuning's on the same encoder (ExLM-pretrained: its own "
-            "rotary2d encoder against plain on the MLM-pretrained one). Seconds: the whole run "
-            "(loading, every epoch with its dev scoring, the test scoring).",
+            f"Train: the {TRAIN_UNITS[task]} each run trains on. Step vs plain: the median "
+            "training step against plain fine-tuning's on the same encoder"
+            + (
+                " (ExLM-pretrained: its own rotary2d encoder against plain on the "
+                "MLM-pretrained one)"
+                if any(row["method"].startswith("ExLM") for row in rows)
+                else ""
+            )
+            + ". Seconds: the whole run (loading, every epoch with its dev scoring, the test "
+            "scoring).",
             "",
             "| method | encoder | train | dev (best epoch) | test | trainable | step vs plain "
             "| seconds |",

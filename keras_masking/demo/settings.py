@@ -25,12 +25,13 @@ MODEL_SIZES = {
 # name -> (finetune switches, learning rate, epochs factor). Full fine-tuning
 # (plain, DropToken, ASA) trains `DemoSettings.e5_epochs`; the
 # parameter-efficient methods train a frozen encoder's few new weights and a
-# fresh head from their initial values and get twice the epochs (their
-# steps cost 0.4x-0.7x a full one). The rates were fixed before the demo's
-# recorded runs, none on its test split: full fine-tuning of a pretrained
-# encoder at 5e-5, the top of BERT's 2e-5..5e-5, since a demo run is tens of
-# steps; the parameter-efficient methods in their usual 1e-3..5e-3: prefix
-# tuning 5e-3 (P-tuning v2's range), LoRA 2e-3, FL-tuning 1e-3. FL-tuning's
+# fresh head from their initial values and get twice the epochs (each of
+# their steps costs less than a full one: BENCHMARKS.md's demo table). The
+# rates were fixed before the demo's recorded runs, none on its test split:
+# full fine-tuning of a pretrained encoder at 5e-5, the top of BERT's
+# 2e-5..5e-5, since a demo run is tens of steps; the parameter-efficient
+# methods in their usual 1e-3..5e-3: prefix tuning 5e-3 (P-tuning v2's
+# range), LoRA 2e-3, FL-tuning 1e-3. FL-tuning's
 # rate was chosen on dev: at 5e-3, the rate of this package's FL recipe for
 # a small, weakly pretrained BERT (docs/fl_tuning.md), its loss stayed at
 # 0.70 and dev fell to 45%, while at 1e-3 it trained (dev 84% after one

@@ -610,3 +610,21 @@ def test_exlm_pretraining_is_the_same_bit_for_bit_in_fresh_processes():
         results.append(json.loads(line[len("RESULT ") :]))
     assert results[0] == results[1]
     assert math.isfinite(results[0]["loss"])
+
+
+def test_each_tasks_table_says_what_its_runs_train_on():
+    """The entity table's caption spoke of reviews and of an ExLM row it does not have."""
+    from keras_masking.demo.report import markdown_table
+    from keras_masking.demo.report import summary_rows
+
+    def row(task, method, encoder="small"):
+        return {"task": task, "encoder": encoder, "method": method, "dev": 50.0, "test": 40.0,
+                "trainable": 10, "total": 10, "step_seconds": 0.02, "epoch_seconds": 1.0,
+                "seconds": 3.0, "train_examples": 160}  # fmt: skip
+
+    rows = [row("eprstmt", "plain"), row("eprstmt", "ExLM-pretrained"), row("cluener", "plain")]
+    table = markdown_table(summary_rows(rows), {}, {}, "a machine")
+    reviews, entities = table.split("## entities (F1 %)")
+    assert "Train: the reviews each run trains on" in reviews and "ExLM-pretrained:" in reviews
+    assert "Train: the sentences each run trains on" in entities
+    assert "ExLM" not in entities.split("## Pretraining")[0]
