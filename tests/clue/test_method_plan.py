@@ -28,7 +28,7 @@ def test_asa_is_refused_for_entities_and_drop_token_keeps_positions_for_token_ta
     [
         (dict(drop_token=1.0), r"drop_token in \[0.0, 1.0\)"),
         (dict(fl_tuning=2.5), "Expected an integer for fl_tuning"),
-        (dict(asa=-1.0), r"Expected asa in \[0.0, inf\]"),
+        (dict(asa=-1.0), r"Expected asa in \[0.0, inf\)"),
         (dict(correct_embeddings=1), "Expected True or False for correct_embeddings"),
     ],
 )

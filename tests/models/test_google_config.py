@@ -42,7 +42,7 @@ BAD_CONFIG_VALUES = [
     ({"hidden_dropout_prob": 1.0}, r"'hidden_dropout_prob' in \[0.0, 1.0\)"),
     ({"hidden_dropout_prob": "0.1"}, "'hidden_dropout_prob'.*\"0.1\" \\(a string\\)"),
     ({"attention_probs_dropout_prob": -0.1}, "'attention_probs_dropout_prob'.*-0.1"),
-    ({"layer_norm_eps": 0}, r"'layer_norm_eps' in \(0.0, inf\]"),
+    ({"layer_norm_eps": 0}, r"'layer_norm_eps' in \(0.0, inf\)"),
     ({"hidden_act": 3}, "activation name.*'hidden_act'.*3 \\(an integer\\)"),
     ({"hidden_act": "swishy"}, "'hidden_act'.*Unknown activation 'swishy'"),
     ({"hidden_size": 30}, "'hidden_size' divisible by 'num_attention_heads'.*30.*4"),

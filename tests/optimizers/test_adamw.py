@@ -244,15 +244,15 @@ def test_keras_adamw_on_tensorflow_moves_a_row_looked_up_k_times_sqrt_k_too_far(
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"learning_rate": 0.0}, r"Expected learning_rate in \(0.0, inf\]. Received: "),
+        ({"learning_rate": 0.0}, r"Expected learning_rate in \(0.0, inf\). Received: "),
         ({"learning_rate": -1e-3}, "learning_rate"),
         ({"learning_rate": float("nan")}, "Expected a number for learning_rate"),
         ({"learning_rate": "fast"}, "Expected a number > 0, a LearningRateSchedule"),
-        ({"weight_decay": -0.01}, r"Expected weight_decay in \[0.0, inf\]"),
+        ({"weight_decay": -0.01}, r"Expected weight_decay in \[0.0, inf\)"),
         ({"weight_decay": float("inf")}, "Expected a finite number for weight_decay"),
         ({"beta_1": 1.0}, r"Expected beta_1 in \[0.0, 1.0\). Received: beta_1=1.0"),
         ({"beta_2": 1.5}, r"Expected beta_2 in \[0.0, 1.0\)"),
-        ({"epsilon": 0.0}, r"Expected epsilon in \(0.0, inf\]. Received: epsilon=0.0"),
+        ({"epsilon": 0.0}, r"Expected epsilon in \(0.0, inf\). Received: epsilon=0.0"),
         ({"epsilon": -1e-7}, "epsilon"),
         ({"amsgrad": 1}, "Expected True or False for amsgrad"),
         ({"use_ema": "yes"}, "Expected True or False for use_ema"),
