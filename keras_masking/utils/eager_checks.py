@@ -14,6 +14,7 @@ from keras import backend
 from keras import ops as keras_ops
 
 from keras_masking.utils.training_state import build_optimizer
+from keras_masking.utils.training_state import weights_kept_on_error
 
 
 def concrete_value(x):
@@ -332,7 +333,8 @@ def _checking_data(name, labelled=False):
         self._check_data(x)
         if labelled:
             self.check_labels(args[0] if args else kwargs.get("y"))
-        return getattr(super(ConcreteInputChecks, self), name)(x, *args, **kwargs)
+        with weights_kept_on_error(self):
+            return getattr(super(ConcreteInputChecks, self), name)(x, *args, **kwargs)
 
     method.__name__ = method.__qualname__ = name
     return method
@@ -386,7 +388,8 @@ class ConcreteInputChecks:
             if len(validation) > 1:
                 self.check_labels(validation[1])
         build_optimizer(self, x, y)  # one trace of the first step on TensorFlow, not two
-        return super().fit(x, *args, **kwargs)
+        with weights_kept_on_error(self):
+            return super().fit(x, *args, **kwargs)
 
     evaluate = _checking_data("evaluate", labelled=True)
     predict = _checking_data("predict")

@@ -1,6 +1,7 @@
 """A compiled model's training state brought in step with a method turned on late."""
 
 import collections
+import contextlib
 import copy
 import logging
 import weakref
@@ -371,3 +372,48 @@ class CallerRecord:
         for model in list(self._models):
             if hasattr(model, "train_function") or hasattr(model, "optimizer"):
                 refresh_training(model)
+
+
+@contextlib.contextmanager
+def weights_kept_on_error(model):
+    """Puts back the weights an error inside a JAX step would take from ``model``.
+
+    Keras' JAX ``fit``, ``evaluate`` and ``predict`` take the values out of the
+    model's variables before the first step runs (the step is stateless) and
+    put them back when the call ends. An error raised while that step traces
+    (a batch of other shapes from ``tf.data``, a layer's refusal) left every
+    variable empty: the model could not predict or save again. On JAX this
+    keeps a reference to each value (no copy) and gives it back to a variable
+    left empty; a variable a finished step had updated keeps its new value.
+    A compiled built model's optimizer is built first (as `fit` would), so
+    that its values are kept too. Other backends keep their variables through
+    an error; nothing is done.
+
+    Args:
+        model: a `keras.Model`.
+
+    Example:
+    ```python
+    with weights_kept_on_error(model):
+        model.predict(dataset)  # an error leaves the model as it was
+    ```
+    """
+    if keras.config.backend() != "jax":
+        yield
+        return
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and not optimizer.built and model.built:
+        # What Keras' `fit` would build first, built here so its values are kept too.
+        optimizer.build(model.trainable_variables)
+    variables = list(model.variables) + list(getattr(model, "metrics_variables", []))
+    if optimizer is not None and optimizer.built:
+        variables += list(optimizer.variables)
+    kept = [(variable, variable.value) for variable in variables]
+    try:
+        yield
+    except BaseException:
+        for variable, value in kept:
+            # Keras' JAX trainer empties `_value`; the public `value` then fails.
+            if getattr(variable, "_value", value) is None:
+                variable.assign(value)
+        raise

@@ -544,9 +544,11 @@ def test_an_asa_trainer_refuses_what_it_would_not_train_before_anything_changes(
 def test_a_model_of_your_own_refuses_to_fit_an_asa_backbone_without_the_trainer(fitted):
     """Your own model's `fit` would step without ASA's adversarial pass (its
     adversaries untrained, ASA ignored): the training call refuses, before
-    any weight moves (TensorFlow; Keras' JAX `fit` has released the weights
-    from the variables before it traces the step), and ASATrainer(model)
-    trains it."""
+    any weight moves (on JAX, Keras' `fit` has released the weights from the
+    variables before it traces the step: `weights_kept_on_error` gives them
+    back), and ASATrainer(model) trains it."""
+    from keras_masking.utils import weights_kept_on_error
+
     target, model = _model("backbone")
     features = _features("backbone")
     if fitted:
@@ -560,9 +562,8 @@ def test_a_model_of_your_own_refuses_to_fit_an_asa_backbone_without_the_trainer(
         model(features, training=True)
     before = [np.array(v.numpy()) for v in model.weights]
     with pytest.raises(ValueError, match=r"outside ASA's training pass.*ASATrainer\(model\)"):
-        model.fit(features, LABELS, batch_size=4, verbose=0)
-    if keras.config.backend() == "jax":
-        return
+        with weights_kept_on_error(model):
+            model.fit(features, LABELS, batch_size=4, verbose=0)
     for variable, value in zip(model.weights, before):
         np.testing.assert_array_equal(variable.numpy(), value)
     model(features, training=False)  # inference is the clean pass

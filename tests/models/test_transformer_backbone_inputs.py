@@ -349,3 +349,34 @@ def test_a_sequence_longer_than_the_table_is_refused_before_a_step_after_a_fit(e
     for before, after in zip(weights, model.get_weights()):
         np.testing.assert_array_equal(before, after)
     np.testing.assert_array_equal(model.predict(short, verbose=0), expected)
+
+
+@pytest.mark.parametrize("entry", ("fit", "evaluate", "predict"))
+def test_an_error_inside_a_step_leaves_the_model_its_weights(entry):
+    """A `tf.data` batch whose padding mask is shorter than its ids is refused
+    while the step traces; on JAX, Keras had taken the weights out of the
+    model first, and every later call failed ("'NoneType' object is not
+    callable")."""
+    import tensorflow as tf
+
+    from keras_masking.models import TransformerTextClassifier
+
+    backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs()))
+    model = TransformerTextClassifier(backbone, num_classes=2, dropout=0.0)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    features, labels = random_features(), np.array([0, 1])
+    model.fit(features, labels, verbose=0)
+    expected = model.predict(features, verbose=0)
+    weights = [np.array(weight) for weight in model.get_weights()]
+    bad = {**features, "padding_mask": features["padding_mask"][:, :7]}
+    dataset = tf.data.Dataset.from_tensor_slices((bad, labels)).batch(2)
+    if entry == "predict":
+        dataset = dataset.map(lambda x, y: x)
+    # TensorFlow retraced for any length (reduce_retracing) and fails as it runs.
+    jax = keras.config.backend() == "jax"
+    with pytest.raises(ValueError if jax else Exception, match="padding_mask" if jax else None):
+        getattr(model, entry)(dataset, verbose=0)
+    for before, after in zip(weights, model.get_weights()):
+        np.testing.assert_array_equal(before, after)
+    np.testing.assert_array_equal(model.predict(features, verbose=0), expected)
+    model.fit(features, labels, verbose=0)  # and it trains on
