@@ -395,7 +395,7 @@ def weights_kept_on_error(model):
     Example:
     ```python
     with weights_kept_on_error(model):
-        model.predict(dataset)  # an error leaves the model as it was
+        model.predict(features)  # an error here leaves the model its weights
     ```
     """
     if keras.config.backend() != "jax":
