@@ -395,7 +395,7 @@ def _write_bad_inputs(tmp_path, bert):
         "PARTIAL": partial[1],
         "CORRECTED": corrected[1],
         "MISSING": str(tmp_path / "missing"),
-        "OUT": str(tmp_path / "out"),
+        "OUT": str(tmp_path / "new" / "out"),  # a refusal leaves neither it nor "new"
         "INSIDE": str(tmp_path / "ckpt" / "out"),
     }
 

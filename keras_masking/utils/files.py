@@ -199,7 +199,8 @@ def write_folder_atomically(output, write, needed_bytes=None):
     renames it to ``output``.
 
     ``output`` must not exist, or be an empty folder (which is replaced). On
-    any failure the temporary folder is removed and ``output`` is as it was.
+    any failure the temporary folder, and the parent folders made for
+    ``output``, are removed: ``output`` is as it was.
 
     Args:
         output: the final folder.
@@ -224,19 +225,27 @@ def write_folder_atomically(output, write, needed_bytes=None):
     ['config.json']
     """
     output = pathlib.Path(os.path.abspath(output))
+    made = [folder for folder in output.parents if not folder.exists()]
     output.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_partials(output)
-    if needed_bytes is not None:
-        check_free_space(output.parent, needed_bytes, output)
-    partial = _temporary_name(output)
-    partial.mkdir()
+    partial = None
     try:
+        remove_stale_partials(output)
+        if needed_bytes is not None:
+            check_free_space(output.parent, needed_bytes, output)
+        partial = _temporary_name(output)
+        partial.mkdir()
         write(os.fspath(partial))
         if output.is_dir():
             output.rmdir()  # empty (checked by the caller); fails if anything appeared
         os.rename(partial, output)
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+        for folder in made:  # the parents made here, deepest first, if still empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
         raise
     return output
 

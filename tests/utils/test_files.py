@@ -125,6 +125,11 @@ def test_a_folder_appears_whole_or_not_at_all(tmp_path):
     with pytest.raises(RuntimeError, match="stopped"):
         write_folder_atomically(second, fail)
     assert _names(output.parent) == ["preset"]  # neither the folder nor its partial
+    # The parents it made go with it (`keras-masking correct-embeddings` refused into
+    # a/b/out left a/b); the ones that were there stay.
+    with pytest.raises(RuntimeError, match="stopped"):
+        write_folder_atomically(tmp_path / "a" / "b" / "out", fail)
+    assert not (tmp_path / "a").exists() and (tmp_path / "out").is_dir()
 
 
 def test_an_empty_folder_is_replaced_and_a_full_one_is_kept(tmp_path):
