@@ -130,12 +130,14 @@ class AdamW(keras.optimizers.AdamW):
         matched character by character (``"bias"`` excluding every variable
         whose name holds a b, i, a or s). The names are kept in the config
         (``exclude_from_weight_decay_names``); a ``var_list`` is not (a saved
-        model's variables are new objects when it loads).
+        model's variables are new objects when it loads). Each call replaces
+        the exclusions of the one before, as Keras' does.
 
         Args:
             var_list: None or a list of variables to exclude.
-            var_names: None or a list of strings; a variable whose name
-                contains one of them is excluded.
+            var_names: None or a list of strings, regular expressions searched
+                in each variable's name (its own name, ``"gamma"``, not its
+                path): ``"bias"`` excludes every variable whose name holds it.
 
         Example:
 
@@ -149,8 +151,9 @@ class AdamW(keras.optimizers.AdamW):
                 f"Expected a list of variables for var_list. Received: var_list={var_list!r}."
             )
         super().exclude_from_weight_decay(var_list=var_list, var_names=var_names)
-        if var_names:
-            self.exclude_from_weight_decay_names = sorted(set(var_names))
+        # Keras replaces the exclusions at each call: so does the config (a second call
+        # with other names, or none, left the first names there for a loaded model).
+        self.exclude_from_weight_decay_names = sorted(set(var_names)) if var_names else None
 
     def finalize_variable_values(self, var_list):
         """Keras' ``finalize_variable_values``, writing copies of the moving averages.

@@ -386,6 +386,25 @@ def test_weight_decay_exclusions_take_a_list_of_names_not_a_string():
     np.testing.assert_allclose(np.asarray(bias), 1.0)  # excluded
 
 
+@pytest.mark.parametrize("second", [{"var_names": ["gamma"]}, {"var_names": []}, {"var_list": []}])
+def test_a_second_exclusion_call_replaces_the_first_in_the_config_too(second):
+    """Keras replaces the exclusions at each call; the config kept the first
+    names, so a loaded optimizer skipped decay the trained one applied."""
+    optimizer = AdamW(learning_rate=0.1, weight_decay=0.5)
+    optimizer.exclude_from_weight_decay(var_names=["bias"])
+    optimizer.exclude_from_weight_decay(**second)
+    loaded = AdamW.from_config(optimizer.get_config())
+    for each in (optimizer, loaded):
+        bias = keras.Variable(np.ones((2,)), name="bias")
+        gamma = keras.Variable(np.ones((2,)), name="gamma")
+        each.apply([np.zeros(2), np.zeros(2)], [bias, gamma])
+        decayed = [bool(np.all(np.asarray(v) < 1.0)) for v in (bias, gamma)]
+        assert decayed == [True, second.get("var_names") != ["gamma"]]
+    assert loaded.get_config()["exclude_from_weight_decay_names"] == (
+        second.get("var_names") or None
+    )
+
+
 class _NaNAtStart(keras.optimizers.schedules.LearningRateSchedule):
     def __call__(self, step):
         return keras.ops.cast(step, "float32") / keras.ops.cast(step, "float32")  # 0 / 0
