@@ -547,7 +547,9 @@ BAD_COMMAND_LINES = [
     # demo (its own options)
     ("demo", ["demo", "--steps", "x"], 2, "invalid int value: 'x'"),
     ("demo", ["demo", "--model-size", "huge"], 2, "invalid choice: 'huge'"),
-    ("demo", ["demo", "--epochs", "0"], 1, "epochs"),
+    ("demo", ["demo", "--epochs", "0"], 2, "epochs"),  # a usage error, as argparse's (was 1)
+    ("demo", ["demo", "--steps", "0"], 2, "pretraining_steps"),
+    ("demo", ["demo", "--seed", "-1"], 2, "seed"),
 ]
 
 

@@ -432,7 +432,10 @@ def main(argv=None):
     ):
         if value is not None:
             overrides[field] = value
-    settings = DemoSettings.quick(**overrides) if args.quick else DemoSettings(**overrides)
+    try:  # a value out of range is a bad command line (exit 2), as argparse's own errors
+        settings = DemoSettings.quick(**overrides) if args.quick else DemoSettings(**overrides)
+    except ValueError as error:
+        parser.error(str(error))
     # Run as a command: show the progress lines, unless a handler (the
     # `keras-masking` CLI's on the package logger, or the caller's) already does.
     if not logging.getLogger().handlers and not logging.getLogger("keras_masking").handlers:

@@ -187,9 +187,11 @@ class ExLMEncoder(ExLMModel):
         unselectable_token_ids: ids expanded in pretraining, ``(cls_id,
             sep_id)``.
         max_expanded_tokens: int >= 0 or None, the most expanded tokens in
-            one example (3: [CLS] and two [SEP]s); None sizes the expansion
-            for any input. A row with more: eager calls raise; in compiled
-            calls that row's outputs are NaN, never a silently cut sequence.
+            one example (3: [CLS] and two [SEP]s): the expansion has
+            ``L + (k - 1) * max_expanded_tokens`` slots; None sizes it for any
+            input. A row whose expansion needs more slots (padding frees
+            some): eager calls raise; in compiled calls that row's outputs
+            are NaN, never a silently cut sequence.
         objective: how the backbone was pretrained, ``"exlm"`` (expanded
             tokens at ``(index, 1..k)``, even for ``k = 1``) or ``"mlm"``
             (``k = 1``, ``(index, 0)`` everywhere); None: ``"mlm"`` for
