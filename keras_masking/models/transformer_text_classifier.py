@@ -418,7 +418,9 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         loss = super().compute_loss(x, y, y_pred, sample_weight, training)
-        return nan_for_labels_out_of_range(loss, y, self.num_classes)
+        if not _sparse_loss(getattr(self, "loss", None)):
+            return loss  # one-hot, multi-hot or regression targets: no class ids to check
+        return nan_for_labels_out_of_range(loss, y, self.num_classes, float_ids=True)
 
     def check_labels(self, labels):
         """Class labels must be ints in ``[0, num_classes)`` (checked when
@@ -466,17 +468,22 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
                 f"{sorted(set(bad.tolist()))[:5]}."
             )
 
-    def compile(self, optimizer="auto", loss="auto", **kwargs):
+    def compile(self, optimizer="auto", loss="auto", *, metrics="auto", **kwargs):
         """keras-hub's `TextClassifier.compile`, whose default loss fits logits or softmax only.
 
         The default, sparse categorical cross-entropy, reads logits
         (``activation=None``) or softmax probabilities. For another activation
         (``"sigmoid"``: multi-label) it would read probabilities as logits,
         differently on each backend; there is none then, and ``fit`` and
-        ``evaluate`` refuse until you pass a loss.
+        ``evaluate`` refuse until you pass a loss. ``metrics="auto"`` is the
+        accuracy that reads the loss's labels: class ids for a sparse
+        cross-entropy, one-hot rows for a categorical one, multi-hot rows
+        (at 0.5, or 0 on logits) for a binary one; none for another loss
+        (keras-hub's sparse accuracy read one-hot labels as class ids).
 
         Args:
-            optimizer, loss, **kwargs: as `keras_hub.models.TextClassifier.compile`.
+            optimizer, loss, metrics, **kwargs: as
+                `keras_hub.models.TextClassifier.compile`.
 
         Example:
         ```python
@@ -488,7 +495,13 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         """
         if loss == "auto" and not _default_loss_fits(self.activation):
             loss = None
-        super().compile(optimizer=optimizer, loss=loss, **kwargs)
+        if (
+            isinstance(metrics, str)
+            and metrics == "auto"
+            and not (isinstance(loss, str) and loss == "auto")
+        ):
+            metrics = _accuracy_for(loss)
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def compile_from_config(self, config):
         """Compiles as the saved model was compiled (`keras.saving.load_model`).
@@ -665,6 +678,19 @@ def _check_preprocessor(preprocessor, backbone):
             f"table). Build the preprocessor with sequence_length <= "
             f"{backbone.max_sequence_length}."
         )
+
+
+def _accuracy_for(loss):
+    """The accuracy metrics that read the labels ``loss`` takes ([] for another loss)."""
+    name = loss if isinstance(loss, str) else getattr(loss, "name", getattr(loss, "__name__", ""))
+    from_logits = bool(getattr(loss, "from_logits", False))
+    if _sparse_loss(loss):
+        return [keras.metrics.SparseCategoricalAccuracy()]
+    if name in ("categorical_crossentropy", "categorical_focal_crossentropy"):
+        return [keras.metrics.CategoricalAccuracy()]
+    if name in ("binary_crossentropy", "binary_focal_crossentropy"):
+        return [keras.metrics.BinaryAccuracy(threshold=0.0 if from_logits else 0.5)]
+    return []
 
 
 def _default_loss_fits(activation):

@@ -574,3 +574,56 @@ def test_labels_the_loss_cannot_read_are_refused_by_name():
     assert one_hot_loss == pytest.approx(
         model.evaluate(texts, np.array([1, 0]), verbose=0), rel=1e-6
     )
+
+
+def test_the_default_metric_reads_the_labels_of_the_compiled_loss(preprocessor):
+    """keras-hub's "auto" metric stayed a sparse accuracy whatever the loss: one-hot
+    labels in batches as large as the classes got a wrong accuracy (0.33 for 0.83),
+    other batches a shape error, and the docstring's multi-label example failed."""
+    texts, ids = TEXTS[:6], np.array([0, 2, 1, 1, 0, 2])
+    one_hot = np.eye(3, dtype="float32")[ids]
+    multi_hot = (np.arange(3) <= ids[:, None]).astype("float32")
+    classifier = _classifier(preprocessor, dropout=0.0)
+    classifier.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+    predicted = classifier.predict(texts, verbose=0).argmax(-1)
+    result = classifier.evaluate(texts, one_hot, batch_size=3, verbose=0, return_dict=True)
+    assert result["categorical_accuracy"] == pytest.approx(np.mean(predicted == ids))
+    for activation, loss, threshold in (
+        ("sigmoid", keras.losses.BinaryCrossentropy(), 0.5),  # the docstring's example
+        (None, keras.losses.BinaryCrossentropy(from_logits=True), 0.0),
+    ):
+        multi_label = _classifier(preprocessor, activation=activation, dropout=0.0)
+        multi_label.compile(loss=loss)
+        multi_label.fit(texts, multi_hot, batch_size=4, epochs=1, verbose=0)
+        outputs = multi_label.predict(texts, verbose=0)
+        result = multi_label.evaluate(texts, multi_hot, batch_size=4, verbose=0, return_dict=True)
+        assert result["binary_accuracy"] == pytest.approx(
+            np.mean((outputs > threshold) == multi_hot)
+        )
+    classifier.compile(loss="mse")
+    assert "loss" in classifier.evaluate(texts, one_hot, verbose=0, return_dict=True)
+    assert not [name for name in classifier.metrics_names if "accuracy" in name]
+
+
+def test_class_ids_outside_the_classes_are_checked_for_a_sparse_loss_only(preprocessor):
+    """Integer regression targets at or above num_classes made the loss NaN;
+    float class ids from `tf.data` skipped the check (3 of 3 classes scored as
+    0, 1.5 read as class 1)."""
+    import tensorflow as tf
+
+    regression = _classifier(preprocessor, dropout=0.0)
+    regression.compile(loss="mse", metrics=[])
+    targets = np.array([[1, 4, 0], [0, 3, 5], [2, 5, 1]])
+    outputs = regression.predict(TEXTS[:3], verbose=0).astype("float64")
+    loss = regression.evaluate(TEXTS[:3], targets, verbose=0, return_dict=True)["loss"]
+    assert loss == pytest.approx(np.mean((outputs - targets) ** 2), rel=1e-5)
+
+    classifier = _classifier(preprocessor, dropout=0.0)
+    classifier.compile(jit_compile=True)
+
+    def loss_of(labels):
+        data = tf.data.Dataset.from_tensor_slices((TEXTS[:2], np.array(labels, "float32")))
+        return classifier.evaluate(data.batch(2), verbose=0, return_dict=True)["loss"]
+
+    assert np.isfinite(loss_of([0.0, 2.0]))
+    assert np.isnan(loss_of([0.0, 3.0])) and np.isnan(loss_of([1.5, 0.0]))
