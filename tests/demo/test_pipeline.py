@@ -469,10 +469,14 @@ def test_the_pretraining_cache_key_holds_what_the_figures_depend_on(monkeypatch)
     assert key != pretraining.pretraining_key(settings, ["a"], ["text"], ["held out"])
 
 
-def test_a_seed_numpy_cannot_take_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+def test_a_seed_numpy_cannot_take_is_refused_before_anything_is_written(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("KERAS_MASKING_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(ValueError, match=r"Expected an integer <= 4294967295 for seed"):
+    with pytest.raises(SystemExit) as exit_request:  # a usage error, as argparse's own
         pipeline.main(["--quick", "--seed", "99999999999", "--output-dir", str(tmp_path / "o")])
+    assert exit_request.value.code == 2
+    assert "Expected an integer <= 4294967295 for seed" in capsys.readouterr().err
     with pytest.raises(ValueError, match="seed=4294967295"):
         DemoSettings(seed=2**32 - 1, seeds=2)  # the second run's seed would be 2**32
     assert DemoSettings(seed=2**32 - 2, seeds=2).seed == 2**32 - 2
