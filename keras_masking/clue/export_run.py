@@ -81,7 +81,8 @@ def export_run(run_folder, output, verbose=False, format="saved_model"):  # noqa
             f"{record.get('status')!r}): finish it first (run the same keras-masking clue "
             "command) and export it then."
         )
-    _check_output(output, [run_folder] + [arguments["preset"]] * bool(arguments.get("preset")))
+    sources = [run_folder, arguments["preset"]] if arguments.get("preset") else [run_folder]
+    _check_output(output, sources)
     if format == "transformers" and arguments.get("exlm_k"):
         raise ValueError(
             f"The run {os.fspath(run_folder)} fine-tuned through ExLM's expanding encoder "

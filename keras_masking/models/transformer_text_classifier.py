@@ -495,11 +495,7 @@ class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.mod
         """
         if loss == "auto" and not _default_loss_fits(self.activation):
             loss = None
-        if (
-            isinstance(metrics, str)
-            and metrics == "auto"
-            and not (isinstance(loss, str) and loss == "auto")
-        ):
+        if metrics == "auto" and loss != "auto":  # keras-hub's "auto" is a sparse accuracy
             metrics = _accuracy_for(loss)
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
