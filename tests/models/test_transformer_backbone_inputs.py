@@ -322,13 +322,13 @@ def test_the_asa_trainer_checks_ids_before_a_compiled_step():
         trainer.predict({**features, "token_ids": features["token_ids"] + 0.5}, verbose=0)
 
 
-@pytest.mark.parametrize("entry", ("fit", "evaluate", "predict"))
-def test_a_sequence_longer_than_the_table_is_refused_before_a_step_after_a_fit(entry):
+def test_a_sequence_longer_than_the_table_is_refused_before_a_step_after_a_fit():
     """After a step traced on short rows, TensorFlow's retrace left the length
     unknown: a longer batch passed, came out NaN and `fit` wrote NaN into the
     weights; on JAX the refusal came from inside the step, which left the
     model without its weights. (Your own Keras model does not check its data
-    before the step: see docs/backbone.md.)"""
+    before the step: see docs/backbone.md.) `fit`, `evaluate` and `predict`
+    in turn, on one model."""
     from keras_masking.models import TransformerTextClassifier
 
     backbone = randomize_weights(TransformerBackbone(**tiny_backbone_kwargs()))
@@ -339,24 +339,23 @@ def test_a_sequence_longer_than_the_table_is_refused_before_a_step_after_a_fit(e
     model.evaluate(short, labels, verbose=0)
     weights = [np.array(weight) for weight in model.get_weights()]
     expected = model.predict(short, verbose=0)
-    run = {
-        "fit": lambda x: model.fit(x, labels, verbose=0),
-        "evaluate": lambda x: model.evaluate(x, labels, verbose=0),
-        "predict": lambda x: model.predict(x, verbose=0),
-    }[entry]
-    with pytest.raises(ValueError, match="30 tokens.*max_sequence_length=24"):
-        run(random_features(length=30))
-    for before, after in zip(weights, model.get_weights()):
-        np.testing.assert_array_equal(before, after)
-    np.testing.assert_array_equal(model.predict(short, verbose=0), expected)
+    for run in (
+        lambda x: model.fit(x, labels, verbose=0),
+        lambda x: model.evaluate(x, labels, verbose=0),
+        lambda x: model.predict(x, verbose=0),
+    ):
+        with pytest.raises(ValueError, match="30 tokens.*max_sequence_length=24"):
+            run(random_features(length=30))
+        for before, after in zip(weights, model.get_weights()):
+            np.testing.assert_array_equal(before, after)
+        np.testing.assert_array_equal(model.predict(short, verbose=0), expected)
 
 
-@pytest.mark.parametrize("entry", ("fit", "evaluate", "predict"))
-def test_an_error_inside_a_step_leaves_the_model_its_weights(entry):
+def test_an_error_inside_a_step_leaves_the_model_its_weights():
     """A `tf.data` batch whose padding mask is shorter than its ids is refused
     while the step traces; on JAX, Keras had taken the weights out of the
     model first, and every later call failed ("'NoneType' object is not
-    callable")."""
+    callable"). `fit`, `evaluate` and `predict` in turn, on one model."""
     import tensorflow as tf
 
     from keras_masking.models import TransformerTextClassifier
@@ -366,17 +365,17 @@ def test_an_error_inside_a_step_leaves_the_model_its_weights(entry):
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     features, labels = random_features(), np.array([0, 1])
     model.fit(features, labels, verbose=0)
-    expected = model.predict(features, verbose=0)
-    weights = [np.array(weight) for weight in model.get_weights()]
     bad = {**features, "padding_mask": features["padding_mask"][:, :7]}
     dataset = tf.data.Dataset.from_tensor_slices((bad, labels)).batch(2)
-    if entry == "predict":
-        dataset = dataset.map(lambda x, y: x)
     # TensorFlow retraced for any length (reduce_retracing) and fails as it runs.
     jax = keras.config.backend() == "jax"
-    with pytest.raises(ValueError if jax else Exception, match="padding_mask" if jax else None):
-        getattr(model, entry)(dataset, verbose=0)
-    for before, after in zip(weights, model.get_weights()):
-        np.testing.assert_array_equal(before, after)
-    np.testing.assert_array_equal(model.predict(features, verbose=0), expected)
-    model.fit(features, labels, verbose=0)  # and it trains on
+    for entry in ("fit", "evaluate", "predict"):
+        expected = model.predict(features, verbose=0)
+        weights = [np.array(weight) for weight in model.get_weights()]
+        data = dataset.map(lambda x, y: x) if entry == "predict" else dataset
+        with pytest.raises(ValueError if jax else Exception, match="padding_mask" if jax else None):
+            getattr(model, entry)(data, verbose=0)
+        for before, after in zip(weights, model.get_weights()):
+            np.testing.assert_array_equal(before, after)
+        np.testing.assert_array_equal(model.predict(features, verbose=0), expected)
+        model.fit(features, labels, verbose=0)  # and it trains on

@@ -594,7 +594,8 @@ def test_the_default_metric_reads_the_labels_of_the_compiled_loss(preprocessor):
     ):
         multi_label = _classifier(preprocessor, activation=activation, dropout=0.0)
         multi_label.compile(loss=loss)
-        multi_label.fit(texts, multi_hot, batch_size=4, epochs=1, verbose=0)
+        if activation == "sigmoid":  # the docstring's example fits
+            multi_label.fit(texts, multi_hot, batch_size=4, epochs=1, verbose=0)
         outputs = multi_label.predict(texts, verbose=0)
         result = multi_label.evaluate(texts, multi_hot, batch_size=4, verbose=0, return_dict=True)
         assert result["binary_accuracy"] == pytest.approx(
