@@ -5,6 +5,7 @@ import keras_hub
 
 from keras_masking.layers.initializers import bert_initializer
 from keras_masking.layers.masked_lm_head import MaskedLMHead
+from keras_masking.models.shuffled_array_fit import ShuffledArrayFit
 from keras_masking.models.transformer_backbone import TransformerBackbone
 from keras_masking.ops.label_range import nan_for_labels_out_of_range
 from keras_masking.utils.arguments import check_model_keywords
@@ -16,7 +17,7 @@ from keras_masking.utils.eager_checks import static_shape
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
-class TransformerMaskedLM(ConcreteInputChecks, keras_hub.models.MaskedLM):
+class TransformerMaskedLM(ConcreteInputChecks, ShuffledArrayFit, keras_hub.models.MaskedLM):
     """Masked language model on a `TransformerBackbone`.
 
     Adds BERT's MLM head (Google's ``cls/predictions``: dense + activation +

@@ -20,6 +20,7 @@ from keras_masking.models.backbone_loading import read_keras_hub_preset
 from keras_masking.models.model_card import model_card
 from keras_masking.models.model_card import write_model_card
 from keras_masking.models.onnx_export import export_onnx
+from keras_masking.models.shuffled_array_fit import ShuffledArrayFit
 from keras_masking.models.text_classifier_export import export_text_classifier
 from keras_masking.models.text_classifier_export import token_id_signature
 from keras_masking.models.transformer_backbone import TransformerBackbone
@@ -49,7 +50,9 @@ def _sparse_loss(loss):
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
-class TransformerTextClassifier(ASAObjective, ConcreteInputChecks, keras_hub.models.TextClassifier):
+class TransformerTextClassifier(
+    ASAObjective, ConcreteInputChecks, ShuffledArrayFit, keras_hub.models.TextClassifier
+):
     """Sentence (pair) classification on a `TransformerBackbone`, keras-hub style.
 
     The head is BERT's: the backbone's ``pooled_output`` ->

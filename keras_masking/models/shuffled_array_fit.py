@@ -1,0 +1,147 @@
+"""ShuffledArrayFit: a keras-hub task model's ``fit`` on in-memory data shuffles, as Keras' does."""
+
+import math
+from collections.abc import Mapping
+
+import keras
+import numpy as np
+
+
+def is_in_memory_data(x):
+    """Whether ``x`` is data `keras.Model.fit` shuffles: arrays, tensors, lists
+    (texts, ids) and tuples or dicts of them; not a dataset, generator or
+    `keras.utils.PyDataset`.
+
+    Example:
+    >>> is_in_memory_data({"token_ids": np.zeros((2, 4))}), is_in_memory_data(iter([]))
+    (True, False)
+    """
+    if isinstance(x, (Mapping, tuple)):
+        return bool(x) and all(
+            value is None or is_in_memory_data(value)
+            for value in (x.values() if isinstance(x, Mapping) else x)
+        )
+    return isinstance(x, (list, np.ndarray)) or (
+        hasattr(x, "__array__") and hasattr(x, "shape")  # tf, JAX tensors
+    )
+
+
+def shuffled_batches(x, y=None, sample_weight=None, batch_size=None, validation_split=None):
+    """``(train, validation)`` `tf.data` pipelines of in-memory data: the
+    training examples shuffled anew every epoch, then batched.
+
+    As `keras.Model.fit` does: ``validation_split`` takes the last examples,
+    before any shuffling (``validation`` is None without it); ``batch_size``
+    defaults to 32. The shuffle follows TensorFlow's global seed, which
+    `keras.utils.set_random_seed` sets, so a seeded run repeats its order.
+
+    Args:
+        x: inputs: arrays, lists (raw texts), tuples (text pairs) or dicts.
+        y: optional labels, one per example.
+        sample_weight: optional weights, one per example.
+        batch_size: optional int, examples per batch.
+        validation_split: optional float in (0, 1): the share held out.
+
+    Returns:
+        ``(train, validation)``: batched `tf.data.Dataset` of
+        ``(x, y, sample_weight)`` as `keras.utils.pack_x_y_sample_weight`
+        packs them, and the held-out examples batched alike, or None.
+
+    Raises:
+        ValueError: a ``validation_split`` that leaves no training or no
+            validation example.
+
+    Example:
+    ```python
+    train, _ = shuffled_batches(np.arange(6), np.arange(6), batch_size=2)
+    [batch[1].numpy().tolist() for batch in train]  # e.g. [[4, 0], [3, 5], [1, 2]]
+    ```
+    """
+    examples = _examples(x, y, sample_weight)
+    count = int(examples.cardinality())
+    batch_size = batch_size or 32
+    validation = None
+    if validation_split:
+        kept = int(math.floor(count * (1.0 - validation_split)))
+        if kept in (0, count):
+            raise ValueError(
+                f"Expected validation_split to leave training and validation examples. "
+                f"Received: validation_split={validation_split} of {count} examples."
+            )
+        validation = examples.skip(kept).batch(batch_size)
+        examples, count = examples.take(kept), kept
+    train = examples.shuffle(count, reshuffle_each_iteration=True).batch(batch_size)
+    return train, validation
+
+
+def _examples(x, y=None, sample_weight=None):
+    """In-memory data as a `tf.data.Dataset` of single examples, packed as
+    `keras.utils.pack_x_y_sample_weight` packs them."""
+    import tensorflow as tf
+
+    packed = keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
+    return tf.data.Dataset.from_tensor_slices(_numpy_leaves(packed))
+
+
+def _numpy_leaves(data):
+    """``data`` with any backend's tensors as numpy; a list stays a list
+    (`tf.data` reads it as one tensor: a list of texts is one string tensor)."""
+    if isinstance(data, Mapping):
+        return {name: _numpy_leaves(value) for name, value in data.items()}
+    if isinstance(data, tuple):
+        return tuple(_numpy_leaves(value) for value in data)
+    if isinstance(data, (list, np.ndarray)):
+        return data
+    return keras.ops.convert_to_numpy(data)
+
+
+class ShuffledArrayFit:
+    """Mixin for keras-hub task models: ``fit`` shuffles in-memory data every epoch.
+
+    `keras.Model.fit` shuffles arrays every epoch (``shuffle=True``, its
+    default). keras-hub's task models batch arrays and raw texts in their
+    order and ignore ``shuffle`` (with a warning only), so every epoch saw the
+    same batches in the same order: data sorted by label trained on batches
+    of one class. With this mixin, ``fit`` on arrays, lists of texts, text
+    pairs or dicts of them shuffles as Keras does (`shuffled_batches`);
+    ``shuffle=False`` keeps the order; a `tf.data.Dataset`, generator or
+    `keras.utils.PyDataset` is fed as given (shuffle it yourself).
+
+    Example:
+    ```python
+    classifier.fit(features, labels, batch_size=2, epochs=2)  # two orders
+    ```
+    """
+
+    def fit(
+        self,
+        x=None,
+        y=None,
+        batch_size=None,
+        sample_weight=None,
+        validation_data=None,
+        validation_split=None,
+        **kwargs,
+    ):
+        if kwargs.get("shuffle", True) is True and is_in_memory_data(x):
+            if validation_data is not None:
+                validation_split = None  # Keras ignores the split then
+            x, held_out = shuffled_batches(x, y, sample_weight, batch_size, validation_split)
+            if validation_split:
+                validation_data = held_out
+            elif isinstance(validation_data, tuple) and is_in_memory_data(validation_data):
+                # batched here: keras-hub would batch it by 32, not batch_size
+                validation_data = _examples(
+                    *keras.utils.unpack_x_y_sample_weight(validation_data)
+                ).batch(batch_size or 32)
+            y = sample_weight = batch_size = validation_split = None
+            kwargs["shuffle"] = False  # the pipeline shuffles
+        return super().fit(
+            x,
+            y,
+            batch_size=batch_size,
+            sample_weight=sample_weight,
+            validation_data=validation_data,
+            validation_split=validation_split,
+            **kwargs,
+        )
