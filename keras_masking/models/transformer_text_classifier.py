@@ -1,6 +1,7 @@
 """TransformerTextClassifier: a keras-hub TextClassifier on a TransformerBackbone."""
 
 import contextlib
+import functools
 import logging
 import os
 import pathlib
@@ -40,13 +41,46 @@ from keras_masking.utils.training_state import refresh_training
 logger = logging.getLogger(__name__)
 
 
-def _sparse_loss(loss):
-    """Whether a compiled loss takes class ids (Keras' sparse cross-entropy)."""
+# The labels each of Keras' losses reads; a loss of your own (not named here)
+# is taken to read class ids, as keras-hub's default loss does.
+_ONE_HOT_LOSSES = (
+    "categorical_crossentropy",
+    "categorical_focal_crossentropy",
+    "categorical_hinge",
+)
+_MULTI_HOT_LOSSES = ("binary_crossentropy", "binary_focal_crossentropy")
+_NO_CLASS_LOSSES = (  # regression and other targets: no accuracy, no class-id check
+    "mean_squared_error", "mean_absolute_error", "mean_absolute_percentage_error",
+    "mean_squared_logarithmic_error", "huber", "log_cosh", "cosine_similarity", "poisson",
+    "kl_divergence", "hinge", "squared_hinge", "circle", "dice", "tversky", "ctc",
+)  # fmt: skip
+
+
+def _loss_function(loss):
+    """``(name, from_logits)`` of the function ``loss`` computes: a Keras name or
+    class name, a loss object, a `functools.partial` or a plain function."""
     if isinstance(loss, str):
-        return "sparse" in loss
-    return isinstance(loss, keras.losses.SparseCategoricalCrossentropy) or (
-        getattr(loss, "__name__", "") == "sparse_categorical_crossentropy"
-    )
+        try:
+            loss = keras.losses.get(loss)
+        except ValueError:
+            return loss, False
+    from_logits = bool(getattr(loss, "from_logits", False))
+    while isinstance(loss, functools.partial) or callable(getattr(loss, "fn", None)):
+        if isinstance(loss, functools.partial):
+            from_logits = bool(loss.keywords.get("from_logits", from_logits))
+            loss = loss.func
+        else:  # Keras' loss classes wrap their function (`LossFunctionWrapper.fn`)
+            loss = loss.fn
+    return getattr(loss, "__name__", ""), from_logits
+
+
+def _sparse_loss(loss):
+    """Whether a compiled loss takes class ids: Keras' sparse cross-entropy,
+    or a loss of your own that Keras does not name (keras-hub's assumption)."""
+    if loss is None:
+        return False
+    name, _ = _loss_function(loss)
+    return name not in _ONE_HOT_LOSSES + _MULTI_HOT_LOSSES + _NO_CLASS_LOSSES
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")
@@ -481,8 +515,10 @@ class TransformerTextClassifier(
         ``evaluate`` refuse until you pass a loss. ``metrics="auto"`` is the
         accuracy that reads the loss's labels: class ids for a sparse
         cross-entropy, one-hot rows for a categorical one, multi-hot rows
-        (at 0.5, or 0 on logits) for a binary one; none for another loss
-        (keras-hub's sparse accuracy read one-hot labels as class ids).
+        (at 0.5, or 0 on logits) for a binary one; none for Keras' other
+        losses (regression, hinge...); class ids, as keras-hub's default,
+        for a loss of your own. The loss is read by its function, whatever
+        the spelling: a name, a class name, an object or a `functools.partial`.
 
         Args:
             optimizer, loss, metrics, **kwargs: as
@@ -681,13 +717,12 @@ def _check_preprocessor(preprocessor, backbone):
 
 def _accuracy_for(loss):
     """The accuracy metrics that read the labels ``loss`` takes ([] for another loss)."""
-    name = loss if isinstance(loss, str) else getattr(loss, "name", getattr(loss, "__name__", ""))
-    from_logits = bool(getattr(loss, "from_logits", False))
+    name, from_logits = _loss_function(loss)
     if _sparse_loss(loss):
         return [keras.metrics.SparseCategoricalAccuracy()]
-    if name in ("categorical_crossentropy", "categorical_focal_crossentropy"):
+    if name in _ONE_HOT_LOSSES:
         return [keras.metrics.CategoricalAccuracy()]
-    if name in ("binary_crossentropy", "binary_focal_crossentropy"):
+    if name in _MULTI_HOT_LOSSES:
         return [keras.metrics.BinaryAccuracy(threshold=0.0 if from_logits else 0.5)]
     return []
 

@@ -1,5 +1,7 @@
 """TransformerTextClassifier and its preprocessor: keras-hub's TextClassifier workflow."""
 
+import functools
+
 import keras
 import keras_hub
 import numpy as np
@@ -633,3 +635,34 @@ def test_class_ids_outside_the_classes_are_checked_for_a_sparse_loss_only(prepro
 
     assert np.isfinite(loss_of([0.0, 2.0]))
     assert np.isnan(loss_of([0.0, 3.0])) and np.isnan(loss_of([1.5, 0.0]))
+
+
+def _own_sparse_loss(y_true, y_pred):
+    return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+
+
+@pytest.mark.parametrize(
+    "loss",
+    (
+        "SparseCategoricalCrossentropy",
+        functools.partial(keras.losses.sparse_categorical_crossentropy, from_logits=True),
+        _own_sparse_loss,
+    ),
+    ids=("class_name", "partial", "own_function"),
+)
+def test_every_spelling_of_a_sparse_loss_keeps_the_accuracy_and_the_label_check(preprocessor, loss):
+    """Only the lowercase name, the object and the function were read as a
+    sparse loss: the others lost the accuracy, and on JAX a label outside
+    the classes gave a finite loss instead of NaN. A loss of your own is
+    taken to read class ids, as keras-hub's default."""
+    import tensorflow as tf
+
+    texts, ids = TEXTS[:6], np.array([0, 2, 1, 1, 0, 2])
+    classifier = _classifier(preprocessor, dropout=0.0)
+    classifier.compile(loss=loss, jit_compile=True)
+    predicted = classifier.predict(texts, verbose=0).argmax(-1)
+    result = classifier.evaluate(texts, ids, verbose=0, return_dict=True)
+    assert result["sparse_categorical_accuracy"] == pytest.approx(np.mean(predicted == ids))
+    labels = np.array([0, 1, 2, 0, 1, 3])  # 3 of 3 classes
+    data = tf.data.Dataset.from_tensor_slices((texts, labels)).batch(6)
+    assert np.isnan(classifier.evaluate(data, verbose=0, return_dict=True)["loss"])
