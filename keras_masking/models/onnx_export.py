@@ -51,7 +51,7 @@ def export_onnx(model, filepath, verbose=False):
             f'ONNX export needs {", ".join(missing)}: pip install "keras-masking[export]".'
         )
     mixed = sorted({layer.dtype_policy.name for layer in (model, *walk_layers(model))
-                    if layer.dtype_policy.compute_dtype != "float32"})  # fmt: skip
+                    if layer.dtype_policy.compute_dtype in ("float16", "bfloat16")})  # fmt: skip
     if mixed:
         raise ValueError(
             f"The model computes under {', '.join(mixed)}: tf2onnx writes such a graph with "

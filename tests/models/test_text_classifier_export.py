@@ -315,3 +315,20 @@ def test_onnx_export_of_a_mixed_precision_model_is_refused_before_writing(restor
     with pytest.raises(ValueError, match="computes under mixed_bfloat16.*tf_saved_model"):
         classifier.export(tmp_path / "classifier.onnx", format="onnx")
     assert not (tmp_path / "classifier.onnx").exists()
+
+
+def test_onnx_export_of_a_classifier_with_a_preprocessor_is_not_refused(tmp_path):
+    """The 16-bit check read every layer's compute dtype: the preprocessor's
+    tokenizer (int32) made an all-float32 classifier "compute under int32"."""
+    onnxruntime = pytest.importorskip("onnxruntime", reason="the .[export] extra")
+    pytest.importorskip("tf2onnx", reason="the .[export] extra")
+    from keras_masking.models.onnx_export import export_onnx
+
+    classifier = _classifier(num_layers=1)
+    export_onnx(classifier, tmp_path / "classifier.onnx", verbose=False)
+    session = onnxruntime.InferenceSession(str(tmp_path / "classifier.onnx"))
+    features = random_features(length=16, vocabulary_size=len(VOCABULARY))
+    feeds = {e.name: features[e.name.removeprefix("args_0_")] for e in session.get_inputs()}
+    np.testing.assert_allclose(
+        session.run(None, feeds)[0], eager_predict(classifier, features), atol=1e-5
+    )
