@@ -333,7 +333,7 @@ def _checking_data(name, labelled=False):
         self._check_data(x)
         if labelled:
             self.check_labels(args[0] if args else kwargs.get("y"))
-        with weights_kept_on_error(self):
+        with weights_kept_on_error(self, trains=name == "train_on_batch"):
             return getattr(super(ConcreteInputChecks, self), name)(x, *args, **kwargs)
 
     method.__name__ = method.__qualname__ = name
@@ -388,7 +388,7 @@ class ConcreteInputChecks:
             if len(validation) > 1:
                 self.check_labels(validation[1])
         build_optimizer(self, x, y)  # one trace of the first step on TensorFlow, not two
-        with weights_kept_on_error(self):
+        with weights_kept_on_error(self, trains=True):
             return super().fit(x, *args, **kwargs)
 
     evaluate = _checking_data("evaluate", labelled=True)

@@ -375,45 +375,81 @@ class CallerRecord:
 
 
 @contextlib.contextmanager
-def weights_kept_on_error(model):
+def weights_kept_on_error(model, trains=True):
     """Puts back the weights an error inside a JAX step would take from ``model``.
 
     Keras' JAX ``fit``, ``evaluate`` and ``predict`` take the values out of the
     model's variables before the first step runs (the step is stateless) and
-    put them back when the call ends. An error raised while that step traces
-    (a batch of other shapes from ``tf.data``, a layer's refusal) left every
-    variable empty: the model could not predict or save again. On JAX this
-    keeps a reference to each value (no copy) and gives it back to a variable
-    left empty; a variable a finished step had updated keeps its new value.
-    A compiled built model's optimizer is built first (as `fit` would), so
-    that its values are kept too. Other backends keep their variables through
+    put them back when the call ends. An error raised by a step (while it
+    traces a batch of other shapes from ``tf.data``, or a layer's refusal)
+    left every variable empty: the model could not predict or save again.
+    On JAX, after an error, each variable gets the value of the last step
+    that finished (Keras' `jax_state_sync`: what ``fit`` had trained stays)
+    or, where no step finished, the value it held before the call (a
+    reference kept, no copy); metrics the call created start again from
+    zero. For a training call (``trains=True``) a compiled model's unbuilt
+    optimizer is built first, as `fit` would, so that its values are kept
+    too; pass ``trains=False`` around ``predict`` or ``evaluate``, which
+    leave the optimizer unbuilt (you may still change ``trainable`` flags
+    before the first ``fit``). Other backends keep their variables through
     an error; nothing is done.
 
     Args:
         model: a `keras.Model`.
+        trains: bool, whether the call trains (``fit``, ``train_on_batch``).
 
     Example:
     ```python
     with weights_kept_on_error(model):
-        model.predict(features)  # an error here leaves the model its weights
+        model.fit(features, labels)  # an error here leaves the model its weights
+    with weights_kept_on_error(model, trains=False):
+        model.predict(features)
     ```
     """
     if keras.config.backend() != "jax":
         yield
         return
     optimizer = getattr(model, "optimizer", None)
-    if optimizer is not None and not optimizer.built and model.built:
+    if trains and optimizer is not None and not optimizer.built and model.built:
         # What Keras' `fit` would build first, built here so its values are kept too.
         optimizer.build(model.trainable_variables)
-    variables = list(model.variables) + list(getattr(model, "metrics_variables", []))
-    if optimizer is not None and optimizer.built:
-        variables += list(optimizer.variables)
-    kept = [(variable, variable.value) for variable in variables]
+    kept = [(variable, variable.value) for variable in _stateful_variables(model)]
     try:
         yield
     except BaseException:
-        for variable, value in kept:
-            # Keras' JAX trainer empties `_value`; the public `value` then fails.
-            if getattr(variable, "_value", value) is None:
-                variable.assign(value)
+        _restore_after_error(model, kept)
         raise
+
+
+def _stateful_variables(model):
+    """The variables Keras' JAX steps take out of ``model``: its own, its
+    metrics' and its optimizer's (when built)."""
+    variables = list(model.variables) + list(getattr(model, "metrics_variables", []))
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and optimizer.built:
+        variables += list(optimizer.variables)
+    return variables
+
+
+def _emptied(variable):
+    """Whether a JAX variable lost its value: emptied by Keras' trainer
+    (``_value`` None: the public ``value`` fails then) or given a buffer a
+    step consumed (donated)."""
+    value = getattr(variable, "_value", None)
+    return value is None or (hasattr(value, "is_deleted") and value.is_deleted())
+
+
+def _restore_after_error(model, kept):
+    """Gives each emptied variable of ``model`` the last finished step's value,
+    else its value before the call (see `weights_kept_on_error`)."""
+    if hasattr(model, "jax_state_sync"):
+        try:
+            model.jax_state_sync()  # the last finished step's state, when one finished
+        except Exception:  # a state whose buffers a later step consumed: use `kept`
+            pass
+    for variable, value in kept:
+        if _emptied(variable) and not (hasattr(value, "is_deleted") and value.is_deleted()):
+            variable.assign(value)
+    for metric in getattr(model, "metrics", []):
+        if any(_emptied(variable) for variable in metric.variables):
+            metric.reset_state()  # created by the call: no value before it

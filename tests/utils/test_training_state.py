@@ -48,7 +48,7 @@ def test_a_first_fit_builds_the_optimizer_before_it_traces_and_trains_the_same()
     keras_default, default_traces = _classifier()
     keras_hub.models.TextClassifier.fit(keras_default, features, labels, batch_size=2, verbose=0)
     model, traces = _classifier()
-    model.fit(features, labels, batch_size=2, verbose=0)
+    model.fit(features, labels, batch_size=2, shuffle=False, verbose=0)  # keras-hub's order
     tensorflow = keras.config.backend() == "tensorflow"
     assert len(default_traces) == (2 if tensorflow else 1)
     assert len(traces) == 1
@@ -227,3 +227,56 @@ def test_refresh_training_starts_a_new_variables_moving_average_at_its_value(los
     before = keras.ops.convert_to_numpy(hidden.kernel)
     model.fit(x, y, batch_size=4, epochs=1, verbose=0)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(hidden.kernel), before, atol=1e-4)
+
+
+def _fresh_classifier():
+    keras.utils.set_random_seed(0)
+    backbone = keras_masking.models.TransformerBackbone(**tiny_backbone_kwargs(num_layers=1))
+    return keras_masking.models.TransformerTextClassifier(backbone, num_classes=2, dropout=0.0)
+
+
+def test_freezing_after_predict_trains_what_stays_trainable():
+    """`predict` built the optimizer on JAX (to keep its values on an error):
+    a backbone frozen after it made the next `fit` fail on the optimizer's
+    variable count."""
+    model = _fresh_classifier()
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    features, labels = random_features(), np.array([0, 1])
+    model.predict(features, verbose=0)
+    assert not model.optimizer.built
+    model.backbone.trainable = False
+    frozen = [np.array(weight) for weight in model.backbone.get_weights()]
+    model.fit(features, labels, verbose=0)
+    for before, after in zip(frozen, model.backbone.get_weights()):
+        np.testing.assert_array_equal(before, after)
+    assert len(model.trainable_weights) == 2  # the head's kernel and bias
+
+
+@pytest.mark.parametrize("entry", ("predict", "evaluate"))
+def test_an_error_in_a_later_batch_leaves_the_model_its_weights(entry):
+    """An error in the second batch: on JAX the first step had consumed the
+    values kept before the call ("Buffer has been deleted or donated"), and
+    `evaluate`'s metrics, created inside the call, stayed empty."""
+    import tensorflow as tf
+
+    model = _fresh_classifier()
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    good, labels = random_features(batch=4, length=8), np.array([0, 1, 1, 0])
+    bad = random_features(batch=4, length=12)
+    bad["padding_mask"] = bad["padding_mask"][:, :10]
+    expected = model.predict(good, verbose=0)
+
+    def batches():
+        for features in (good, bad):
+            yield (features, labels) if entry == "evaluate" else (features,)
+
+    spec = {name: tf.TensorSpec((None, None), tf.int32) for name in good}
+    signature = (spec, tf.TensorSpec((None,), tf.int64)) if entry == "evaluate" else (spec,)
+    data = tf.data.Dataset.from_generator(batches, output_signature=signature)
+    jax = keras.config.backend() == "jax"  # TensorFlow fails as the retraced step runs
+    with pytest.raises(ValueError if jax else Exception, match="padding_mask" if jax else None):
+        getattr(model, entry)(data, verbose=0)
+    np.testing.assert_array_equal(model.predict(good, verbose=0), expected)
+    loss = model.evaluate(good, labels, verbose=0, return_dict=True)
+    model.fit(good, labels, verbose=0)  # and it trains on
+    assert np.isfinite(loss["loss"]) and 0.0 <= loss["sparse_categorical_accuracy"] <= 1.0
