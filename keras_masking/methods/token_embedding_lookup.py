@@ -13,13 +13,17 @@ def _describe(layer):
     return f"{layer.name!r} ({layer.input_dim} x {layer.output_dim})"
 
 
-def _input_name(layer):
-    """The name of the tensor a layer was first called on, if it has one."""
+def _input(layer):
+    """The tensor a layer was first called on in a functional graph, if any."""
     try:
-        tensor = layer.input
+        return layer.input
     except (AttributeError, ValueError, RuntimeError):
         return None
-    return getattr(tensor, "name", None)
+
+
+def _input_name(layer):
+    """The name of the tensor a layer was first called on, if it has one."""
+    return getattr(_input(layer), "name", None)
 
 
 def _distinct(layers):
@@ -31,14 +35,22 @@ def _token_embedding_of(owner):
     return layer if isinstance(layer, keras.layers.Embedding) else None
 
 
-def _evidence(layers):
+def _evidence(model, layers):
     """Token-embedding candidates, from the strongest evidence to the weakest (see
     `find_token_embedding`)."""
     backbones = [layer for layer in layers if isinstance(layer, keras_hub.models.Backbone)]
     embeddings = [layer for layer in layers if isinstance(layer, keras.layers.Embedding)]
     yield "backbone", _distinct(filter(None, map(_token_embedding_of, backbones)))
+    on_token_ids = [layer for layer in embeddings if _input_name(layer) == "token_ids"]
+    if len(on_token_ids) == 1:  # the graph says so, before a `token_embedding` held elsewhere
+        yield "token_ids", on_token_ids
     yield "token_embedding", _distinct(filter(None, map(_token_embedding_of, layers)))
-    yield "token_ids", [layer for layer in embeddings if _input_name(layer) == "token_ids"]
+    yield "token_ids", on_token_ids
+    # An embedding of the model's own graph on one of its inputs (not a table a
+    # layer of yours holds and calls inside its `call`).
+    inputs = {id(tensor) for tensor in keras.tree.flatten(getattr(model, "inputs", None) or [])}
+    graph = [layer for layer in getattr(model, "layers", []) if layer in embeddings]
+    yield "model_input", [layer for layer in graph if id(_input(layer)) in inputs]
     yield "embedding", embeddings
 
 
@@ -49,9 +61,11 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
     the ``token_embedding`` of the model or of its ``backbone``; the
     ``token_embedding`` of a backbone anywhere in the model (a
     `TransformerBackbone` or keras-hub backbone, nested in functional models
-    at any depth); the ``token_embedding`` of any layer (a backbone whose
-    layers were inlined with ``backbone.output``); an embedding applied to
-    the ``token_ids`` input; the only `keras.layers.Embedding` in the model.
+    at any depth); the one embedding applied to a ``token_ids`` input; the
+    ``token_embedding`` of any layer (a backbone whose layers were inlined
+    with ``backbone.output``); the embedding the model's own graph applies
+    to one of its inputs (not a table a layer of yours calls inside its
+    ``call``); the only `keras.layers.Embedding` in the model.
     At each step, ``vocabulary_size`` (when given) narrows the choice.
 
     Args:
@@ -104,7 +118,7 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
         layer = _token_embedding_of(owner)
         if layer is not None and vocabulary_size in (None, layer.input_dim):
             return layer
-    for _, found in _evidence(layers):
+    for _, found in _evidence(model, layers):
         if vocabulary_size is not None:
             found = [c for c in found if c.input_dim == vocabulary_size]
         if len(found) == 1:

@@ -26,14 +26,23 @@ def is_in_memory_data(x):
     )
 
 
-def shuffled_batches(x, y=None, sample_weight=None, batch_size=None, validation_split=None):
+def shuffled_batches(
+    x,
+    y=None,
+    sample_weight=None,
+    batch_size=None,
+    validation_split=None,
+    shuffle=True,
+    validation_batch_size=None,
+):
     """``(train, validation)`` `tf.data` pipelines of in-memory data: the
     training examples shuffled anew every epoch, then batched.
 
     As `keras.Model.fit` does: ``validation_split`` takes the last examples,
     before any shuffling (``validation`` is None without it); ``batch_size``
-    defaults to 32. The shuffle follows TensorFlow's global seed, which
-    `keras.utils.set_random_seed` sets, so a seeded run repeats its order.
+    defaults to 32; ``shuffle="batch"`` shuffles within each batch only. The
+    shuffle follows TensorFlow's global seed, which `keras.utils.set_random_seed`
+    sets, so a seeded run repeats its order.
 
     Args:
         x: inputs: arrays, lists (raw texts), tuples (text pairs) or dicts.
@@ -41,6 +50,9 @@ def shuffled_batches(x, y=None, sample_weight=None, batch_size=None, validation_
         sample_weight: optional weights, one per example.
         batch_size: optional int, examples per batch.
         validation_split: optional float in (0, 1): the share held out.
+        shuffle: True (every example) or ``"batch"`` (within each batch).
+        validation_batch_size: optional int for the held-out batches
+            (default ``batch_size``).
 
     Returns:
         ``(train, validation)``: batched `tf.data.Dataset` of
@@ -49,7 +61,7 @@ def shuffled_batches(x, y=None, sample_weight=None, batch_size=None, validation_
 
     Raises:
         ValueError: a ``validation_split`` that leaves no training or no
-            validation example.
+            validation example; data without a batch dimension.
 
     Example:
     ```python
@@ -68,10 +80,20 @@ def shuffled_batches(x, y=None, sample_weight=None, batch_size=None, validation_
                 f"Expected validation_split to leave training and validation examples. "
                 f"Received: validation_split={validation_split} of {count} examples."
             )
-        validation = examples.skip(kept).batch(batch_size)
+        validation = examples.skip(kept).batch(validation_batch_size or batch_size)
         examples, count = examples.take(kept), kept
-    train = examples.shuffle(count, reshuffle_each_iteration=True).batch(batch_size)
-    return train, validation
+    if shuffle == "batch":
+        return examples.batch(batch_size).map(_shuffled_within_batch), validation
+    return examples.shuffle(count, reshuffle_each_iteration=True).batch(batch_size), validation
+
+
+def _shuffled_within_batch(*batch):
+    """One batch's examples in a new order (``shuffle="batch"``)."""
+    import tensorflow as tf
+
+    batch = batch[0] if len(batch) == 1 else batch
+    order = tf.random.shuffle(tf.range(tf.shape(tf.nest.flatten(batch)[0])[0]))
+    return tf.nest.map_structure(lambda tensor: tf.gather(tensor, order), batch)
 
 
 def _examples(x, y=None, sample_weight=None):
@@ -80,7 +102,16 @@ def _examples(x, y=None, sample_weight=None):
     import tensorflow as tf
 
     packed = keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
-    return tf.data.Dataset.from_tensor_slices(_numpy_leaves(packed))
+    try:
+        return tf.data.Dataset.from_tensor_slices(_numpy_leaves(packed))
+    except ValueError as error:
+        if "rank >= 1" not in str(error):
+            raise
+        raise ValueError(
+            "Expected x, y and sample_weight with a batch dimension (one entry per "
+            "example). Received: a single value (rank 0); note that keras-hub's task "
+            "models take fit(x, y, batch_size, sample_weight, ...) by position."
+        ) from None
 
 
 def _numpy_leaves(data):
@@ -103,8 +134,10 @@ class ShuffledArrayFit:
     order and ignore ``shuffle`` (with a warning only), so every epoch saw the
     same batches in the same order: data sorted by label trained on batches
     of one class. With this mixin, ``fit`` on arrays, lists of texts, text
-    pairs or dicts of them shuffles as Keras does (`shuffled_batches`);
-    ``shuffle=False`` keeps the order; a `tf.data.Dataset`, generator or
+    pairs or dicts of them shuffles as Keras does (`shuffled_batches`;
+    ``shuffle="batch"`` within each batch; in-memory validation data batched
+    by ``validation_batch_size``, else ``batch_size``); ``shuffle=False``
+    keeps the order; a `tf.data.Dataset`, generator or
     `keras.utils.PyDataset` is fed as given (shuffle it yourself).
 
     Example:
@@ -123,17 +156,25 @@ class ShuffledArrayFit:
         validation_split=None,
         **kwargs,
     ):
-        if kwargs.get("shuffle", True) is True and is_in_memory_data(x):
+        shuffle = kwargs.get("shuffle", True)
+        if shuffle in (True, "batch") and is_in_memory_data(x):
             if validation_data is not None:
                 validation_split = None  # Keras ignores the split then
-            x, held_out = shuffled_batches(x, y, sample_weight, batch_size, validation_split)
+            in_memory = isinstance(validation_data, (tuple, list)) and is_in_memory_data(
+                tuple(validation_data)
+            )
+            validation_batch_size = batch_size
+            if validation_split or in_memory:
+                validation_batch_size = kwargs.pop("validation_batch_size", None) or batch_size
+            x, held_out = shuffled_batches(
+                x, y, sample_weight, batch_size, validation_split, shuffle, validation_batch_size
+            )
             if validation_split:
                 validation_data = held_out
-            elif isinstance(validation_data, tuple) and is_in_memory_data(validation_data):
-                # batched here: keras-hub would batch it by 32, not batch_size
+            elif in_memory:  # batched here: keras-hub would batch it by 32
                 validation_data = _examples(
-                    *keras.utils.unpack_x_y_sample_weight(validation_data)
-                ).batch(batch_size or 32)
+                    *keras.utils.unpack_x_y_sample_weight(tuple(validation_data))
+                ).batch(validation_batch_size or 32)
             y = sample_weight = batch_size = validation_split = None
             kwargs["shuffle"] = False  # the pipeline shuffles
         return super().fit(

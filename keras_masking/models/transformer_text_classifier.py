@@ -5,6 +5,7 @@ import functools
 import logging
 import os
 import pathlib
+from collections.abc import Mapping
 
 import keras
 import keras_hub
@@ -58,7 +59,12 @@ _NO_CLASS_LOSSES = (  # regression and other targets: no accuracy, no class-id c
 
 def _loss_function(loss):
     """``(name, from_logits)`` of the function ``loss`` computes: a Keras name or
-    class name, a loss object, a `functools.partial` or a plain function."""
+    class name, a loss object, a `functools.partial` or a plain function, alone
+    or as the one entry of a list or dict (``name`` None for several)."""
+    if isinstance(loss, Mapping):  # one output: {"logits": loss}
+        loss = list(loss.values())
+    if isinstance(loss, (list, tuple)):
+        return _loss_function(loss[0]) if len(loss) == 1 else (None, False)
     if isinstance(loss, str):
         try:
             loss = keras.losses.get(loss)
@@ -80,7 +86,7 @@ def _sparse_loss(loss):
     if loss is None:
         return False
     name, _ = _loss_function(loss)
-    return name not in _ONE_HOT_LOSSES + _MULTI_HOT_LOSSES + _NO_CLASS_LOSSES
+    return name is not None and name not in _ONE_HOT_LOSSES + _MULTI_HOT_LOSSES + _NO_CLASS_LOSSES
 
 
 @keras.saving.register_keras_serializable(package="keras_masking")

@@ -414,11 +414,30 @@ def weights_kept_on_error(model, trains=True):
         # What Keras' `fit` would build first, built here so its values are kept too.
         optimizer.build(model.trainable_variables)
     kept = [(variable, variable.value) for variable in _stateful_variables(model)]
+    steps_before = _optimizer_steps(model) if trains else None
+    # Keras' JAX `evaluate` and `predict` record each finished step's state in
+    # `_jax_state` (a new dict per step; no public way to tell whether one
+    # finished). A state an earlier call left (`train_on_batch`) must not come
+    # back; a training call shows its finished steps in the optimizer's count.
+    state_before = getattr(model, "_jax_state", None)
     try:
         yield
     except BaseException:
-        _restore_after_error(model, kept)
+        if steps_before is not None:
+            stepped = (_optimizer_steps(model) or 0) > steps_before
+        else:
+            state = getattr(model, "_jax_state", None)
+            stepped = state is not None and state is not state_before
+        _restore_after_error(model, kept, stepped)
         raise
+
+
+def _optimizer_steps(model):
+    """The optimizer's step count, or None (no built optimizer, or emptied)."""
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or not optimizer.built or _emptied(optimizer.iterations):
+        return None
+    return int(keras.ops.convert_to_numpy(optimizer.iterations.value))
 
 
 def _stateful_variables(model):
@@ -436,20 +455,27 @@ def _emptied(variable):
     (``_value`` None: the public ``value`` fails then) or given a buffer a
     step consumed (donated)."""
     value = getattr(variable, "_value", None)
-    return value is None or (hasattr(value, "is_deleted") and value.is_deleted())
+    return value is None or _deleted(value)
 
 
-def _restore_after_error(model, kept):
-    """Gives each emptied variable of ``model`` the last finished step's value,
-    else its value before the call (see `weights_kept_on_error`)."""
-    if hasattr(model, "jax_state_sync"):
+def _deleted(value):
+    """Whether a JAX array's buffer was consumed (donated to a step)."""
+    return hasattr(value, "is_deleted") and value.is_deleted()
+
+
+def _restore_after_error(model, kept, stepped):
+    """Gives ``model``'s variables the last finished step's values when a step
+    of the failed call finished (``stepped``), else the values from before the
+    call (see `weights_kept_on_error`)."""
+    if stepped:
         try:
-            model.jax_state_sync()  # the last finished step's state, when one finished
-        except Exception:  # a state whose buffers a later step consumed: use `kept`
+            model.jax_state_sync()  # the last finished step's state
+        except Exception:  # buffers a later step consumed: `kept` where it can
             pass
     for variable, value in kept:
-        if _emptied(variable) and not (hasattr(value, "is_deleted") and value.is_deleted()):
-            variable.assign(value)
+        if (stepped and not _emptied(variable)) or _deleted(value):
+            continue
+        variable.assign(value)  # no step finished: also undoes a stale sync in Keras' fit
     for metric in getattr(model, "metrics", []):
         if any(_emptied(variable) for variable in metric.variables):
             metric.reset_state()  # created by the call: no value before it

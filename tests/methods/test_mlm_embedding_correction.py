@@ -436,3 +436,37 @@ def test_record_functions_bad_input(unchanged):
     with pytest.raises(ValueError, match="65 x 32 table, but the layer is 64 x 32"):
         keras_masking.undo_mlm_embedding_correction(other)
     np.testing.assert_array_equal(table_of(other), table)
+
+
+class _EntityMixer(keras.layers.Layer):
+    """Adds an entity table of its own (not the token embedding) to the hidden states."""
+
+    def __init__(self, hub=False, **kwargs):
+        super().__init__(**kwargs)
+        if hub:  # with a `token_embedding` attribute of its own
+            self.entities = keras_hub.layers.TokenAndPositionEmbedding(50, 16, 16)
+        else:
+            self.entities = keras.layers.Embedding(50, 16, name="entity_embedding")
+
+    def call(self, hidden, entity_ids):
+        return hidden + self.entities(entity_ids)
+
+
+@pytest.mark.parametrize(("input_name", "hub"), (("token_ids", True), ("input_ids", False)))
+def test_a_table_a_layer_of_your_own_holds_is_not_taken_for_the_token_embedding(input_name, hub):
+    """Followed into every attribute, the walk found the entity table of a layer
+    of your own: a keras-hub `TokenAndPositionEmbedding` there won over the word
+    embedding applied to ``token_ids`` (the correction edited the entity
+    table), and a plain one made the model ambiguous. The embedding the graph
+    applies to the model's input is the token embedding."""
+    tokens = keras.Input((16,), dtype="int32", name=input_name)
+    entities = keras.Input((16,), dtype="int32", name="entity_ids")
+    hidden = keras.layers.Embedding(120, 16, name="word_embedding")(tokens)
+    hidden = _EntityMixer(hub=hub)(hidden, entities)
+    model = keras.Model({input_name: tokens, "entity_ids": entities}, keras.layers.Dense(8)(hidden))
+    word = model.get_layer("word_embedding")
+    assert find_token_embedding(model) is word
+    table = keras.ops.convert_to_numpy(word.embeddings)
+    keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
+    corrected = keras.ops.convert_to_numpy(word.embeddings)
+    np.testing.assert_allclose(corrected, numpy_formula(table, 3), atol=1e-6)

@@ -159,3 +159,36 @@ def test_what_counts_as_in_memory_data():
     train, validation = shuffled_batches(np.arange(5), validation_split=0.4, batch_size=2)
     assert [batch.numpy().tolist() for batch in validation] == [[3, 4]]
     assert sorted(int(value) for batch in train for value in batch.numpy()) == [0, 1, 2]
+
+
+def test_validation_batches_follow_validation_batch_size_and_a_list_is_in_memory_data():
+    """`validation_batch_size` was ignored and a list `[x, y]` was batched by
+    32: with `validation_steps`, `val_loss` read other examples than Keras'."""
+    model, recorder = _classifier()
+    model.fit(
+        _features(),
+        np.arange(COUNT),
+        batch_size=3,
+        validation_data=[_features(5), np.arange(5)],
+        validation_batch_size=2,
+        verbose=0,
+    )
+    assert [batch for batch, _ in recorder.test] == [[0, 1], [2, 3], [4]]
+    model, recorder = _classifier()
+    model.fit(_features(10), np.arange(10) % COUNT, batch_size=4, validation_split=0.3,
+              validation_batch_size=2, verbose=0)  # fmt: skip
+    assert [batch for batch, _ in recorder.test] == [[7 % COUNT, 0], [1]]  # examples 7, 8, 9
+
+
+def test_shuffle_batch_reorders_within_each_batch_only():
+    model, recorder = _classifier()
+    model.fit(_features(), np.arange(COUNT), batch_size=4, epochs=4, shuffle="batch", verbose=0)
+    batches = [batch for batch, _ in recorder.train]
+    assert [sorted(batch) for batch in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]] * 4
+    assert any(batch != sorted(batch) for batch in batches)
+
+
+def test_data_without_a_batch_dimension_is_refused_by_name():
+    model, _ = _classifier()
+    with pytest.raises(ValueError, match="batch dimension.*fit\\(x, y, batch_size, sample_weight"):
+        model.fit(_features(), np.arange(COUNT), 4, 2.0, verbose=0)  # 2.0 read as sample_weight

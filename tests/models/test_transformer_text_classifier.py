@@ -666,3 +666,24 @@ def test_every_spelling_of_a_sparse_loss_keeps_the_accuracy_and_the_label_check(
     labels = np.array([0, 1, 2, 0, 1, 3])  # 3 of 3 classes
     data = tf.data.Dataset.from_tensor_slices((texts, labels)).batch(6)
     assert np.isnan(classifier.evaluate(data, verbose=0, return_dict=True)["loss"])
+
+
+def test_a_loss_given_as_the_one_entry_of_a_list_or_dict_is_read_as_that_loss(preprocessor):
+    """Keras takes ``loss=[loss]`` or ``{"logits": loss}`` for one output: read as
+    a loss of your own, a one-hot loss got the sparse accuracy and its labels
+    were refused, and ``["mse"]`` got the class-id check (a NaN loss)."""
+    import tensorflow as tf
+
+    texts, ids = TEXTS[:6], np.array([0, 2, 1, 1, 0, 2])
+    one_hot = np.eye(3, dtype="float32")[ids]
+    classifier = _classifier(preprocessor, dropout=0.0)
+    predicted = classifier.predict(texts, verbose=0)
+    for loss in (["categorical_crossentropy"], {"logits": "categorical_crossentropy"}):
+        classifier.compile(loss=loss)
+        result = classifier.evaluate(texts, one_hot, verbose=0, return_dict=True)
+        assert result["categorical_accuracy"] == pytest.approx(np.mean(predicted.argmax(-1) == ids))
+    targets = np.array([[0, 3, 5], [5, 2, 1], [1, 1, 4]], "float32")
+    classifier.compile(loss=["mse"], metrics=[])
+    data = tf.data.Dataset.from_tensor_slices((texts[:3], targets)).batch(3)
+    loss = classifier.evaluate(data, verbose=0, return_dict=True)["loss"]
+    assert loss == pytest.approx(np.mean((predicted[:3] - targets) ** 2), rel=1e-5)

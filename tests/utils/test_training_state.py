@@ -280,3 +280,29 @@ def test_an_error_in_a_later_batch_leaves_the_model_its_weights(entry):
     loss = model.evaluate(good, labels, verbose=0, return_dict=True)
     model.fit(good, labels, verbose=0)  # and it trains on
     assert np.isfinite(loss["loss"]) and 0.0 <= loss["sparse_categorical_accuracy"] <= 1.0
+
+
+def test_an_error_after_train_on_batch_keeps_the_weights_set_since():
+    """Keras' JAX `train_on_batch` leaves its last state on the model: after a
+    failed call the restore synced it back, over the weights set since."""
+    import tensorflow as tf
+
+    model = _fresh_classifier()
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    good, labels = random_features(batch=4, length=8), np.array([0, 1, 1, 0])
+    initial = model.get_weights()
+    model.train_on_batch(good, labels)
+    model.set_weights(initial)
+    bad = random_features(batch=4, length=12)
+    bad["padding_mask"] = bad["padding_mask"][:, :10]
+    spec = {name: tf.TensorSpec((None, None), tf.int32) for name in good}
+    for entry in ("predict", "evaluate", "fit"):
+        labelled = entry != "predict"
+        signature = (spec, tf.TensorSpec((None,), tf.int64)) if labelled else (spec,)
+        data = tf.data.Dataset.from_generator(
+            lambda: iter([(bad, labels) if labelled else (bad,)]), output_signature=signature
+        )
+        with pytest.raises(Exception):
+            getattr(model, entry)(data, verbose=0)
+        for before, after in zip(initial, model.get_weights()):
+            np.testing.assert_array_equal(before, after, err_msg=entry)
