@@ -278,7 +278,11 @@ class RunRecord(keras.callbacks.Callback):
             entry[score.split] = score.scores
         correction = self.evidence.correction
         if correction is not None and correction.record is not None:
-            self.record["model"]["embedding_correction"] = correction.record.to_config()
+            corrected = correction.record.to_config()
+            self.record["model"]["embedding_correction"] = corrected
+            backbone = self.record["model"]["backbone"]
+            if "mlm_embedding_correction" in backbone:  # its config as trained (corrected)
+                backbone["mlm_embedding_correction"] = corrected
         self.record["epochs"].append(entry)
         self.record["best"] = self.best.best
         self.record["seconds"] = round(self.record["seconds"] + seconds, 3)

@@ -220,7 +220,7 @@ def finetune(task, data_dir, output_dir, run_config=None, *, verbose=1, callback
         "arguments": arguments,
         "versions": _versions(),
         "distribution": _distribution_record(),
-        "compile": {"jit_compile": jit_compile},
+        "compile": {"jit_compile": jit_compile, "dtype_policy": keras.config.dtype_policy().name},
         "data": data,
         "model": {
             "backbone": backbone.get_config() | {"name": backbone.name},
@@ -541,18 +541,21 @@ def _check_same_model(folder, earlier, now):
 
 
 def _check_same_setup(folder, earlier, jit_compile):
-    """Refuses to resume under another package version, backend, compile or
-    distribution: the epochs run so far ran under the recorded ones."""
+    """Refuses to resume under another package version, backend, compile,
+    global dtype policy or distribution: the epochs run so far ran under the
+    recorded ones."""
     recorded = {
         "keras_masking": earlier.get("keras_masking"),
         "backend": earlier.get("versions", {}).get("backend"),
         "jit_compile": earlier.get("compile", {}).get("jit_compile"),
+        "dtype_policy": earlier.get("compile", {}).get("dtype_policy"),
         "distribution": earlier.get("distribution"),
     }
     now = {
         "keras_masking": __version__,
         "backend": keras.config.backend(),
         "jit_compile": jit_compile,
+        "dtype_policy": keras.config.dtype_policy().name,
         "distribution": _distribution_record(),
     }
     changed = [f"{name}: {recorded[name]!r} there, {now[name]!r} now" for name in recorded

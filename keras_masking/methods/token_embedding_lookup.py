@@ -44,13 +44,21 @@ def _evidence(model, layers):
     on_token_ids = [layer for layer in embeddings if _input_name(layer) == "token_ids"]
     if len(on_token_ids) == 1:  # the graph says so, before a `token_embedding` held elsewhere
         yield "token_ids", on_token_ids
-    yield "token_embedding", _distinct(filter(None, map(_token_embedding_of, layers)))
-    yield "token_ids", on_token_ids
-    # An embedding of the model's own graph on one of its inputs (not a table a
-    # layer of yours holds and calls inside its `call`).
+    # The `token_embedding` of a layer of the model's own graph (a backbone's
+    # embedding layers, inlined).
+    graph = list(getattr(model, "layers", []))
+    yield "token_embedding", _distinct(filter(None, map(_token_embedding_of, graph)))
+    # The one embedding the graph applies to one of its inputs, and the
+    # `token_embedding` a layer of yours holds and calls inside its `call`:
+    # where both are found and differ, which one is meant is not known.
     inputs = {id(tensor) for tensor in keras.tree.flatten(getattr(model, "inputs", None) or [])}
-    graph = [layer for layer in getattr(model, "layers", []) if layer in embeddings]
-    yield "model_input", [layer for layer in graph if id(_input(layer)) in inputs]
+    on_inputs = [layer for layer in graph if layer in embeddings and id(_input(layer)) in inputs]
+    held = _distinct(filter(None, map(_token_embedding_of, layers)))
+    if len(on_inputs) == 1:
+        yield "model_input", _distinct(on_inputs + held)
+    yield "token_embedding", held
+    yield "token_ids", on_token_ids
+    yield "model_input", on_inputs
     yield "embedding", embeddings
 
 
@@ -62,10 +70,13 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
     ``token_embedding`` of a backbone anywhere in the model (a
     `TransformerBackbone` or keras-hub backbone, nested in functional models
     at any depth); the one embedding applied to a ``token_ids`` input; the
-    ``token_embedding`` of any layer (a backbone whose layers were inlined
-    with ``backbone.output``); the embedding the model's own graph applies
-    to one of its inputs (not a table a layer of yours calls inside its
-    ``call``); the only `keras.layers.Embedding` in the model.
+    ``token_embedding`` of a layer of the model's own graph (a backbone whose
+    layers were inlined with ``backbone.output``); the one embedding the
+    model's graph applies to one of its inputs, unless a layer of yours
+    holds another ``token_embedding`` (then the two are named in the
+    error); the ``token_embedding`` of any layer; every embedding on a
+    ``token_ids`` input, then on a model input; the only
+    `keras.layers.Embedding` in the model.
     At each step, ``vocabulary_size`` (when given) narrows the choice.
 
     Args:

@@ -89,6 +89,12 @@ def _sparse_loss(loss):
     return name is not None and name not in _ONE_HOT_LOSSES + _MULTI_HOT_LOSSES + _NO_CLASS_LOSSES
 
 
+def _own_loss(loss):
+    """Whether a compiled loss is one of your own (a function Keras does not name)."""
+    name, _ = _loss_function(loss)
+    return _sparse_loss(loss) and not callable(getattr(keras.losses, name, None))
+
+
 @keras.saving.register_keras_serializable(package="keras_masking")
 class TransformerTextClassifier(
     ASAObjective, ConcreteInputChecks, ShuffledArrayFit, keras_hub.models.TextClassifier
@@ -473,7 +479,8 @@ class TransformerTextClassifier(
         Run by ``fit`` / ``evaluate`` before a step compiles: an out-of-range
         label would reach TensorFlow's loss as an InvalidArgumentError, or a
         0.0 loss on JAX. One-hot labels ``(batch, num_classes)`` pass when the
-        compiled loss takes them (not the default sparse cross-entropy).
+        compiled loss may take them (a loss of yours, not Keras' sparse
+        cross-entropy).
         """
         if getattr(self, "loss", None) is None and not _default_loss_fits(self.activation):
             raise ValueError(
@@ -495,7 +502,8 @@ class TransformerTextClassifier(
             return
         values = np.asarray(values)
         if values.ndim == 2 and values.shape[1] == self.num_classes and self.num_classes > 1:
-            if _sparse_loss(getattr(self, "loss", None)):
+            loss = getattr(self, "loss", None)
+            if _sparse_loss(loss) and not _own_loss(loss):  # a loss of yours may take them
                 raise ValueError(
                     f"Expected class ids for the compiled sparse cross-entropy. Received: "
                     f"one-hot labels of shape {values.shape}: pass labels.argmax(-1), or "
@@ -522,9 +530,11 @@ class TransformerTextClassifier(
         accuracy that reads the loss's labels: class ids for a sparse
         cross-entropy, one-hot rows for a categorical one, multi-hot rows
         (at 0.5, or 0 on logits) for a binary one; none for Keras' other
-        losses (regression, hinge...); class ids, as keras-hub's default,
-        for a loss of your own. The loss is read by its function, whatever
-        the spelling: a name, a class name, an object or a `functools.partial`.
+        losses (regression, hinge...); for a loss of your own, Keras'
+        ``"accuracy"``, which reads class ids or one-hot rows by their shape
+        (class ids are checked to be in range, as for keras-hub's default
+        loss). The loss is read by its function, whatever the spelling: a
+        name, a class name, an object or a `functools.partial`.
 
         Args:
             optimizer, loss, metrics, **kwargs: as
@@ -724,6 +734,8 @@ def _check_preprocessor(preprocessor, backbone):
 def _accuracy_for(loss):
     """The accuracy metrics that read the labels ``loss`` takes ([] for another loss)."""
     name, from_logits = _loss_function(loss)
+    if _own_loss(loss):  # Keras' "accuracy" reads class ids or one-hot rows, by their shape
+        return ["accuracy"]
     if _sparse_loss(loss):
         return [keras.metrics.SparseCategoricalAccuracy()]
     if name in _ONE_HOT_LOSSES:

@@ -240,6 +240,10 @@ def test_an_interrupted_run_resumes_to_the_weights_of_an_uninterrupted_one(
         assert "masked_fraction_0" in entry["methods"]
     assert resumed.record["methods"] == ["correct_embeddings", "drop_token", "asa"]
     assert resumed.record["model"]["embedding_correction"]["corrected_rows"] > 0
+    # The backbone's config as trained, corrected, in both records (a new run's
+    # was taken before its fit corrected the table: None there).
+    assert resumed.record["model"] == whole.record["model"]
+    assert whole.record["model"]["backbone"]["mlm_embedding_correction"]["corrected_rows"] > 0
 
 
 def test_a_finished_run_is_not_redone_and_other_arguments_are_refused(plain_run, data, preset):
@@ -267,16 +271,25 @@ def test_a_finished_run_is_not_redone_and_other_arguments_are_refused(plain_run,
     assert first.record_path.stat().st_mtime_ns == modified
 
 
-def test_a_resume_under_another_set_up_is_refused(interrupted, data, preset, tmp_path):
+def test_a_resume_under_another_set_up_is_refused(
+    interrupted, data, preset, tmp_path, restore_policy
+):
     """A resume without XLA, on another backend, another package version or
     another data-parallel engine was accepted, and run.json then named only
     the new set-up (resumed without XLA, the weights ended 0.1 from either
-    uninterrupted run's)."""
+    uninterrupted run's). So was one under mixed_bfloat16 (the weights 0.007
+    from the uninterrupted run's); under mixed_float16 the resume state's
+    variable count was blamed on "other arguments"."""
     kwargs = dict(preset=preset, verbose=0, **RESUMED)
     folder = tmp_path / "jit"
     shutil.copytree(interrupted, folder)
     with pytest.raises(ValueError, match=r"another set-up \(jit_compile: True there, False now\)"):
         finetune("eprstmt", data, folder, **dict(kwargs, jit_compile=False))
+    for policy in ("mixed_bfloat16", "mixed_float16"):
+        keras.mixed_precision.set_global_policy(policy)
+        with pytest.raises(ValueError, match=f"dtype_policy: 'float32' there, '{policy}' now"):
+            finetune("eprstmt", data, folder, **kwargs)
+    keras.mixed_precision.set_global_policy("float32")
     folder = tmp_path / "backend"
     shutil.copytree(interrupted, folder)
     record = json.loads((folder / "run.json").read_text(encoding="utf-8"))

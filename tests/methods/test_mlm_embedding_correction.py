@@ -470,3 +470,30 @@ def test_a_table_a_layer_of_your_own_holds_is_not_taken_for_the_token_embedding(
     keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
     corrected = keras.ops.convert_to_numpy(word.embeddings)
     np.testing.assert_allclose(corrected, numpy_formula(table, 3), atol=1e-6)
+
+
+def test_an_input_embedding_beside_a_token_embedding_a_layer_of_yours_holds_is_refused():
+    """The graph's embedding on ``input_ids`` and a keras-hub table inside a layer
+    of yours: the layer's table was corrected (the 50-row entity table, not the
+    120-row word table). Which one is meant is not known: both are named, and
+    ``embedding=`` chooses."""
+    tokens = keras.Input((16,), dtype="int32", name="input_ids")
+    entities = keras.Input((16,), dtype="int32", name="entity_ids")
+    hidden = keras.layers.Embedding(120, 16, name="word_embedding")(tokens)
+    mixer = _EntityMixer(hub=True)
+    hidden = mixer(hidden, entities)
+    model = keras.Model(
+        {"input_ids": tokens, "entity_ids": entities}, keras.layers.Dense(8)(hidden)
+    )
+    tables = [
+        table_of(layer)
+        for layer in (model.get_layer("word_embedding"), mixer.entities.token_embedding)
+    ]
+    with pytest.raises(ValueError, match=r"'word_embedding' \(120 x 16\).*\(50 x 16\).*embedding="):
+        keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
+    np.testing.assert_array_equal(table_of(model.get_layer("word_embedding")), tables[0])
+    np.testing.assert_array_equal(table_of(mixer.entities.token_embedding), tables[1])
+    keras_masking.correct_mlm_embeddings(model, mask_token_id=3, embedding="word_embedding")
+    np.testing.assert_allclose(
+        table_of(model.get_layer("word_embedding")), numpy_formula(tables[0], 3), atol=1e-6
+    )

@@ -49,7 +49,9 @@ def _features(count=COUNT):
 def _classifier(preprocessor=None, seed=0):
     keras.utils.set_random_seed(seed)
     backbone = TransformerBackbone(**tiny_backbone_kwargs(num_layers=1))
-    model = TransformerTextClassifier(backbone, num_classes=COUNT, preprocessor=preprocessor)
+    model = TransformerTextClassifier(
+        backbone, num_classes=COUNT, preprocessor=preprocessor, dropout=0.0
+    )
     model.compile(optimizer=keras.optimizers.SGD(0.0), run_eagerly=True)
     return model, _Recorder(model)
 
@@ -192,3 +194,63 @@ def test_data_without_a_batch_dimension_is_refused_by_name():
     model, _ = _classifier()
     with pytest.raises(ValueError, match="batch dimension.*fit\\(x, y, batch_size, sample_weight"):
         model.fit(_features(), np.arange(COUNT), 4, 2.0, verbose=0)  # 2.0 read as sample_weight
+
+
+@pytest.mark.parametrize("y", (None, np.arange(4)), ids=("no_labels", "labels"))
+@pytest.mark.parametrize(
+    "x",
+    (
+        (np.array(list("abcd")), np.array(list("efgh"))),  # a text pair
+        np.array(list("abcd")),
+        {"token_ids": np.arange(4)},
+    ),
+    ids=("pair", "texts", "dict"),
+)
+def test_shuffle_batch_keeps_the_structure_of_each_element(x, y):
+    """``shuffle="batch"`` unpacked a text pair given without labels, ``((a, b),)``,
+    into ``(a, b)``: the model's preprocessor read the second texts as labels
+    (a masked LM trained on the first segment only)."""
+    shuffled, _ = shuffled_batches(x, y, batch_size=4, shuffle=True)
+    within, _ = shuffled_batches(x, y, batch_size=4, shuffle="batch")
+    assert within.element_spec == shuffled.element_spec
+    (batch,) = list(within.as_numpy_iterator())
+    if isinstance(x, tuple):  # each pair stays together
+        first, second = batch[0]
+        assert [list("abcd").index(a.decode()) for a in first] == [
+            list("efgh").index(b.decode()) for b in second
+        ]
+
+
+@pytest.mark.parametrize("shuffle", (True, False))
+def test_a_class_weight_that_leaves_out_a_class_weighs_it_one_as_keras_does(shuffle):
+    """A class above ``class_weight``'s keys failed in `tf.data`'s class-weight
+    map ("indices[1] = 2 is not in [0, 2)"); Keras weighs arrays' left-out
+    classes 1.0. The held-out examples get no class weight, as in Keras."""
+    model, recorder = _classifier()
+    labels = np.array([0, 1, 2, 1, 0, 2, 2, 1, 0, 2])
+    class_weight = {0: 3.0, 1: 2.0}
+    history = model.fit(
+        _features(10),
+        labels,
+        batch_size=8,
+        class_weight=class_weight,
+        validation_split=0.2,
+        shuffle=shuffle,
+        verbose=0,
+    )
+    ((batch, weights),) = recorder.train
+    assert sorted(batch) == sorted(labels[:8].tolist())
+    assert weights == [class_weight.get(label, 1.0) for label in batch]
+    assert [weight for _, weight in recorder.test] == [None]
+    logits = model.predict(_features(10), verbose=0).astype("float64")
+    shifted = logits - logits.max(-1, keepdims=True)
+    cross_entropy = np.log(np.exp(shifted).sum(-1)) - shifted[np.arange(10), labels]
+    expected = np.array([class_weight.get(label, 1.0) for label in labels[:8]])
+    assert history.history["loss"][0] == pytest.approx(
+        np.mean(expected * cross_entropy[:8]), rel=1e-5
+    )
+    assert history.history["val_loss"][0] == pytest.approx(np.mean(cross_entropy[8:]), rel=1e-5)
+    with pytest.raises(ValueError, match="class_weight and sample_weight"):
+        model.fit(
+            _features(), np.arange(COUNT), sample_weight=np.ones(COUNT), class_weight=class_weight
+        )

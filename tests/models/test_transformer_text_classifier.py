@@ -641,16 +641,11 @@ def _own_sparse_loss(y_true, y_pred):
     return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
 
 
-@pytest.mark.parametrize(
-    "loss",
-    (
-        "SparseCategoricalCrossentropy",
-        functools.partial(keras.losses.sparse_categorical_crossentropy, from_logits=True),
-        _own_sparse_loss,
-    ),
-    ids=("class_name", "partial", "own_function"),
-)
-def test_every_spelling_of_a_sparse_loss_keeps_the_accuracy_and_the_label_check(preprocessor, loss):
+def _own_one_hot_loss(y_true, y_pred):
+    return keras.losses.categorical_crossentropy(y_true, y_pred, from_logits=True)
+
+
+def test_every_spelling_of_a_sparse_loss_keeps_the_accuracy_and_the_label_check(preprocessor):
     """Only the lowercase name, the object and the function were read as a
     sparse loss: the others lost the accuracy, and on JAX a label outside
     the classes gave a finite loss instead of NaN. A loss of your own is
@@ -659,13 +654,37 @@ def test_every_spelling_of_a_sparse_loss_keeps_the_accuracy_and_the_label_check(
 
     texts, ids = TEXTS[:6], np.array([0, 2, 1, 1, 0, 2])
     classifier = _classifier(preprocessor, dropout=0.0)
-    classifier.compile(loss=loss, jit_compile=True)
-    predicted = classifier.predict(texts, verbose=0).argmax(-1)
-    result = classifier.evaluate(texts, ids, verbose=0, return_dict=True)
-    assert result["sparse_categorical_accuracy"] == pytest.approx(np.mean(predicted == ids))
+    accuracy = np.mean(classifier.predict(texts, verbose=0).argmax(-1) == ids)
     labels = np.array([0, 1, 2, 0, 1, 3])  # 3 of 3 classes
     data = tf.data.Dataset.from_tensor_slices((texts, labels)).batch(6)
-    assert np.isnan(classifier.evaluate(data, verbose=0, return_dict=True)["loss"])
+    for loss, metric in (
+        ("SparseCategoricalCrossentropy", "sparse_categorical_accuracy"),
+        (
+            functools.partial(keras.losses.sparse_categorical_crossentropy, from_logits=True),
+            "sparse_categorical_accuracy",
+        ),
+        (_own_sparse_loss, "accuracy"),  # Keras' "accuracy": class ids here, by their shape
+    ):
+        classifier.compile(loss=loss, jit_compile=True)
+        result = classifier.evaluate(texts, ids, verbose=0, return_dict=True)
+        assert result[metric] == pytest.approx(accuracy), loss
+        assert np.isnan(classifier.evaluate(data, verbose=0, return_dict=True)["loss"]), loss
+
+
+def test_a_loss_of_your_own_takes_one_hot_labels(preprocessor):
+    """Read as taking class ids, a loss of your own over one-hot labels was
+    refused ("Expected class ids for the compiled sparse cross-entropy").
+    Its accuracy, Keras' "accuracy", reads one-hot rows as a categorical one."""
+    texts, ids = TEXTS[:6], np.array([0, 2, 1, 1, 0, 2])
+    one_hot = np.eye(3, dtype="float32")[ids]
+    classifier = _classifier(preprocessor, dropout=0.0)
+    logits = classifier.predict(texts, verbose=0).astype("float64")
+    classifier.compile(loss=_own_one_hot_loss)
+    result = classifier.evaluate(texts, one_hot, verbose=0, return_dict=True)
+    assert result["accuracy"] == pytest.approx(np.mean(logits.argmax(-1) == ids))
+    shifted = logits - logits.max(-1, keepdims=True)
+    cross_entropy = np.log(np.exp(shifted).sum(-1)) - shifted[np.arange(6), ids]
+    assert result["loss"] == pytest.approx(np.mean(cross_entropy), rel=1e-5)
 
 
 def test_a_loss_given_as_the_one_entry_of_a_list_or_dict_is_read_as_that_loss(preprocessor):
