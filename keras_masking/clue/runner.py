@@ -585,8 +585,11 @@ def _encode_options(task, splits, settings):
         return {"num_choices": most}
     if task.kind == "span" and settings["stride"]:
         return {"stride": settings["stride"]}
-    if task.kind == "entity":
-        most = max([len(example.entities or ()) for example in splits["train"].examples] + [1])
+    if task.kind == "entity":  # every labelled split's targets: dev may hold more than train
+        most = max(
+            [len(example.entities or ()) for split in splits.values() for example in split.examples]
+            + [1]
+        )
         return {"max_entities": -(-most // 8) * 8}
     return {}
 

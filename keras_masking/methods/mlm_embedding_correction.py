@@ -259,8 +259,10 @@ def correct_mlm_embeddings(
             original rows, so MLM logits are unchanged (keras-masking's
             `MaskedLMHead` compensates exactly, wherever it is: in ``model``
             or in another model on the same table; a keras-hub head in
-            ``model`` cannot, and raises). ``"correct"``: the corrected rows,
-            as an in-place edit of a tied matrix gives.
+            ``model`` cannot, and raises; a projection your own graph makes
+            with the table, ``ReversibleEmbedding(..., reverse=True)``, is not
+            found, and predicts with the corrected rows). ``"correct"``: the
+            corrected rows, as an in-place edit of a tied matrix gives.
         embedding: optional layer or layer name, when the model has several
             embeddings (see `find_token_embedding`).
 

@@ -744,6 +744,20 @@ def test_the_command_line_refuses_bad_flags_with_exit_code_2(capsys, tmp_path):
     assert "--data-dir is deprecated" in error and "no such folder" in error
 
 
+def test_a_dev_sentence_with_more_entities_than_any_in_train_is_scored(preset, tmp_path):
+    """The entity targets were sized by train's largest count only: a dev
+    sentence with more entities (9 here, against train's 2) stopped the run
+    with "has 9 entities; expected at most max_entities=8"."""
+    data = clue_fixtures.cluener(tmp_path)
+    many = {"text": "小明" * 9, "label": {"name": {"小明": [[2 * i, 2 * i + 1] for i in range(9)]}}}
+    dev = data / "cluener" / "dev.json"
+    dev.write_text(dev.read_text(encoding="utf-8") + json.dumps(many) + "\n", encoding="utf-8")
+    result = finetune(
+        "cluener", data, tmp_path / "run", preset=preset, verbose=0, **dict(SETTINGS, epochs=1)
+    )
+    assert len(result.history) == 1 and 0.0 <= result.best_score <= 100.0
+
+
 # === Submissions ===
 def test_submit_checks_every_file_and_builds_the_zip(cli_runs, tmp_path, capsys):
     runs = tmp_path / "runs"
