@@ -35,6 +35,18 @@ def _token_embedding_of(owner):
     return layer if isinstance(layer, keras.layers.Embedding) else None
 
 
+def _graph_layers(model):
+    """The layers of ``model``'s graph and of the functional models nested in
+    it, not those a layer holds and calls inside its ``call``."""
+    for layer in getattr(model, "layers", []):
+        yield layer
+        # A functional (or Sequential) model has inputs; a subclassed one's
+        # layers are what it holds.
+        functional = isinstance(layer, keras.Model) and getattr(layer, "inputs", None)
+        if functional and not isinstance(layer, keras_hub.models.Backbone):
+            yield from _graph_layers(layer)
+
+
 def _evidence(model, layers):
     """Token-embedding candidates, from the strongest evidence to the weakest (see
     `find_token_embedding`)."""
@@ -44,10 +56,10 @@ def _evidence(model, layers):
     on_token_ids = [layer for layer in embeddings if _input_name(layer) == "token_ids"]
     if len(on_token_ids) == 1:  # the graph says so, before a `token_embedding` held elsewhere
         yield "token_ids", on_token_ids
-    # The `token_embedding` of a layer of the model's own graph (a backbone's
-    # embedding layers, inlined).
+    # The `token_embedding` of a layer of the model's own graph, or of a
+    # functional model nested in it (a backbone's embedding layers, inlined).
     graph = list(getattr(model, "layers", []))
-    yield "token_embedding", _distinct(filter(None, map(_token_embedding_of, graph)))
+    yield "token_embedding", _distinct(filter(None, map(_token_embedding_of, _graph_layers(model))))
     # The one embedding the graph applies to one of its inputs, and the
     # `token_embedding` a layer of yours holds and calls inside its `call`:
     # where both are found and differ, which one is meant is not known.
@@ -70,8 +82,9 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
     ``token_embedding`` of a backbone anywhere in the model (a
     `TransformerBackbone` or keras-hub backbone, nested in functional models
     at any depth); the one embedding applied to a ``token_ids`` input; the
-    ``token_embedding`` of a layer of the model's own graph (a backbone whose
-    layers were inlined with ``backbone.output``); the one embedding the
+    ``token_embedding`` of a layer of the model's own graph or of a model
+    nested in it (a backbone whose layers were inlined with
+    ``backbone.output``); the one embedding the
     model's graph applies to one of its inputs, unless a layer of yours
     holds another ``token_embedding`` (then the two are named in the
     error); the ``token_embedding`` of any layer; every embedding on a

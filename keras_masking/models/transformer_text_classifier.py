@@ -50,6 +50,8 @@ _ONE_HOT_LOSSES = (
     "categorical_hinge",
 )
 _MULTI_HOT_LOSSES = ("binary_crossentropy", "binary_focal_crossentropy")
+# keras_masking.losses' multi-label loss reads scores: a label where the score is above 0.
+_SCORE_MULTI_HOT_LOSSES = ("multilabel_categorical_crossentropy",)
 _NO_CLASS_LOSSES = (  # regression and other targets: no accuracy, no class-id check
     "mean_squared_error", "mean_absolute_error", "mean_absolute_percentage_error",
     "mean_squared_logarithmic_error", "huber", "log_cosh", "cosine_similarity", "poisson",
@@ -86,7 +88,9 @@ def _sparse_loss(loss):
     if loss is None:
         return False
     name, _ = _loss_function(loss)
-    return name is not None and name not in _ONE_HOT_LOSSES + _MULTI_HOT_LOSSES + _NO_CLASS_LOSSES
+    return name is not None and name not in (
+        _ONE_HOT_LOSSES + _MULTI_HOT_LOSSES + _SCORE_MULTI_HOT_LOSSES + _NO_CLASS_LOSSES
+    )
 
 
 def _own_loss(loss):
@@ -509,6 +513,14 @@ class TransformerTextClassifier(
                     f"one-hot labels of shape {values.shape}: pass labels.argmax(-1), or "
                     "compile with keras.losses.CategoricalCrossentropy(from_logits=True)."
                 )
+            if getattr(self, "_argmax_accuracy", False) and np.any(values.sum(-1) != 1):
+                raise ValueError(
+                    f"Received multi-hot labels of shape {values.shape} (rows that are not "
+                    "one-hot) for a loss of your own, whose default metric, Keras' "
+                    '"accuracy", would read each row by its largest entry. Compile with the '
+                    "metrics they need, e.g. metrics=[keras.metrics.BinaryAccuracy(threshold=0.0)] "
+                    "on logits, or metrics=[]."
+                )
             return  # one-hot, for a loss that takes them
         flat = values.reshape(-1)
         bad = flat[(flat != np.round(flat)) | (flat < 0) | (flat >= self.num_classes)]
@@ -530,10 +542,13 @@ class TransformerTextClassifier(
         accuracy that reads the loss's labels: class ids for a sparse
         cross-entropy, one-hot rows for a categorical one, multi-hot rows
         (at 0.5, or 0 on logits) for a binary one; none for Keras' other
-        losses (regression, hinge...); for a loss of your own, Keras'
-        ``"accuracy"``, which reads class ids or one-hot rows by their shape
-        (class ids are checked to be in range, as for keras-hub's default
-        loss). The loss is read by its function, whatever the spelling: a
+        losses (regression, hinge...); a binary accuracy at 0 for
+        `keras_masking.losses.multilabel_categorical_crossentropy`; for a
+        loss of your own, Keras' ``"accuracy"``, which reads class ids or
+        one-hot rows by their shape (class ids are checked to be in range,
+        as for keras-hub's default loss, and concrete multi-hot rows are
+        refused: pass their metrics). The loss is read by its function,
+        whatever the spelling: a
         name, a class name, an object or a `functools.partial`.
 
         Args:
@@ -552,6 +567,8 @@ class TransformerTextClassifier(
             loss = None
         if metrics == "auto" and loss != "auto":  # keras-hub's "auto" is a sparse accuracy
             metrics = _accuracy_for(loss)
+        # A loss of yours gets Keras' "accuracy": not for multi-hot rows (`check_labels`).
+        self._argmax_accuracy = loss != "auto" and metrics == ["accuracy"] and _own_loss(loss)
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def compile_from_config(self, config):
@@ -742,6 +759,8 @@ def _accuracy_for(loss):
         return [keras.metrics.CategoricalAccuracy()]
     if name in _MULTI_HOT_LOSSES:
         return [keras.metrics.BinaryAccuracy(threshold=0.0 if from_logits else 0.5)]
+    if name in _SCORE_MULTI_HOT_LOSSES:
+        return [keras.metrics.BinaryAccuracy(threshold=0.0)]
     return []
 
 

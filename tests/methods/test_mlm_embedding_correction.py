@@ -497,3 +497,35 @@ def test_an_input_embedding_beside_a_token_embedding_a_layer_of_yours_holds_is_r
     np.testing.assert_allclose(
         table_of(model.get_layer("word_embedding")), numpy_formula(tables[0], 3), atol=1e-6
     )
+
+
+@pytest.mark.parametrize("nested", ("inlined_backbone", "token_and_position"))
+def test_a_nested_model_beside_an_input_embedding_is_searched_as_the_graph(nested):
+    """A functional model nested in yours (a backbone's layers inlined, or a
+    keras-hub `TokenAndPositionEmbedding` in a sub-model) beside an embedding
+    of your own on another input was refused as ambiguous, in an earlier
+    build of this release; its token table is the graph's."""
+    if nested == "inlined_backbone":
+        backbone = TransformerBackbone(**tiny_backbone_kwargs(num_layers=1))
+        inner = keras.Model(backbone.input, backbone.output["pooled_output"])
+        inputs = {
+            k: keras.Input(v.shape[1:], dtype=v.dtype, name=k) for k, v in inner.input.items()
+        }
+        token_table = backbone.token_embedding
+    else:
+        tokens = keras.Input((16,), dtype="int32", name="input_ids")
+        layer = keras_hub.layers.TokenAndPositionEmbedding(100, 16, 16)
+        inner = keras.Model(tokens, keras.layers.GlobalAveragePooling1D()(layer(tokens)))
+        inputs, token_table = (
+            {"input_ids": keras.Input((16,), dtype="int32", name="input_ids")},
+            layer.token_embedding,
+        )
+    feature = keras.Input((1,), dtype="int32", name="feature_ids")
+    features = keras.layers.Flatten()(keras.layers.Embedding(5, 2, name="feature_table")(feature))
+    pooled = inner(inputs if nested == "inlined_backbone" else inputs["input_ids"])
+    outputs = keras.layers.Concatenate()([pooled, features])
+    model = keras.Model({**inputs, "feature_ids": feature}, outputs)
+    assert find_token_embedding(model) is token_table
+    table = table_of(token_table)
+    keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
+    np.testing.assert_allclose(table_of(token_table), numpy_formula(table, 3), atol=1e-6)

@@ -687,6 +687,27 @@ def test_a_loss_of_your_own_takes_one_hot_labels(preprocessor):
     assert result["loss"] == pytest.approx(np.mean(cross_entropy), rel=1e-5)
 
 
+def test_multi_hot_labels_get_a_binary_accuracy_or_a_refusal_never_an_argmax(preprocessor):
+    """The package's multi-label loss was read as a loss of your own: its
+    "accuracy" compared the argmax of each multi-hot row with the logits'
+    (0.0 where the entries at the loss's threshold, 0 on scores, give 0.56).
+    It gets a binary accuracy at 0; a loss of your own on concrete multi-hot
+    rows is refused until its metrics are given."""
+    from keras_masking.losses.multilabel_crossentropy import multilabel_categorical_crossentropy
+
+    texts, multi_hot = TEXTS[:6], np.array([[1, 0, 1], [0, 1, 1], [1, 1, 0]] * 2, "float32")
+    classifier = _classifier(preprocessor, dropout=0.0)
+    logits = classifier.predict(texts, verbose=0)
+    classifier.compile(loss=multilabel_categorical_crossentropy)
+    result = classifier.evaluate(texts, multi_hot, verbose=0, return_dict=True)
+    assert result["binary_accuracy"] == pytest.approx(np.mean((logits > 0) == multi_hot))
+    classifier.compile(loss=_own_one_hot_loss)
+    with pytest.raises(ValueError, match="multi-hot labels of shape \\(6, 3\\).*metrics="):
+        classifier.evaluate(texts, multi_hot, verbose=0)
+    classifier.compile(loss=_own_one_hot_loss, metrics=[])
+    assert "loss" in classifier.evaluate(texts, multi_hot, verbose=0, return_dict=True)
+
+
 def test_a_loss_given_as_the_one_entry_of_a_list_or_dict_is_read_as_that_loss(preprocessor):
     """Keras takes ``loss=[loss]`` or ``{"logits": loss}`` for one output: read as
     a loss of your own, a one-hot loss got the sparse accuracy and its labels
