@@ -6,6 +6,7 @@ from keras import ops
 _EXCLUDED = -1e12
 
 
+@keras.saving.register_keras_serializable(package="keras_masking")
 def multilabel_categorical_crossentropy(y_true, y_pred):
     """``log(1 + sum_neg e^{s}) + log(1 + sum_pos e^{-s})`` over the last axis.
 

@@ -35,43 +35,73 @@ def _token_embedding_of(owner):
     return layer if isinstance(layer, keras.layers.Embedding) else None
 
 
+TOKEN_INPUTS = ("token_ids", "input_ids")  # keras-hub's name, Hugging Face's
+
+
+def _functional(layer):
+    """Whether ``layer`` is a functional (or Sequential) model other than a
+    backbone: its layers are its graph. A subclassed model's are what it holds."""
+    return (
+        isinstance(layer, keras.Model)
+        and bool(getattr(layer, "inputs", None))
+        and not isinstance(layer, keras_hub.models.Backbone)
+    )
+
+
 def _graph_layers(model):
-    """The layers of ``model``'s graph and of the functional models nested in
-    it, not those a layer holds and calls inside its ``call``."""
+    """The layers of the functional models nested in ``model``'s graph, at any depth."""
     for layer in getattr(model, "layers", []):
-        yield layer
-        # A functional (or Sequential) model has inputs; a subclassed one's
-        # layers are what it holds.
-        functional = isinstance(layer, keras.Model) and getattr(layer, "inputs", None)
-        if functional and not isinstance(layer, keras_hub.models.Backbone):
+        if _functional(layer):
+            yield from layer.layers
             yield from _graph_layers(layer)
+
+
+def _takes_token_input(layer):
+    """Whether ``layer`` was called on a tensor named as a token-id input."""
+    tensors = keras.tree.flatten(_input(layer))
+    return any(getattr(tensor, "name", None) in TOKEN_INPUTS for tensor in tensors)
 
 
 def _evidence(model, layers):
     """Token-embedding candidates, from the strongest evidence to the weakest (see
     `find_token_embedding`)."""
+    tables = _token_embedding_of
     backbones = [layer for layer in layers if isinstance(layer, keras_hub.models.Backbone)]
     embeddings = [layer for layer in layers if isinstance(layer, keras.layers.Embedding)]
-    yield "backbone", _distinct(filter(None, map(_token_embedding_of, backbones)))
-    on_token_ids = [layer for layer in embeddings if _input_name(layer) == "token_ids"]
+    yield "backbone", _distinct(filter(None, map(tables, backbones)))
+    on_token_ids = [layer for layer in embeddings if _input_name(layer) in TOKEN_INPUTS]
     if len(on_token_ids) == 1:  # the graph says so, before a `token_embedding` held elsewhere
         yield "token_ids", on_token_ids
-    # The `token_embedding` of a layer of the model's own graph, or of a
-    # functional model nested in it (a backbone's embedding layers, inlined).
     graph = list(getattr(model, "layers", []))
-    yield "token_embedding", _distinct(filter(None, map(_token_embedding_of, _graph_layers(model))))
-    # The one embedding the graph applies to one of its inputs, and the
-    # `token_embedding` a layer of yours holds and calls inside its `call`:
-    # where both are found and differ, which one is meant is not known.
+    # The `token_embedding` of a layer of the model's own graph (a backbone's
+    # embedding layers, inlined), then of a functional model nested in it
+    # that takes the token ids.
+    yield "token_embedding", _distinct(filter(None, map(tables, graph)))
+    on_tokens = [layer for layer in graph if _functional(layer) and _takes_token_input(layer)]
+    nested = _distinct(filter(None, map(tables, _graph_layers(model))))
+    yield (
+        "token_embedding",
+        [table for table in nested if any(table in _graph_layers_of(sub) for sub in on_tokens)],
+    )
+    # The one embedding the graph applies to one of its inputs, and a
+    # `token_embedding` a nested model or a layer of yours holds: where both
+    # are found and differ, which one is meant is not known.
     inputs = {id(tensor) for tensor in keras.tree.flatten(getattr(model, "inputs", None) or [])}
     on_inputs = [layer for layer in graph if layer in embeddings and id(_input(layer)) in inputs]
-    held = _distinct(filter(None, map(_token_embedding_of, layers)))
+    held = _distinct(filter(None, map(tables, layers)))
     if len(on_inputs) == 1:
-        yield "model_input", _distinct(on_inputs + held)
+        yield "model_input", _distinct(on_inputs + nested + held)
+    yield "token_embedding", nested
     yield "token_embedding", held
     yield "token_ids", on_token_ids
     yield "model_input", on_inputs
     yield "embedding", embeddings
+
+
+def _graph_layers_of(model):
+    """The tables held by the layers of ``model``'s graph and of the models nested in it."""
+    layers = list(model.layers) + list(_graph_layers(model))
+    return _distinct(filter(None, map(_token_embedding_of, layers)))
 
 
 def find_token_embedding(model, embedding=None, vocabulary_size=None):
@@ -81,13 +111,15 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
     the ``token_embedding`` of the model or of its ``backbone``; the
     ``token_embedding`` of a backbone anywhere in the model (a
     `TransformerBackbone` or keras-hub backbone, nested in functional models
-    at any depth); the one embedding applied to a ``token_ids`` input; the
-    ``token_embedding`` of a layer of the model's own graph or of a model
-    nested in it (a backbone whose layers were inlined with
-    ``backbone.output``); the one embedding the
-    model's graph applies to one of its inputs, unless a layer of yours
-    holds another ``token_embedding`` (then the two are named in the
-    error); the ``token_embedding`` of any layer; every embedding on a
+    at any depth); the one embedding applied to a ``token_ids`` (or
+    ``input_ids``) input; the ``token_embedding`` of a layer of the model's
+    own graph (a backbone whose layers were inlined with
+    ``backbone.output``), then of a functional model nested in it that takes
+    that input; the one embedding the
+    model's graph applies to one of its inputs, unless a nested model or a
+    layer of yours holds another ``token_embedding`` (then they are named in
+    the error); the ``token_embedding`` of a nested model, then of any
+    layer; every embedding on a
     ``token_ids`` input, then on a model input; the only
     `keras.layers.Embedding` in the model.
     At each step, ``vocabulary_size`` (when given) narrows the choice.

@@ -473,7 +473,19 @@ class TransformerTextClassifier(
         loss = super().compute_loss(x, y, y_pred, sample_weight, training)
         if not _sparse_loss(getattr(self, "loss", None)):
             return loss  # one-hot, multi-hot or regression targets: no class ids to check
+        if _own_loss(self.loss) and self._label_rows(y):
+            return loss  # rows (one-hot or soft) for a loss of yours: no class ids either
         return nan_for_labels_out_of_range(loss, y, self.num_classes, float_ids=True)
+
+    def _label_rows(self, labels):
+        """Whether ``labels`` are rows of ``num_classes`` entries, not class ids."""
+        shape = getattr(labels, "shape", None)
+        return (
+            shape is not None
+            and len(shape) == 2
+            and shape[-1] == self.num_classes
+            and self.num_classes > 1
+        )
 
     def check_labels(self, labels):
         """Class labels must be ints in ``[0, num_classes)`` (checked when
@@ -505,7 +517,7 @@ class TransformerTextClassifier(
         if values is None or values.dtype.kind not in "iuf" or not values.size:
             return
         values = np.asarray(values)
-        if values.ndim == 2 and values.shape[1] == self.num_classes and self.num_classes > 1:
+        if self._label_rows(values):
             loss = getattr(self, "loss", None)
             if _sparse_loss(loss) and not _own_loss(loss):  # a loss of yours may take them
                 raise ValueError(
@@ -513,10 +525,11 @@ class TransformerTextClassifier(
                     f"one-hot labels of shape {values.shape}: pass labels.argmax(-1), or "
                     "compile with keras.losses.CategoricalCrossentropy(from_logits=True)."
                 )
-            if getattr(self, "_argmax_accuracy", False) and np.any(values.sum(-1) != 1):
+            sums = values.sum(-1)
+            if getattr(self, "_argmax_accuracy", False) and not np.allclose(sums, 1, atol=1e-4):
                 raise ValueError(
-                    f"Received multi-hot labels of shape {values.shape} (rows that are not "
-                    "one-hot) for a loss of your own, whose default metric, Keras' "
+                    f"Received label rows of shape {values.shape} that do not sum to 1 "
+                    "(multi-hot, or no label) for a loss of your own, whose metric, Keras' "
                     '"accuracy", would read each row by its largest entry. Compile with the '
                     "metrics they need, e.g. metrics=[keras.metrics.BinaryAccuracy(threshold=0.0)] "
                     "on logits, or metrics=[]."

@@ -452,7 +452,9 @@ class _EntityMixer(keras.layers.Layer):
         return hidden + self.entities(entity_ids)
 
 
-@pytest.mark.parametrize(("input_name", "hub"), (("token_ids", True), ("input_ids", False)))
+@pytest.mark.parametrize(
+    ("input_name", "hub"), (("token_ids", True), ("input_ids", True), ("words", False))
+)
 def test_a_table_a_layer_of_your_own_holds_is_not_taken_for_the_token_embedding(input_name, hub):
     """Followed into every attribute, the walk found the entity table of a layer
     of your own: a keras-hub `TokenAndPositionEmbedding` there won over the word
@@ -473,18 +475,17 @@ def test_a_table_a_layer_of_your_own_holds_is_not_taken_for_the_token_embedding(
 
 
 def test_an_input_embedding_beside_a_token_embedding_a_layer_of_yours_holds_is_refused():
-    """The graph's embedding on ``input_ids`` and a keras-hub table inside a layer
-    of yours: the layer's table was corrected (the 50-row entity table, not the
-    120-row word table). Which one is meant is not known: both are named, and
+    """The graph's embedding on an input (``input_ids`` then) and a keras-hub
+    table inside a layer of yours: the layer's table was corrected (the
+    50-row entity table, not the 120-row word table). Where the input's name
+    does not tell, which one is meant is not known: both are named, and
     ``embedding=`` chooses."""
-    tokens = keras.Input((16,), dtype="int32", name="input_ids")
+    tokens = keras.Input((16,), dtype="int32", name="words")
     entities = keras.Input((16,), dtype="int32", name="entity_ids")
     hidden = keras.layers.Embedding(120, 16, name="word_embedding")(tokens)
     mixer = _EntityMixer(hub=True)
     hidden = mixer(hidden, entities)
-    model = keras.Model(
-        {"input_ids": tokens, "entity_ids": entities}, keras.layers.Dense(8)(hidden)
-    )
+    model = keras.Model({"words": tokens, "entity_ids": entities}, keras.layers.Dense(8)(hidden))
     tables = [
         table_of(layer)
         for layer in (model.get_layer("word_embedding"), mixer.entities.token_embedding)
@@ -499,33 +500,56 @@ def test_an_input_embedding_beside_a_token_embedding_a_layer_of_yours_holds_is_r
     )
 
 
-@pytest.mark.parametrize("nested", ("inlined_backbone", "token_and_position"))
-def test_a_nested_model_beside_an_input_embedding_is_searched_as_the_graph(nested):
-    """A functional model nested in yours (a backbone's layers inlined, or a
-    keras-hub `TokenAndPositionEmbedding` in a sub-model) beside an embedding
-    of your own on another input was refused as ambiguous, in an earlier
-    build of this release; its token table is the graph's."""
-    if nested == "inlined_backbone":
+def _entity_model():
+    """A functional model of entity ids holding a keras-hub table of its own."""
+    entity_ids = keras.Input((16,), dtype="int32", name="inner_entity_ids")
+    table = keras_hub.layers.TokenAndPositionEmbedding(30, 16, 16)
+    pooled = keras.layers.GlobalAveragePooling1D()(table(entity_ids))
+    return keras.Model(entity_ids, pooled)
+
+
+@pytest.mark.parametrize(
+    "layout", ("inlined_backbone", "token_and_position", "entity_model", "entity_beside_words")
+)
+def test_a_functional_model_nested_in_yours_is_read_as_part_of_the_graph(layout):
+    """A functional model nested in yours that takes the token ids (a
+    backbone's layers inlined, a keras-hub `TokenAndPositionEmbedding`)
+    beside an embedding of your own on another input was refused in an
+    earlier build of this release; one that encodes entity ids beside the
+    word embedding on ``input_ids`` had its entity table corrected. Where no
+    input name tells, the two are named in the error."""
+    if layout == "inlined_backbone":
         backbone = TransformerBackbone(**tiny_backbone_kwargs(num_layers=1))
         inner = keras.Model(backbone.input, backbone.output["pooled_output"])
         inputs = {
             k: keras.Input(v.shape[1:], dtype=v.dtype, name=k) for k, v in inner.input.items()
         }
-        token_table = backbone.token_embedding
-    else:
+        pooled, expected = inner(inputs), backbone.token_embedding
+        inputs["feature_ids"] = keras.Input((1,), dtype="int32", name="feature_ids")
+        table = keras.layers.Embedding(5, 2, name="feature_table")
+        other = keras.layers.Flatten()(table(inputs["feature_ids"]))
+    elif layout == "token_and_position":
         tokens = keras.Input((16,), dtype="int32", name="input_ids")
-        layer = keras_hub.layers.TokenAndPositionEmbedding(100, 16, 16)
-        inner = keras.Model(tokens, keras.layers.GlobalAveragePooling1D()(layer(tokens)))
-        inputs, token_table = (
-            {"input_ids": keras.Input((16,), dtype="int32", name="input_ids")},
-            layer.token_embedding,
-        )
-    feature = keras.Input((1,), dtype="int32", name="feature_ids")
-    features = keras.layers.Flatten()(keras.layers.Embedding(5, 2, name="feature_table")(feature))
-    pooled = inner(inputs if nested == "inlined_backbone" else inputs["input_ids"])
-    outputs = keras.layers.Concatenate()([pooled, features])
-    model = keras.Model({**inputs, "feature_ids": feature}, outputs)
-    assert find_token_embedding(model) is token_table
-    table = table_of(token_table)
+        table = keras_hub.layers.TokenAndPositionEmbedding(100, 16, 16)
+        inner = keras.Model(tokens, keras.layers.GlobalAveragePooling1D()(table(tokens)))
+        inputs = {"input_ids": keras.Input((16,), dtype="int32", name="input_ids")}
+        pooled, expected = inner(inputs["input_ids"]), table.token_embedding
+        inputs["segment_ids"] = keras.Input((16,), dtype="int32", name="segment_ids")
+        segments = keras.layers.Embedding(2, 16)(inputs["segment_ids"])
+        other = keras.layers.GlobalAveragePooling1D()(segments)
+    else:
+        name = "input_ids" if layout == "entity_model" else "words"
+        inputs = {name: keras.Input((16,), dtype="int32", name=name)}
+        inputs["entity_ids"] = keras.Input((16,), dtype="int32", name="entity_ids")
+        expected = keras.layers.Embedding(100, 16, name="word_embedding")
+        pooled = keras.layers.GlobalAveragePooling1D()(expected(inputs[name]))
+        other = _entity_model()(inputs["entity_ids"])
+    model = keras.Model(inputs, keras.layers.Concatenate()([pooled, other]))
+    if layout == "entity_beside_words":
+        with pytest.raises(ValueError, match=r"'word_embedding' \(100 x 16\).*\(30 x 16\)"):
+            find_token_embedding(model)
+        return
+    assert find_token_embedding(model) is expected
+    table = table_of(expected)
     keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
-    np.testing.assert_allclose(table_of(token_table), numpy_formula(table, 3), atol=1e-6)
+    np.testing.assert_allclose(table_of(expected), numpy_formula(table, 3), atol=1e-6)

@@ -702,10 +702,36 @@ def test_multi_hot_labels_get_a_binary_accuracy_or_a_refusal_never_an_argmax(pre
     result = classifier.evaluate(texts, multi_hot, verbose=0, return_dict=True)
     assert result["binary_accuracy"] == pytest.approx(np.mean((logits > 0) == multi_hot))
     classifier.compile(loss=_own_one_hot_loss)
-    with pytest.raises(ValueError, match="multi-hot labels of shape \\(6, 3\\).*metrics="):
+    with pytest.raises(ValueError, match="rows of shape \\(6, 3\\) that do not sum to 1.*metrics="):
         classifier.evaluate(texts, multi_hot, verbose=0)
     classifier.compile(loss=_own_one_hot_loss, metrics=[])
     assert "loss" in classifier.evaluate(texts, multi_hot, verbose=0, return_dict=True)
+
+
+def test_a_loss_of_your_own_on_soft_labels_trains(preprocessor, tmp_path):
+    """Soft rows (label smoothing) for a loss of your own went through the
+    class-id guard: every loss NaN, and fit changed no weight. The package's
+    multi-label loss, unregistered, made a saved classifier fail to load."""
+    from keras_masking.losses.multilabel_crossentropy import multilabel_categorical_crossentropy
+
+    texts, ids = TEXTS[:6], np.array([0, 2, 1, 1, 0, 2])
+    soft = (np.eye(3)[ids] * 0.9 + 0.1 / 3).astype("float32")
+    classifier = _classifier(preprocessor, dropout=0.0)
+    logits = classifier.predict(texts, verbose=0).astype("float64")
+    classifier.compile(loss=_own_one_hot_loss, optimizer=keras.optimizers.SGD(0.1))
+    result = classifier.evaluate(texts, soft, verbose=0, return_dict=True)
+    log_softmax = logits - logits.max(-1, keepdims=True)
+    log_softmax -= np.log(np.exp(log_softmax).sum(-1, keepdims=True))
+    assert result["loss"] == pytest.approx(np.mean(-(soft * log_softmax).sum(-1)), rel=1e-5)
+    assert result["accuracy"] == pytest.approx(np.mean(logits.argmax(-1) == ids))
+    before = classifier.output_dense.kernel.numpy().copy()
+    history = classifier.fit(texts, soft, batch_size=6, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert not np.array_equal(classifier.output_dense.kernel.numpy(), before)
+    classifier.compile(loss=multilabel_categorical_crossentropy)
+    classifier.save(tmp_path / "multilabel.keras")
+    restored = keras.saving.load_model(tmp_path / "multilabel.keras")
+    assert restored.loss is multilabel_categorical_crossentropy
 
 
 def test_a_loss_given_as_the_one_entry_of_a_list_or_dict_is_read_as_that_loss(preprocessor):
