@@ -56,6 +56,15 @@ def _graph_layers(model):
             yield from _graph_layers(layer)
 
 
+def _graph_tables(model, nested_only=False):
+    """The ``token_embedding`` tables the layers of ``model``'s graph hold
+    (with ``nested_only``, only those of the functional models nested in it)."""
+    layers = list(_graph_layers(model))
+    if not nested_only:
+        layers = list(getattr(model, "layers", [])) + layers
+    return _distinct(filter(None, map(_token_embedding_of, layers)))
+
+
 def _takes_token_input(layer):
     """Whether ``layer`` was called on a tensor named as a token-id input."""
     tensors = keras.tree.flatten(_input(layer))
@@ -65,10 +74,9 @@ def _takes_token_input(layer):
 def _evidence(model, layers):
     """Token-embedding candidates, from the strongest evidence to the weakest (see
     `find_token_embedding`)."""
-    tables = _token_embedding_of
     backbones = [layer for layer in layers if isinstance(layer, keras_hub.models.Backbone)]
     embeddings = [layer for layer in layers if isinstance(layer, keras.layers.Embedding)]
-    yield "backbone", _distinct(filter(None, map(tables, backbones)))
+    yield "backbone", _distinct(filter(None, map(_token_embedding_of, backbones)))
     on_token_ids = [layer for layer in embeddings if _input_name(layer) in TOKEN_INPUTS]
     if len(on_token_ids) == 1:  # the graph says so, before a `token_embedding` held elsewhere
         yield "token_ids", on_token_ids
@@ -76,19 +84,16 @@ def _evidence(model, layers):
     # The `token_embedding` of a layer of the model's own graph (a backbone's
     # embedding layers, inlined), then of a functional model nested in it
     # that takes the token ids.
-    yield "token_embedding", _distinct(filter(None, map(tables, graph)))
+    yield "token_embedding", _distinct(filter(None, map(_token_embedding_of, graph)))
     on_tokens = [layer for layer in graph if _functional(layer) and _takes_token_input(layer)]
-    nested = _distinct(filter(None, map(tables, _graph_layers(model))))
-    yield (
-        "token_embedding",
-        [table for table in nested if any(table in _graph_layers_of(sub) for sub in on_tokens)],
-    )
+    yield "token_embedding", _distinct([table for sub in on_tokens for table in _graph_tables(sub)])
+    nested = _graph_tables(model, nested_only=True)
     # The one embedding the graph applies to one of its inputs, and a
     # `token_embedding` a nested model or a layer of yours holds: where both
     # are found and differ, which one is meant is not known.
     inputs = {id(tensor) for tensor in keras.tree.flatten(getattr(model, "inputs", None) or [])}
     on_inputs = [layer for layer in graph if layer in embeddings and id(_input(layer)) in inputs]
-    held = _distinct(filter(None, map(tables, layers)))
+    held = _distinct(filter(None, map(_token_embedding_of, layers)))
     if len(on_inputs) == 1:
         yield "model_input", _distinct(on_inputs + nested + held)
     yield "token_embedding", nested
@@ -96,12 +101,6 @@ def _evidence(model, layers):
     yield "token_ids", on_token_ids
     yield "model_input", on_inputs
     yield "embedding", embeddings
-
-
-def _graph_layers_of(model):
-    """The tables held by the layers of ``model``'s graph and of the models nested in it."""
-    layers = list(model.layers) + list(_graph_layers(model))
-    return _distinct(filter(None, map(_token_embedding_of, layers)))
 
 
 def find_token_embedding(model, embedding=None, vocabulary_size=None):
