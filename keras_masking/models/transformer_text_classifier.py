@@ -525,8 +525,8 @@ class TransformerTextClassifier(
                     f"one-hot labels of shape {values.shape}: pass labels.argmax(-1), or "
                     "compile with keras.losses.CategoricalCrossentropy(from_logits=True)."
                 )
-            sums = values.sum(-1)
-            if getattr(self, "_argmax_accuracy", False) and not np.allclose(sums, 1, atol=1e-4):
+            argmax_accuracy = getattr(self, "_argmax_accuracy", False)
+            if argmax_accuracy and not np.allclose(values.sum(-1), 1, atol=1e-4):
                 raise ValueError(
                     f"Received label rows of shape {values.shape} that do not sum to 1 "
                     "(multi-hot, or no label) for a loss of your own, whose metric, Keras' "
@@ -561,8 +561,8 @@ class TransformerTextClassifier(
         one-hot rows by their shape (class ids are checked to be in range,
         as for keras-hub's default loss, and concrete multi-hot rows are
         refused: pass their metrics). The loss is read by its function,
-        whatever the spelling: a
-        name, a class name, an object or a `functools.partial`.
+        whatever the spelling: a name, a class name, an object or a
+        `functools.partial`.
 
         Args:
             optimizer, loss, metrics, **kwargs: as
