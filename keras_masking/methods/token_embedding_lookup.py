@@ -14,9 +14,11 @@ def _describe(layer):
 
 
 def _input(layer):
-    """The tensor a layer was first called on in a functional graph, if any."""
+    """The tensor a layer was first called on in a functional graph, if any
+    (for a functional model, the tensors of the graph it was called on in,
+    where its own ``input`` gives its own inputs)."""
     try:
-        return layer.input
+        return keras.Operation.input.fget(layer)
     except (AttributeError, ValueError, RuntimeError):
         return None
 
@@ -66,9 +68,51 @@ def _graph_tables(model, nested_only=False):
 
 
 def _takes_token_input(layer):
-    """Whether ``layer`` was called on a tensor named as a token-id input."""
-    tensors = keras.tree.flatten(_input(layer))
+    """Whether ``layer`` was called on a tensor named as a token-id input, or
+    (a functional model) has such an input."""
+    tensors = keras.tree.flatten(_input(layer)) + _flat_inputs(layer)
     return any(getattr(tensor, "name", None) in TOKEN_INPUTS for tensor in tensors)
+
+
+def _flat_inputs(model):
+    return keras.tree.flatten(getattr(model, "inputs", None) or [])
+
+
+def _embeddings_reading(model, tensors):
+    """The embeddings of ``model``'s graph that read one of ``tensors`` (their
+    ids), directly or through operations of one input (a cast, a reshape),
+    and, in a functional model nested in the graph, those that read the
+    inputs it was called on with them."""
+    operations = getattr(model, "operations", None) or getattr(model, "layers", [])
+    producers = {}
+    for operation in operations:
+        try:
+            outputs = keras.tree.flatten(operation.output)
+        except (AttributeError, ValueError, RuntimeError):
+            continue  # not called, or called more than once
+        producers.update({id(tensor): operation for tensor in outputs})
+
+    def reads(tensor):
+        while id(tensor) not in tensors:
+            operation = producers.get(id(tensor))
+            if isinstance(operation, (type(None), keras.layers.Embedding, keras.Model)):
+                return False
+            inputs = keras.tree.flatten(_input(operation))
+            if len(inputs) != 1:
+                return False
+            tensor = inputs[0]
+        return True
+
+    found = []
+    for layer in getattr(model, "layers", []):
+        if isinstance(layer, keras.layers.Embedding) and reads(_input(layer)):
+            found.append(layer)
+        elif _functional(layer):
+            outer, inner = keras.tree.flatten(_input(layer)), _flat_inputs(layer)
+            fed = {id(i) for o, i in zip(outer, inner) if reads(o)}
+            if len(outer) == len(inner) and fed:
+                found += _embeddings_reading(layer, fed)
+    return _distinct(found)
 
 
 def _evidence(model, layers):
@@ -77,8 +121,17 @@ def _evidence(model, layers):
     backbones = [layer for layer in layers if isinstance(layer, keras_hub.models.Backbone)]
     embeddings = [layer for layer in layers if isinstance(layer, keras.layers.Embedding)]
     yield "backbone", _distinct(filter(None, map(_token_embedding_of, backbones)))
+    inputs = _flat_inputs(model)
+    token_inputs = {id(t) for t in inputs if getattr(t, "name", None) in TOKEN_INPUTS}
+    other_inputs = {id(t) for t in inputs} - token_inputs
+    # The graph says so, before a `token_embedding` held elsewhere: the one
+    # embedding applied to the token ids, then the one that reads them
+    # (through a cast, a reshape, a functional model of yours).
     on_token_ids = [layer for layer in embeddings if _input_name(layer) in TOKEN_INPUTS]
-    if len(on_token_ids) == 1:  # the graph says so, before a `token_embedding` held elsewhere
+    if len(on_token_ids) == 1:
+        yield "token_ids", on_token_ids
+    on_token_ids = _distinct(on_token_ids + _embeddings_reading(model, token_inputs))
+    if len(on_token_ids) == 1:
         yield "token_ids", on_token_ids
     graph = list(getattr(model, "layers", []))
     # The `token_embedding` of a layer of the model's own graph (a backbone's
@@ -88,19 +141,26 @@ def _evidence(model, layers):
     on_tokens = [layer for layer in graph if _functional(layer) and _takes_token_input(layer)]
     yield "token_embedding", _distinct([table for sub in on_tokens for table in _graph_tables(sub)])
     nested = _graph_tables(model, nested_only=True)
-    # The one embedding the graph applies to one of its inputs, and a
-    # `token_embedding` a nested model or a layer of yours holds: where both
-    # are found and differ, which one is meant is not known.
-    inputs = {id(tensor) for tensor in keras.tree.flatten(getattr(model, "inputs", None) or [])}
-    on_inputs = [layer for layer in graph if layer in embeddings and id(_input(layer)) in inputs]
     held = _distinct(filter(None, map(_token_embedding_of, layers)))
-    if len(on_inputs) == 1:
-        yield "model_input", _distinct(on_inputs + nested + held)
+    # An embedding the graph applies to an input other than the token ids
+    # (positions, segments) is not the token embedding.
+    on_other_inputs = _embeddings_reading(model, other_inputs)
+    if not token_inputs:
+        # No input is named as the token ids: the one embedding the graph
+        # applies to an input, unless a nested model or a layer of yours
+        # holds another table (then which one is meant is not known).
+        graph_layers = {id(layer) for layer in graph + list(_graph_layers(model))}
+        outside = [layer for layer in embeddings if id(layer) not in graph_layers]
+        if len(on_other_inputs) == 1:
+            yield "model_input", _distinct(on_other_inputs + nested + held + outside)
     yield "token_embedding", nested
     yield "token_embedding", held
     yield "token_ids", on_token_ids
-    yield "model_input", on_inputs
-    yield "embedding", embeddings
+    if not token_inputs:
+        yield "model_input", on_other_inputs
+        yield "embedding", embeddings
+    else:
+        yield "embedding", [layer for layer in embeddings if layer not in on_other_inputs]
 
 
 def find_token_embedding(model, embedding=None, vocabulary_size=None):
@@ -111,16 +171,18 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
     ``token_embedding`` of a backbone anywhere in the model (a
     `TransformerBackbone` or keras-hub backbone, nested in functional models
     at any depth); the one embedding applied to a ``token_ids`` (or
-    ``input_ids``) input; the ``token_embedding`` of a layer of the model's
-    own graph (a backbone whose layers were inlined with
-    ``backbone.output``), then of a functional model nested in it that takes
-    that input; the one embedding the
-    model's graph applies to one of its inputs, unless a nested model or a
-    layer of yours holds another ``token_embedding`` (then they are named in
-    the error); the ``token_embedding`` of a nested model, then of any
-    layer; every embedding on a
-    ``token_ids`` input, then on a model input; the only
-    `keras.layers.Embedding` in the model.
+    ``input_ids``) input, then the one that reads it through operations of
+    one input (a cast, a reshape) or inside a functional model nested in the
+    graph; the ``token_embedding`` of a layer of the model's own graph (a
+    backbone whose layers were inlined with ``backbone.output``), then of a
+    functional model nested in it that takes that input; with no input so
+    named, the one embedding the model's graph applies to one of its inputs,
+    unless a nested model or a layer of yours holds another table (then they
+    are named in the error); the ``token_embedding`` of a nested model, then
+    of any layer; every embedding that reads the token ids; with no input so
+    named, every embedding on a model input, then the only
+    `keras.layers.Embedding` in the model; else the only one that reads no
+    other input (positions, segments).
     At each step, ``vocabulary_size`` (when given) narrows the choice.
 
     Args:

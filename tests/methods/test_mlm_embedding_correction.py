@@ -453,14 +453,15 @@ class _EntityMixer(keras.layers.Layer):
 
 
 @pytest.mark.parametrize(
-    ("input_name", "hub"), (("token_ids", True), ("input_ids", True), ("words", False))
+    ("input_name", "hub"),
+    (("token_ids", True), ("input_ids", True), ("token_ids", False), ("input_ids", False)),
 )
 def test_a_table_a_layer_of_your_own_holds_is_not_taken_for_the_token_embedding(input_name, hub):
     """Followed into every attribute, the walk found the entity table of a layer
     of your own: a keras-hub `TokenAndPositionEmbedding` there won over the word
     embedding applied to ``token_ids`` (the correction edited the entity
-    table), and a plain one made the model ambiguous. The embedding the graph
-    applies to the model's input is the token embedding."""
+    table). The embedding the graph applies to the token ids is the token
+    embedding."""
     tokens = keras.Input((16,), dtype="int32", name=input_name)
     entities = keras.Input((16,), dtype="int32", name="entity_ids")
     hidden = keras.layers.Embedding(120, 16, name="word_embedding")(tokens)
@@ -474,26 +475,26 @@ def test_a_table_a_layer_of_your_own_holds_is_not_taken_for_the_token_embedding(
     np.testing.assert_allclose(corrected, numpy_formula(table, 3), atol=1e-6)
 
 
-def test_an_input_embedding_beside_a_token_embedding_a_layer_of_yours_holds_is_refused():
+@pytest.mark.parametrize("hub", (True, False))
+def test_an_input_embedding_beside_a_table_a_layer_of_yours_holds_is_refused(hub):
     """The graph's embedding on an input (``input_ids`` then) and a keras-hub
     table inside a layer of yours: the layer's table was corrected (the
     50-row entity table, not the 120-row word table). Where the input's name
-    does not tell, which one is meant is not known: both are named, and
-    ``embedding=`` chooses."""
+    does not tell, which one is meant is not known (the mirror image, a word
+    table in a layer of yours beside a position table on an input, is as
+    common): both are named, and ``embedding=`` chooses."""
     tokens = keras.Input((16,), dtype="int32", name="words")
     entities = keras.Input((16,), dtype="int32", name="entity_ids")
     hidden = keras.layers.Embedding(120, 16, name="word_embedding")(tokens)
-    mixer = _EntityMixer(hub=True)
+    mixer = _EntityMixer(hub=hub)
     hidden = mixer(hidden, entities)
     model = keras.Model({"words": tokens, "entity_ids": entities}, keras.layers.Dense(8)(hidden))
-    tables = [
-        table_of(layer)
-        for layer in (model.get_layer("word_embedding"), mixer.entities.token_embedding)
-    ]
+    entity_table = mixer.entities.token_embedding if hub else mixer.entities
+    tables = [table_of(layer) for layer in (model.get_layer("word_embedding"), entity_table)]
     with pytest.raises(ValueError, match=r"'word_embedding' \(120 x 16\).*\(50 x 16\).*embedding="):
         keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
     np.testing.assert_array_equal(table_of(model.get_layer("word_embedding")), tables[0])
-    np.testing.assert_array_equal(table_of(mixer.entities.token_embedding), tables[1])
+    np.testing.assert_array_equal(table_of(entity_table), tables[1])
     keras_masking.correct_mlm_embeddings(model, mask_token_id=3, embedding="word_embedding")
     np.testing.assert_allclose(
         table_of(model.get_layer("word_embedding")), numpy_formula(tables[0], 3), atol=1e-6
@@ -553,3 +554,55 @@ def test_a_functional_model_nested_in_yours_is_read_as_part_of_the_graph(layout)
     table = table_of(expected)
     keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
     np.testing.assert_allclose(table_of(expected), numpy_formula(table, 3), atol=1e-6)
+
+
+class _WordEncoder(keras.layers.Layer):
+    """A layer of your own holding the word table (not as ``token_embedding``)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.words = keras.layers.Embedding(100, 16, name="word_embedding")
+
+    def call(self, token_ids):
+        return self.words(token_ids)
+
+
+@pytest.mark.parametrize(
+    "layout", ("nested_encoder", "reshape_first", "layer_of_yours", "layer_of_yours_no_name")
+)
+def test_an_embedding_on_another_input_is_not_taken_for_the_token_embedding(layout):
+    """With the token ids on ``input_ids`` and a position table applied to a
+    ``position_ids`` input, the position table was corrected by the formula
+    and the word table left as it was, where the word embedding sat in an
+    encoder model of yours (its input named otherwise), behind a layer (a
+    reshape), or in a layer of yours; so it was where no input was named as
+    the token ids. The embedding that reads the token ids (through such
+    layers and models) is the token embedding, and one that reads another
+    input is not; where no input's name tells, both are named in the error."""
+    name = "words" if layout == "layer_of_yours_no_name" else "input_ids"
+    ids = keras.Input((16,), dtype="int32", name=name)
+    positions = keras.Input((16,), dtype="int32", name="position_ids")
+    if layout == "nested_encoder":
+        tokens = keras.Input((16,), dtype="int32", name="tokens")
+        word = keras.layers.Embedding(100, 16, name="word_embedding")
+        hidden = keras.Model(tokens, word(tokens))(ids)
+    elif layout == "reshape_first":
+        word = keras.layers.Embedding(100, 16, name="word_embedding")
+        hidden = word(keras.layers.Reshape((16,))(ids))
+    else:
+        encoder = _WordEncoder()
+        hidden, word = encoder(ids), encoder.words
+    position = keras.layers.Embedding(16, 16, name="position_embedding")
+    hidden = keras.layers.GlobalAveragePooling1D()(hidden + position(positions))
+    model = keras.Model({name: ids, "position_ids": positions}, keras.layers.Dense(2)(hidden))
+    tables = [table_of(word), table_of(position)]
+    if layout == "layer_of_yours_no_name":
+        with pytest.raises(ValueError, match=r"'position_embedding' \(16 x 16\).*'word_embedding'"):
+            keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
+        np.testing.assert_array_equal(table_of(word), tables[0])
+        np.testing.assert_array_equal(table_of(position), tables[1])
+        return
+    assert find_token_embedding(model) is word
+    keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
+    np.testing.assert_allclose(table_of(word), numpy_formula(tables[0], 3), atol=1e-6)
+    np.testing.assert_array_equal(table_of(position), tables[1])
