@@ -36,7 +36,9 @@ def text_shard_files(files, num_shards=1, shard_index=0):
 
     Args:
         files: a path or glob pattern (``"corpus/*.txt"``, expanded by
-            `tf.io.gfile.glob`), or a list of them.
+            `tf.io.gfile.glob`), or a list of them. A file's name is read as
+            it is, glob characters and all; one file named two ways counts
+            once.
         num_shards: int >= 1, the number of shards (hosts) the files are
             split across.
         shard_index: int in ``[0, num_shards)``, this shard's index.
@@ -240,20 +242,28 @@ def _expand_files(files):
         if not isinstance(entry, (str, os.PathLike)):
             raise ValueError(f"Expected each file as a path or pattern. Received: {entry!r}.")
         entry = os.fspath(entry)
-        if any(character in entry for character in _GLOB_CHARACTERS):
+        if tf.io.gfile.isdir(entry):
+            raise ValueError(
+                f"files: {entry!r} is a folder; pass its files, e.g. {entry.rstrip('/')}/*.txt."
+            )
+        if tf.io.gfile.exists(entry):  # a file's name is read as it is, "[" and all
+            paths.append(entry)
+        elif any(character in entry for character in _GLOB_CHARACTERS):
             matched = [path for path in tf.io.gfile.glob(entry) if not tf.io.gfile.isdir(path)]
             if not matched:
                 raise ValueError(f"files: the pattern {entry!r} matches no file.")
             paths.extend(matched)
-        elif not tf.io.gfile.exists(entry):
-            raise ValueError(f"files: no file at {entry!r}.")
-        elif tf.io.gfile.isdir(entry):
-            raise ValueError(
-                f"files: {entry!r} is a folder; pass its files, e.g. {entry.rstrip('/')}/*.txt."
-            )
         else:
-            paths.append(entry)
-    return sorted(set(paths))
+            raise ValueError(f"files: no file at {entry!r}.")
+    # One file named two ways (a/x.txt, a/./x.txt, x.txt from a/) is read once,
+    # and the order follows the files, not their spellings.
+    unique = {_file_key(path): path for path in reversed(paths)}
+    return [unique[key] for key in sorted(unique)]
+
+
+def _file_key(path):
+    """Where a local path leads (links and "." resolved); a remote one (gs://) as it is."""
+    return path if "://" in path else os.path.realpath(path)
 
 
 def _check_file(path, tokenizer):
@@ -271,9 +281,11 @@ def _check_file(path, tokenizer):
             try:
                 text += decoder.decode(chunk, final=not chunk)
             except UnicodeDecodeError as error:
+                line = lines_before + chunk[: max(error.start, 0)].count(b"\n") + 1
                 raise ValueError(
                     "Expected UTF-8 text in every file of files. Received: "
-                    f"{path!r}, which is not UTF-8 text (near byte {offset + error.start}: "
+                    f"{path!r}, which is not UTF-8 text (line {line}, near byte "
+                    f"{offset + error.start}: "
                     f"{error.reason}). Convert it to UTF-8 first, e.g. `iconv -f GBK -t UTF-8` "
                     "or `iconv -f LATIN1 -t UTF-8`."
                 ) from None

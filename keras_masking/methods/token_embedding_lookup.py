@@ -78,24 +78,31 @@ def _flat_inputs(model):
     return keras.tree.flatten(getattr(model, "inputs", None) or [])
 
 
+# Operations that pass ids on unchanged (a cast, a reshape): an embedding
+# behind them looks up the ids themselves. Position ids computed from the
+# token ids (a cumsum of the padding mask) go through other operations.
+ID_PRESERVING_OPERATIONS = ("Cast", "Reshape", "Squeeze", "ExpandDims", "Identity", "Flatten")
+
+
 def _embeddings_reading(model, tensors):
-    """The embeddings of ``model``'s graph that read one of ``tensors`` (their
-    ids), directly or through operations of one input (a cast, a reshape),
-    and, in a functional model nested in the graph, those that read the
-    inputs it was called on with them."""
+    """The embeddings of ``model``'s graph that look up one of ``tensors``
+    (their ids) as they are: directly, through operations that pass ids on
+    unchanged (`ID_PRESERVING_OPERATIONS`), or inside a functional model of
+    one input nested in the graph and called on them. A layer called more
+    than once is read at its first call."""
     operations = getattr(model, "operations", None) or getattr(model, "layers", [])
     producers = {}
     for operation in operations:
         try:
             outputs = keras.tree.flatten(operation.output)
         except (AttributeError, ValueError, RuntimeError):
-            continue  # not called, or called more than once
+            continue
         producers.update({id(tensor): operation for tensor in outputs})
 
     def reads(tensor):
         while id(tensor) not in tensors:
             operation = producers.get(id(tensor))
-            if isinstance(operation, (type(None), keras.layers.Embedding, keras.Model)):
+            if type(operation).__name__ not in ID_PRESERVING_OPERATIONS:
                 return False
             inputs = keras.tree.flatten(_input(operation))
             if len(inputs) != 1:
@@ -107,11 +114,11 @@ def _embeddings_reading(model, tensors):
     for layer in getattr(model, "layers", []):
         if isinstance(layer, keras.layers.Embedding) and reads(_input(layer)):
             found.append(layer)
-        elif _functional(layer):
-            outer, inner = keras.tree.flatten(_input(layer)), _flat_inputs(layer)
-            fed = {id(i) for o, i in zip(outer, inner) if reads(o)}
-            if len(outer) == len(inner) and fed:
-                found += _embeddings_reading(layer, fed)
+        elif _functional(layer) and len(_flat_inputs(layer)) == 1:
+            # (A model of several inputs records the tensors it was called
+            # on without the names Keras paired them by.)
+            if reads(_input(layer)):
+                found += _embeddings_reading(layer, {id(_flat_inputs(layer)[0])})
     return _distinct(found)
 
 
@@ -123,10 +130,9 @@ def _evidence(model, layers):
     yield "backbone", _distinct(filter(None, map(_token_embedding_of, backbones)))
     inputs = _flat_inputs(model)
     token_inputs = {id(t) for t in inputs if getattr(t, "name", None) in TOKEN_INPUTS}
-    other_inputs = {id(t) for t in inputs} - token_inputs
     # The graph says so, before a `token_embedding` held elsewhere: the one
-    # embedding applied to the token ids, then the one that reads them
-    # (through a cast, a reshape, a functional model of yours).
+    # embedding applied to the token ids, then the one that looks them up
+    # behind a cast or a reshape, or in a functional model of yours.
     on_token_ids = [layer for layer in embeddings if _input_name(layer) in TOKEN_INPUTS]
     if len(on_token_ids) == 1:
         yield "token_ids", on_token_ids
@@ -142,25 +148,18 @@ def _evidence(model, layers):
     yield "token_embedding", _distinct([table for sub in on_tokens for table in _graph_tables(sub)])
     nested = _graph_tables(model, nested_only=True)
     held = _distinct(filter(None, map(_token_embedding_of, layers)))
-    # An embedding the graph applies to an input other than the token ids
-    # (positions, segments) is not the token embedding.
-    on_other_inputs = _embeddings_reading(model, other_inputs)
     if not token_inputs:
-        # No input is named as the token ids: the one embedding the graph
-        # applies to an input, unless a nested model or a layer of yours
-        # holds another table (then which one is meant is not known).
-        graph_layers = {id(layer) for layer in graph + list(_graph_layers(model))}
-        outside = [layer for layer in embeddings if id(layer) not in graph_layers]
-        if len(on_other_inputs) == 1:
-            yield "model_input", _distinct(on_other_inputs + nested + held + outside)
+        # No input is named as the token ids: an embedding the graph applies
+        # to an input is the token embedding only where no other table could
+        # be (a nested model's, a layer of yours', one of the graph's first
+        # called elsewhere); else all are named.
+        on_inputs = _embeddings_reading(model, {id(tensor) for tensor in inputs})
+        if on_inputs:
+            yield "model_input", _distinct(on_inputs + nested + held + embeddings)
     yield "token_embedding", nested
     yield "token_embedding", held
     yield "token_ids", on_token_ids
-    if not token_inputs:
-        yield "model_input", on_other_inputs
-        yield "embedding", embeddings
-    else:
-        yield "embedding", [layer for layer in embeddings if layer not in on_other_inputs]
+    yield "embedding", embeddings
 
 
 def find_token_embedding(model, embedding=None, vocabulary_size=None):
@@ -171,18 +170,16 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
     ``token_embedding`` of a backbone anywhere in the model (a
     `TransformerBackbone` or keras-hub backbone, nested in functional models
     at any depth); the one embedding applied to a ``token_ids`` (or
-    ``input_ids``) input, then the one that reads it through operations of
-    one input (a cast, a reshape) or inside a functional model nested in the
-    graph; the ``token_embedding`` of a layer of the model's own graph (a
-    backbone whose layers were inlined with ``backbone.output``), then of a
+    ``input_ids``) input, then the one that looks those ids up as they are
+    (behind a cast or a reshape, or inside a functional model of one input);
+    the ``token_embedding`` of a layer of the model's own graph (a backbone
+    whose layers were inlined with ``backbone.output``), then of a
     functional model nested in it that takes that input; with no input so
-    named, the one embedding the model's graph applies to one of its inputs,
-    unless a nested model or a layer of yours holds another table (then they
-    are named in the error); the ``token_embedding`` of a nested model, then
-    of any layer; every embedding that reads the token ids; with no input so
-    named, every embedding on a model input, then the only
-    `keras.layers.Embedding` in the model; else the only one that reads no
-    other input (positions, segments).
+    named, an embedding the graph applies to an input, only where the model
+    holds no other table (else all are named in the error); the
+    ``token_embedding`` of a nested model, then of any layer; every
+    embedding that looks up the token ids; the only
+    `keras.layers.Embedding` in the model.
     At each step, ``vocabulary_size`` (when given) narrows the choice.
 
     Args:

@@ -7,6 +7,7 @@ of an uninterrupted one.
 """
 
 import importlib.util
+import os
 import pathlib
 
 import keras
@@ -145,6 +146,26 @@ def test_files_split_across_shards(corpus, tokenizer):
     assert not read[0] & read[1]
 
 
+def test_a_file_is_read_by_its_name_and_once_however_it_is_spelled(tmp_path, monkeypatch):
+    """A file named ``part[0].txt`` was read as the pattern ``part0.txt`` (another
+    file, silently, or "matches no file"), and one file given as ``a.txt``,
+    ``./a.txt`` and by its full path was read three times."""
+    literal = tmp_path / "part[0].txt"
+    literal.write_text("一\n", encoding="utf-8")
+    assert text_shard_files(str(literal)) == [str(literal)]
+    (tmp_path / "part0.txt").write_text("二\n" * 5, encoding="utf-8")
+    assert text_shard_files(str(literal)) == [str(literal)]
+    assert text_shard_files(str(tmp_path / "part[0-9].txt")) == [str(tmp_path / "part0.txt")]
+    monkeypatch.chdir(tmp_path)
+    spellings = [str(tmp_path / "part0.txt"), os.path.join(str(tmp_path), ".", "part0.txt")]
+    assert len(text_shard_files(spellings + ["part0.txt", "part*.txt"])) == 2
+    # The order follows the files, whichever spelling a host was given.
+    assert [os.path.basename(p) for p in text_shard_files(["part0.txt", str(literal)])] == [
+        "part0.txt",
+        "part[0].txt",
+    ]
+
+
 def _assert_same_batches(expected, got):
     assert len(expected) == len(got)
     for index, (a, b) in enumerate(zip(expected, got)):
@@ -266,7 +287,7 @@ def test_mlm_labels_are_the_original_tokens(corpus, tokenizer):
         (dict(files="empty.txt"), "'empty.txt', which holds no text"),
         (dict(files="blank.txt"), "'blank.txt', which holds no text"),
         (dict(files=["part-*.txt", "blank.txt"]), "'blank.txt', which holds no text"),
-        (dict(files="latin1.txt"), "'latin1.txt', which is not UTF-8 text"),
+        (dict(files="latin1.txt"), r"'latin1.txt', which is not UTF-8 text \(line 3,"),
         (dict(files=["part-*.txt", "gbk.txt"]), "'gbk.txt', which is not UTF-8 text"),
     ],
 )
@@ -274,7 +295,7 @@ def test_bad_arguments_are_named(corpus, tokenizer, monkeypatch, change, message
     folder, _ = corpus
     (folder / "empty.txt").write_text("")
     (folder / "blank.txt").write_text("\n\n  \n\t\n" * 50)
-    (folder / "latin1.txt").write_text("café au lait\n", encoding="latin-1")
+    (folder / "latin1.txt").write_text("ok\nfine\ncafé au lait\n", encoding="latin-1")
     (folder / "gbk.txt").write_text("今天天气很好\n", encoding="gbk")
     monkeypatch.chdir(folder)
     arguments = dict(files="part-*.txt", tokenizer=tokenizer, sequence_length=8, batch_size=2)

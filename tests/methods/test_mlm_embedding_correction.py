@@ -568,36 +568,66 @@ class _WordEncoder(keras.layers.Layer):
 
 
 @pytest.mark.parametrize(
-    "layout", ("nested_encoder", "reshape_first", "layer_of_yours", "layer_of_yours_no_name")
+    ("layout", "found"),
+    (
+        ("nested_encoder", True),
+        ("reshape_first", True),
+        ("layer_of_yours", False),
+        ("layer_of_yours_no_name", False),
+        ("positions_from_the_ids", False),
+        ("word_layer_called_first_on_a_pair", False),
+        ("two_input_encoder_called_with_a_dict", False),
+    ),
 )
-def test_an_embedding_on_another_input_is_not_taken_for_the_token_embedding(layout):
+def test_an_embedding_on_another_input_is_not_taken_for_the_token_embedding(layout, found):
     """With the token ids on ``input_ids`` and a position table applied to a
-    ``position_ids`` input, the position table was corrected by the formula
-    and the word table left as it was, where the word embedding sat in an
-    encoder model of yours (its input named otherwise), behind a layer (a
-    reshape), or in a layer of yours; so it was where no input was named as
-    the token ids. The embedding that reads the token ids (through such
-    layers and models) is the token embedding, and one that reads another
-    input is not; where no input's name tells, both are named in the error."""
+    ``position_ids`` input (or to position ids computed from the token ids),
+    the position table was corrected by the formula and the word table left
+    as it was, where the word embedding sat in an encoder model of yours
+    (its input named otherwise), behind a reshape, in a layer of yours, behind
+    an operation of two inputs, in a layer first called on another input, or
+    in an encoder of two inputs called with a dict; so it was where no input
+    was named as the token ids. The embedding that looks up the token ids as
+    they are (behind a cast or a reshape, in a functional model of one input)
+    is the token embedding; where the graph does not show it, the tables are
+    named in the error."""
     name = "words" if layout == "layer_of_yours_no_name" else "input_ids"
     ids = keras.Input((16,), dtype="int32", name=name)
     positions = keras.Input((16,), dtype="int32", name="position_ids")
+    pair = keras.Input((16,), dtype="int32", name="pair_ids")
+    inputs = {name: ids, "position_ids": positions}
+    word = keras.layers.Embedding(100, 16, name="word_embedding")
+    position = keras.layers.Embedding(17, 16, name="position_embedding")
     if layout == "nested_encoder":
         tokens = keras.Input((16,), dtype="int32", name="tokens")
-        word = keras.layers.Embedding(100, 16, name="word_embedding")
         hidden = keras.Model(tokens, word(tokens))(ids)
     elif layout == "reshape_first":
-        word = keras.layers.Embedding(100, 16, name="word_embedding")
         hidden = word(keras.layers.Reshape((16,))(ids))
-    else:
+    elif layout in ("layer_of_yours", "layer_of_yours_no_name"):
         encoder = _WordEncoder()
         hidden, word = encoder(ids), encoder.words
-    position = keras.layers.Embedding(16, 16, name="position_embedding")
-    hidden = keras.layers.GlobalAveragePooling1D()(hidden + position(positions))
-    model = keras.Model({name: ids, "position_ids": positions}, keras.layers.Dense(2)(hidden))
+    elif layout == "positions_from_the_ids":  # RoBERTa's: a cumsum of the padding mask
+        real = keras.ops.cast(keras.ops.not_equal(ids, 0), "int32")
+        inputs = {name: ids}
+        positions = keras.layers.Lambda(lambda x: keras.ops.cumsum(x, axis=1))(real)
+        hidden = word(ids * real)
+    elif layout == "word_layer_called_first_on_a_pair":
+        inputs["pair_ids"] = pair
+        hidden = word(pair) + word(ids)
+    else:  # an encoder built on a list of inputs, called with a dict
+        tokens = keras.Input((16,), dtype="int32", name="tokens")
+        places = keras.Input((16,), dtype="int32", name="places")
+        encoder = keras.Model([tokens, places], word(tokens) + position(places))
+        hidden = encoder({"tokens": ids, "places": positions})
+    if layout != "two_input_encoder_called_with_a_dict":
+        hidden = hidden + position(positions)
+    hidden = keras.layers.GlobalAveragePooling1D()(hidden)
+    model = keras.Model(inputs, keras.layers.Dense(2)(hidden))
     tables = [table_of(word), table_of(position)]
-    if layout == "layer_of_yours_no_name":
-        with pytest.raises(ValueError, match=r"'position_embedding' \(16 x 16\).*'word_embedding'"):
+    if not found:
+        with pytest.raises(ValueError, match=r"token embedding: candidates \[.*'word_embedding'"):
+            keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
+        with pytest.raises(ValueError, match=r"'position_embedding' \(17 x 16\)"):
             keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
         np.testing.assert_array_equal(table_of(word), tables[0])
         np.testing.assert_array_equal(table_of(position), tables[1])
