@@ -256,14 +256,13 @@ def _expand_files(files):
         else:
             raise ValueError(f"files: no file at {entry!r}.")
     # One file named two ways (a/x.txt, a/./x.txt, x.txt from a/) is read once,
-    # and the order follows the files, not their spellings.
-    unique = {_file_key(path): path for path in reversed(paths)}
+    # and the files are ordered by their full names, however each host spells
+    # them and wherever its links lead (the shards then split them alike).
+    unique = {}
+    for path in paths:
+        key = path if "://" in path else os.path.abspath(path)  # gs:// as it is
+        unique[key] = min(unique.get(key, path), path)
     return [unique[key] for key in sorted(unique)]
-
-
-def _file_key(path):
-    """Where a local path leads (links and "." resolved); a remote one (gs://) as it is."""
-    return path if "://" in path else os.path.realpath(path)
 
 
 def _check_file(path, tokenizer):
@@ -278,14 +277,15 @@ def _check_file(path, tokenizer):
     with tf.io.gfile.GFile(path, "rb") as file:
         while True:
             chunk = file.read(_CHECK_BYTES)
+            pending = decoder.getstate()[0]  # a character's first bytes, from the last chunk
             try:
                 text += decoder.decode(chunk, final=not chunk)
             except UnicodeDecodeError as error:
-                line = lines_before + chunk[: max(error.start, 0)].count(b"\n") + 1
+                line = lines_before + (pending + chunk)[: error.start].count(b"\n") + 1
                 raise ValueError(
                     "Expected UTF-8 text in every file of files. Received: "
                     f"{path!r}, which is not UTF-8 text (line {line}, near byte "
-                    f"{offset + error.start}: "
+                    f"{offset - len(pending) + error.start}: "
                     f"{error.reason}). Convert it to UTF-8 first, e.g. `iconv -f GBK -t UTF-8` "
                     "or `iconv -f LATIN1 -t UTF-8`."
                 ) from None

@@ -295,6 +295,13 @@ def correct_mlm_embeddings(
             model.name,
             steps,
         )
+    unbuilt = [head.name for head in heads if not head.built]
+    if unbuilt:  # checked before the table changes: a head keeps its rows in its weights
+        raise ValueError(
+            f"The MLM head(s) {unbuilt} on {layer.name!r} are not built yet, so they cannot "
+            "keep their output rows. Call the model once on a batch (or fit it) before "
+            "correcting its embeddings."
+        )
     original = keras.ops.convert_to_numpy(layer.embeddings)
     layer.embeddings.assign(corrected)
     rows = selectable_rows(record.vocabulary_size, record.unselectable_token_ids)

@@ -114,6 +114,9 @@ def _embeddings_reading(model, tensors):
     for layer in getattr(model, "layers", []):
         if isinstance(layer, keras.layers.Embedding) and reads(_input(layer)):
             found.append(layer)
+        elif _token_embedding_of(layer) is not None:  # a keras-hub TokenAndPositionEmbedding
+            if any(map(reads, keras.tree.flatten(_input(layer)))):
+                found.append(_token_embedding_of(layer))
         elif _functional(layer) and len(_flat_inputs(layer)) == 1:
             # (A model of several inputs records the tensors it was called
             # on without the names Keras paired them by.)
@@ -131,13 +134,12 @@ def _evidence(model, layers):
     inputs = _flat_inputs(model)
     token_inputs = {id(t) for t in inputs if getattr(t, "name", None) in TOKEN_INPUTS}
     # The graph says so, before a `token_embedding` held elsewhere: the one
-    # embedding applied to the token ids, then the one that looks them up
-    # behind a cast or a reshape, or in a functional model of yours.
+    # table that looks up the token ids as they are (directly, behind a cast
+    # or a reshape, in a functional model of yours); where several do (a
+    # per-token bias or type table beside the word table), all are named.
     on_token_ids = [layer for layer in embeddings if _input_name(layer) in TOKEN_INPUTS]
-    if len(on_token_ids) == 1:
-        yield "token_ids", on_token_ids
     on_token_ids = _distinct(on_token_ids + _embeddings_reading(model, token_inputs))
-    if len(on_token_ids) == 1:
+    if on_token_ids:
         yield "token_ids", on_token_ids
     graph = list(getattr(model, "layers", []))
     # The `token_embedding` of a layer of the model's own graph (a backbone's
@@ -158,7 +160,6 @@ def _evidence(model, layers):
             yield "model_input", _distinct(on_inputs + nested + held + embeddings)
     yield "token_embedding", nested
     yield "token_embedding", held
-    yield "token_ids", on_token_ids
     yield "embedding", embeddings
 
 
@@ -169,16 +170,16 @@ def find_token_embedding(model, embedding=None, vocabulary_size=None):
     the ``token_embedding`` of the model or of its ``backbone``; the
     ``token_embedding`` of a backbone anywhere in the model (a
     `TransformerBackbone` or keras-hub backbone, nested in functional models
-    at any depth); the one embedding applied to a ``token_ids`` (or
-    ``input_ids``) input, then the one that looks those ids up as they are
-    (behind a cast or a reshape, or inside a functional model of one input);
-    the ``token_embedding`` of a layer of the model's own graph (a backbone
+    at any depth); the table that looks up the ids of a ``token_ids`` (or
+    ``input_ids``) input as they are (directly, behind a cast or a reshape,
+    in a keras-hub `TokenAndPositionEmbedding`, or inside a functional model
+    of one input), where several do, all named in the error; the
+    ``token_embedding`` of a layer of the model's own graph (a backbone
     whose layers were inlined with ``backbone.output``), then of a
     functional model nested in it that takes that input; with no input so
     named, an embedding the graph applies to an input, only where the model
     holds no other table (else all are named in the error); the
-    ``token_embedding`` of a nested model, then of any layer; every
-    embedding that looks up the token ids; the only
+    ``token_embedding`` of a nested model, then of any layer; the only
     `keras.layers.Embedding` in the model.
     At each step, ``vocabulary_size`` (when given) narrows the choice.
 

@@ -159,11 +159,32 @@ def test_a_file_is_read_by_its_name_and_once_however_it_is_spelled(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     spellings = [str(tmp_path / "part0.txt"), os.path.join(str(tmp_path), ".", "part0.txt")]
     assert len(text_shard_files(spellings + ["part0.txt", "part*.txt"])) == 2
-    # The order follows the files, whichever spelling a host was given.
+    # The order is the full names', whichever spelling a host was given and
+    # wherever its links lead: links into a store ("z", "a") sort as the names.
+    store = tmp_path / "store"
+    store.mkdir()
+    for name, target in (("x.txt", "z"), ("y.txt", "a")):
+        (store / target).write_text("三\n", encoding="utf-8")
+        os.symlink(store / target, tmp_path / name)
+    assert [os.path.basename(p) for p in text_shard_files(["y.txt", "x.txt"])] == ["x.txt", "y.txt"]
     assert [os.path.basename(p) for p in text_shard_files(["part0.txt", str(literal)])] == [
         "part0.txt",
         "part[0].txt",
     ]
+
+
+@TF_DATA_ONLY
+@pytest.mark.parametrize("split", [0, 1, 2])
+def test_invalid_utf8_names_its_line_when_a_character_spans_two_reads(tokenizer, tmp_path, split):
+    """A character cut by the 64 KiB read (``split`` of its bytes before it), then
+    an invalid byte: the line was one too far."""
+    head = b"\r\n" * ((65536 - split) // 2) + b"\n" * ((65536 - split) % 2)
+    data = head + "今".encode("utf-8") + b"\xff\r\nx\r\n"
+    path = tmp_path / "bad.txt"
+    path.write_bytes(data)
+    line = head.count(b"\n") + 1
+    with pytest.raises(ValueError, match=rf"line {line}, near byte {len(head) + 3}:"):
+        text_shard_dataset(str(path), tokenizer, 8, 2)
 
 
 def _assert_same_batches(expected, got):

@@ -17,6 +17,7 @@ from keras_masking.methods import masking_configuration
 from keras_masking.methods.mlm_embedding_correction import check_mlm_correction
 from keras_masking.methods.mlm_embedding_correction import correct_embedding_table
 from keras_masking.methods.token_embedding_lookup import find_tied_heads
+from keras_masking.models import ExLMPretrainer
 from keras_masking.models import TransformerBackbone
 from keras_masking.models import TransformerMaskedLM
 from tests.methods.mlm_correction_helpers import MASK
@@ -577,6 +578,7 @@ class _WordEncoder(keras.layers.Layer):
         ("positions_from_the_ids", False),
         ("word_layer_called_first_on_a_pair", False),
         ("two_input_encoder_called_with_a_dict", False),
+        ("a_second_table_on_the_ids", False),
     ),
 )
 def test_an_embedding_on_another_input_is_not_taken_for_the_token_embedding(layout, found):
@@ -611,6 +613,11 @@ def test_an_embedding_on_another_input_is_not_taken_for_the_token_embedding(layo
         inputs = {name: ids}
         positions = keras.layers.Lambda(lambda x: keras.ops.cumsum(x, axis=1))(real)
         hidden = word(ids * real)
+    elif layout == "a_second_table_on_the_ids":  # a token type from its id, beside the words
+        tokens = keras_hub.layers.TokenAndPositionEmbedding(100, 16, 16)
+        word, inputs = tokens.token_embedding, {name: ids}
+        hidden = tokens(ids)
+        positions = keras.layers.Reshape((16,))(ids)
     elif layout == "word_layer_called_first_on_a_pair":
         inputs["pair_ids"] = pair
         hidden = word(pair) + word(ids)
@@ -625,7 +632,7 @@ def test_an_embedding_on_another_input_is_not_taken_for_the_token_embedding(layo
     model = keras.Model(inputs, keras.layers.Dense(2)(hidden))
     tables = [table_of(word), table_of(position)]
     if not found:
-        with pytest.raises(ValueError, match=r"token embedding: candidates \[.*'word_embedding'"):
+        with pytest.raises(ValueError, match=rf"token embedding: candidates \[.*'{word.name}'"):
             keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
         with pytest.raises(ValueError, match=r"'position_embedding' \(17 x 16\)"):
             keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
@@ -636,3 +643,17 @@ def test_an_embedding_on_another_input_is_not_taken_for_the_token_embedding(layo
     keras_masking.correct_mlm_embeddings(model, mask_token_id=3)
     np.testing.assert_allclose(table_of(word), numpy_formula(tables[0], 3), atol=1e-6)
     np.testing.assert_array_equal(table_of(position), tables[1])
+
+
+def test_an_unbuilt_head_is_refused_before_the_table_changes():
+    """On an `ExLMPretrainer` not yet called, the table was corrected and then
+    the head failed ("no attribute 'output_row_scale'"), with no record: a
+    retry after a first batch corrected the table twice."""
+    backbone = TransformerBackbone(
+        **tiny_backbone_kwargs(position="rotary2d", custom_position_ids=True)
+    )
+    pretrainer = ExLMPretrainer(backbone, k=2, mask_token_id=3, unselectable_token_ids=(1, 2))
+    table = table_of(backbone.token_embedding)
+    with pytest.raises(ValueError, match=r"\['mlm_head'\].*not built yet"):
+        keras_masking.correct_mlm_embeddings(pretrainer, mask_token_id=3)
+    np.testing.assert_array_equal(table_of(backbone.token_embedding), table)
