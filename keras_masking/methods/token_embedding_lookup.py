@@ -150,14 +150,12 @@ def _evidence(model, layers):
     yield "token_embedding", _distinct([table for sub in on_tokens for table in _graph_tables(sub)])
     nested = _graph_tables(model, nested_only=True)
     held = _distinct(filter(None, map(_token_embedding_of, layers)))
-    if not token_inputs:
+    if not token_inputs and _embeddings_reading(model, {id(tensor) for tensor in inputs}):
         # No input is named as the token ids: an embedding the graph applies
-        # to an input is the token embedding only where no other table could
-        # be (a nested model's, a layer of yours', one of the graph's first
-        # called elsewhere); else all are named.
-        on_inputs = _embeddings_reading(model, {id(tensor) for tensor in inputs})
-        if on_inputs:
-            yield "model_input", _distinct(on_inputs + nested + held + embeddings)
+        # to an input is the token embedding only where the model holds no
+        # other table (a nested model's, a layer of yours', one of the graph's
+        # first called elsewhere: `embeddings` holds them all); else all are named.
+        yield "model_input", embeddings
     yield "token_embedding", nested
     yield "token_embedding", held
     yield "embedding", embeddings
